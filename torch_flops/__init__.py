@@ -1,0 +1,42 @@
+"""torch_flops: where the compute, time and memory of a PyTorch model go, per node, per module
+and in total. See :class:`TorchFLOPsByFX` and the counting convention in
+:mod:`torch_flops.formulas`."""
+
+from torch_flops.analyzer import TorchFLOPsByFX
+from torch_flops.formulas import (
+    ATEN_FLOPs_MAPPING,
+    FUNCTION_FLOPs_MAPPING,
+    METHOD_FLOPs_MAPPING,
+    MODULE_FLOPs_MAPPING,
+    register_aten,
+    register_function,
+    register_method,
+    register_module,
+    zero_flops,
+)
+from torch_flops.interpreter import NodeExecutionError, UnsupportedOpError, UnsupportedOpWarning
+from torch_flops.records import NodeRecord, Profile, Status
+from torch_flops.tracing import TracingError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ATEN_FLOPs_MAPPING",
+    "FUNCTION_FLOPs_MAPPING",
+    "METHOD_FLOPs_MAPPING",
+    "MODULE_FLOPs_MAPPING",
+    "NodeExecutionError",
+    "NodeRecord",
+    "Profile",
+    "Status",
+    "TorchFLOPsByFX",
+    "TracingError",
+    "UnsupportedOpError",
+    "UnsupportedOpWarning",
+    "__version__",
+    "register_aten",
+    "register_function",
+    "register_method",
+    "register_module",
+    "zero_flops",
+]

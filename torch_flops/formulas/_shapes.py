@@ -1,0 +1,184 @@
+"""Shape-only arithmetic shared by every formula family and every front door (module, function,
+method, aten). Pure integer maths: nothing here runs a kernel, times or prints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "adaptive_window_total",
+    "arg",
+    "as_tuple",
+    "conv_macs",
+    "einsum_macs",
+    "float_numel",
+    "is_float",
+    "matmul_macs",
+    "numel",
+    "prod",
+    "sdpa_macs",
+]
+
+Tensor = torch.Tensor
+prod = math.prod
+
+
+def arg(args: Sequence[Any], kwargs: dict[str, Any], index: int, name: str, default: Any = None) -> Any:
+    """The argument at position ``index`` or keyword ``name`` (as a Python signature would bind it)."""
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def as_tuple(value: Any, n: int) -> tuple[int, ...]:
+    """``3 -> (3, 3)`` for ``n == 2``; sequences pass through (as for kernel_size)."""
+    if isinstance(value, (tuple, list)):
+        return tuple(int(v) for v in value)
+    return (int(value),) * n
+
+
+def is_float(t: Any) -> bool:
+    return isinstance(t, Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def numel(t: Any) -> int:
+    return t.numel() if isinstance(t, Tensor) else 0
+
+
+def float_numel(out: Any, *inputs: Any) -> int:
+    """Output elements of an elementwise op, 0 unless its data is floating point.
+
+    A boolean output (a comparison) counts when the first tensor input is floating point.
+    Non-tensor outputs (Python numbers from size arithmetic) are 0.
+    """
+    if not isinstance(out, Tensor):
+        return 0
+    if out.is_floating_point() or out.is_complex():
+        return out.numel()
+    for x in inputs:
+        if isinstance(x, Tensor):
+            return out.numel() if (x.is_floating_point() or x.is_complex()) else 0
+    return 0
+
+
+def matmul_macs(a: Sequence[int], b: Sequence[int]) -> int:
+    """MACs of ``torch.matmul(a, b)`` with its 1-D and broadcasting rules.
+
+    ``(..., m, k) @ (..., k, n)``: ``prod(broadcast batch) * m * k * n`` (one MAC per product term).
+    A 1-D left operand is ``(1, k)``, a 1-D right operand is ``(k, 1)`` (dot: ``k``; mv: ``m * k``).
+    """
+    a = tuple(a)
+    b = tuple(b)
+    if len(a) == 1:
+        a = (1,) + a
+    if len(b) == 1:
+        b = b + (1,)
+    m, k = a[-2], a[-1]
+    n = b[-1]
+    batch = torch.broadcast_shapes(a[:-2], b[:-2]) if (len(a) > 2 or len(b) > 2) else ()
+    return prod(batch) * m * k * n
+
+
+def conv_macs(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
+              transposed: bool) -> int:
+    """MACs of an N-d convolution, groups/stride/padding/dilation included through the shapes.
+
+    Direct: every output position of every output channel is a dot product over
+    ``C_in/groups * prod(kernel)`` inputs, so ``N * prod(w_shape) * prod(out_spatial)``
+    (``w_shape = (C_out, C_in/groups, *kernel)``). Transposed: every *input* position is scattered
+    through the kernel, so ``N * prod(w_shape) * prod(in_spatial)``
+    (``w_shape = (C_in, C_out/groups, *kernel)``). Same counting as FlopCounterMode's
+    ``conv_flop_count``. An unbatched input (one fewer dim than the weight) has ``N = 1``.
+    """
+    spatial = len(w_shape) - 2
+    batch = x_shape[0] if len(x_shape) == spatial + 2 else 1
+    positions = prod(x_shape[-spatial:]) if transposed else prod(out_shape[-spatial:])
+    return batch * prod(w_shape) * positions
+
+
+def sdpa_macs(q: Sequence[int], k: Sequence[int], v: Sequence[int]) -> tuple[int, int]:
+    """MACs of attention ``softmax(Q K^T) V`` and the number of attention scores.
+
+    ``Q: (..., Hq, L, E)``, ``K: (..., Hk, S, E)``, ``V: (..., Hk, S, Ev)``; with grouped-query
+    attention (``Hk < Hq``) every query head still does its own products, so the count uses Q's
+    leading dims: scores ``= prod(Q[:-1]) * S``; MACs ``= scores * E`` (Q K^T) ``+ scores * Ev`` (P V).
+    """
+    rows = prod(q[:-1])
+    s = k[-2]
+    scores = rows * s
+    return scores * (q[-1] + v[-1]), scores
+
+
+def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """MACs of ``torch.einsum`` contracted left to right, and the adds of pre-summed indices.
+
+    Each pairwise step that sums an index shared by both operands is a batched matmul:
+    ``prod(size of every index in either operand)`` MACs. A step that sums nothing (an outer or
+    elementwise product) is a broadcast multiply: that many FLOPs and no MACs, as in torch.
+    An index found in one operand only, and neither in the output nor a later operand, is summed
+    out first (as torch does): that costs one add per element of the operand, counted as FLOPs.
+    One operand alone (a transpose, trace or sum) has no MACs.
+    Returns ``(macs, extra_flops)``.
+    """
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->")
+    else:
+        lhs = eq
+        letters = [c for c in lhs.replace(",", "") if c.isalpha()]
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    terms = lhs.split(",")
+    if "..." in eq:
+        terms, out = _expand_ellipsis(terms, out, shapes)
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for letter, size in zip(term, shape):
+            sizes[letter] = max(sizes.get(letter, 1), int(size))
+
+    extra = 0
+    operands = [set(t) for t in terms]
+    for i, term in enumerate(operands):
+        needed = set(out).union(*(o for j, o in enumerate(operands) if j != i))
+        lone = term - needed
+        if lone and len(operands) > 1:
+            extra += prod(sizes[c] for c in term)
+            operands[i] = term - lone
+    macs = 0
+    current = operands[0]
+    for i in range(1, len(operands)):
+        step = current | operands[i]
+        later = set(out).union(*operands[i + 1:])
+        summed = (current & operands[i]) - later
+        if summed:
+            macs += prod(sizes[c] for c in step)
+        else:
+            # No index is summed: torch multiplies elementwise (broadcast), one FLOP per product.
+            extra += prod(sizes[c] for c in step)
+        current = step & later
+    return macs, extra
+
+
+def _expand_ellipsis(terms: list[str], out: str, shapes: Sequence[Sequence[int]]) -> tuple[list[str], str]:
+    # Replace "..." with fresh upper-case-free placeholder letters, right-aligned as broadcasting is.
+    spare = [chr(c) for c in range(0x100, 0x200)]
+    width = max((len(s) - (len(t) - 3) for t, s in zip(terms, shapes) if "..." in t), default=0)
+    fill = "".join(spare[:width])
+    new_terms = []
+    for t, s in zip(terms, shapes):
+        if "..." in t:
+            n = len(s) - (len(t) - 3)
+            t = t.replace("...", fill[width - n:])
+        new_terms.append(t)
+    return new_terms, out.replace("...", fill)
+
+
+def adaptive_window_total(in_size: int, out_size: int) -> int:
+    """Sum of window lengths of an adaptive pool along one dim.
+
+    Window ``i`` spans ``[floor(i*I/O), ceil((i+1)*I/O))`` (as ATen's adaptive pooling does).
+    """
+    return sum(-(-(i + 1) * in_size // out_size) - (i * in_size // out_size) for i in range(out_size))

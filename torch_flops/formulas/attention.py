@@ -1,0 +1,198 @@
+"""Attention: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention`` and the composite
+``nn.Transformer*`` layers, which ``torch.fx`` keeps as leaf modules.
+
+The two matmuls of attention are MACs (``_shapes.sdpa_macs``). Every attention score also costs
+one scale multiply and 5 softmax FLOPs (max, sub, exp, sum, div), plus one add when a mask or
+causal masking is applied and one multiply when dropout is active. Causal attention is counted over
+the full ``L x S`` score matrix, as FlopCounterMode counts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from torch_flops.formulas import MODULE_FLOPs_MAPPING, register_function, register_module
+from torch_flops.formulas._shapes import arg, numel, sdpa_macs
+
+__all__ = ["mha_flops", "sdpa_flops", "transformer_layer_flops"]
+
+_SOFTMAX = 5  # per score: max, sub, exp, sum, div
+_SCALE = 1  # per score: the 1/sqrt(E) multiply
+
+
+def _score_flops(scores: int, masked: bool, dropout: bool) -> int:
+    # per score: scale 1 + softmax 5 (+ mask add 1) (+ dropout multiply 1)
+    return scores * (_SCALE + _SOFTMAX + int(masked) + int(dropout))
+
+
+@register_function("scaled_dot_product_attention")
+def sdpa_flops(out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # 2 * (scores*E + scores*Ev) for Q K^T and P V, + per-score scale/softmax/mask/dropout
+    attn_mask = arg(args, kwargs, 0, "attn_mask")
+    dropout_p = arg(args, kwargs, 1, "dropout_p", 0.0)
+    is_causal = arg(args, kwargs, 2, "is_causal", False)
+    macs, scores = sdpa_macs(query.shape, key.shape, value.shape)
+    masked = attn_mask is not None or bool(is_causal)
+    return 2 * macs + _score_flops(scores, masked, dropout_p > 0), macs
+
+
+def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
+         masked: bool, need_weights: bool, average: bool) -> tuple[int, int]:
+    # Shapes are (L, N, E) / (S, N, kdim), or (N, L, E) with batch_first, or unbatched (L, E).
+    if len(q_shape) == 3:
+        if module.batch_first:
+            n, tgt_len, s_len = q_shape[0], q_shape[1], k_shape[1]
+        else:
+            tgt_len, n, s_len = q_shape[0], q_shape[1], k_shape[0]
+    else:
+        n, tgt_len, s_len = 1, q_shape[0], k_shape[0]
+    e = module.embed_dim
+    # in-projections: L*N*E*E (q) + S*N*kdim*E (k) + S*N*vdim*E (v); out-projection L*N*E*E
+    proj_macs = tgt_len * n * e * e + s_len * n * module.kdim * e + s_len * n * module.vdim * e
+    proj_macs += tgt_len * n * e * e
+    bias = 0
+    if module.in_proj_bias is not None:
+        bias += (tgt_len + 2 * s_len) * n * e
+    if module.out_proj.bias is not None:
+        bias += tgt_len * n * e
+    # add_bias_kv / add_zero_attn each append one key position
+    s_att = s_len + int(module.bias_k is not None) + int(module.add_zero_attn)
+    scores = n * module.num_heads * tgt_len * s_att
+    attn_macs = 2 * n * tgt_len * s_att * e  # Q K^T and P V over all heads (H * head_dim = E)
+    dropout = module.training and module.dropout > 0
+    extra = bias + _score_flops(scores, masked, dropout)
+    if need_weights and average:
+        extra += scores  # mean of the attention weights over heads: one add (or div) per score
+    macs = proj_macs + attn_macs
+    return 2 * macs + extra, macs
+
+
+@register_module(nn.MultiheadAttention)
+def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any,
+              *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # forward(query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal)
+    key_padding_mask = arg(args, kwargs, 0, "key_padding_mask")
+    need_weights = arg(args, kwargs, 1, "need_weights", True)
+    attn_mask = arg(args, kwargs, 2, "attn_mask")
+    average = arg(args, kwargs, 3, "average_attn_weights", True)
+    is_causal = arg(args, kwargs, 4, "is_causal", False)
+    masked = key_padding_mask is not None or attn_mask is not None or bool(is_causal)
+    return _mha(module, tuple(query.shape), tuple(key.shape), masked, bool(need_weights), bool(average))
+
+
+def _sub(module: nn.Module | None, x: torch.Tensor, *args: Any) -> tuple[int, int]:
+    """A child module's own formula, evaluated on a meta tensor of the right shape."""
+    if module is None:
+        return (0, 0)
+    formula = _lookup(type(module))
+    if formula is None:
+        raise NotImplementedError(f"no formula for {type(module).__name__} inside a Transformer layer")
+    result = formula(module, x, x, *args)
+    return (result, 0) if isinstance(result, int) else result
+
+
+def _lookup(cls: type) -> Any:
+    for klass in cls.__mro__:
+        if klass.__name__ in MODULE_FLOPs_MAPPING:
+            return MODULE_FLOPs_MAPPING[klass.__name__]
+    return None
+
+
+def _activation(layer: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    act = layer.activation
+    if isinstance(act, nn.Module):
+        return _sub(act, x)
+    from torch_flops.formulas import FUNCTION_FLOPs_MAPPING
+
+    formula = FUNCTION_FLOPs_MAPPING.get(getattr(act, "__name__", ""))
+    if formula is None:
+        raise NotImplementedError(f"no formula for activation {act!r} inside a Transformer layer")
+    result = formula(x, x)
+    return (result, 0) if isinstance(result, int) else result
+
+
+def _add(*counts: tuple[int, int]) -> tuple[int, int]:
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def _ffn(layer: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    # linear1 -> activation -> dropout -> linear2 (-> dropout2), + the residual add
+    hidden = x.new_empty((*x.shape[:-1], layer.linear1.out_features))
+    return _add(_sub(layer.linear1, hidden), _activation(layer, hidden), _sub(layer.dropout, hidden),
+                _sub(layer.linear2, x), (numel(x), 0))
+
+
+def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool) -> tuple[int, int]:
+    # attention (weights not needed inside the layers) + the residual add
+    count = _mha(attn, tuple(x.shape), tuple(mem.shape), masked, need_weights=False, average=False)
+    return _add(count, (numel(x), 0))
+
+
+def _encoder_layer(layer: nn.TransformerEncoderLayer, src: torch.Tensor, masked: bool) -> tuple[int, int]:
+    x = src.new_empty(src.shape, device="meta")
+    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(layer.dropout1, x), _sub(layer.norm1, x),
+                _ffn(layer, x), _sub(layer.dropout2, x), _sub(layer.norm2, x))
+
+
+def _decoder_layer(layer: nn.TransformerDecoderLayer, tgt: torch.Tensor, memory: torch.Tensor,
+                   masked: bool) -> tuple[int, int]:
+    x = tgt.new_empty(tgt.shape, device="meta")
+    mem = memory.new_empty(memory.shape, device="meta")
+    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(layer.dropout1, x), _sub(layer.norm1, x),
+                _attn_block(layer.multihead_attn, x, mem, False), _sub(layer.dropout2, x),
+                _sub(layer.norm2, x), _ffn(layer, x), _sub(layer.dropout3, x), _sub(layer.norm3, x))
+
+
+def _masked(args: tuple[Any, ...], kwargs: dict[str, Any], *names: str) -> bool:
+    return any(a is not None and a is not False for a in args) or any(
+        kwargs.get(n) not in (None, False) for n in names)
+
+
+@register_module(nn.TransformerEncoderLayer)
+def transformer_layer_flops(module: nn.TransformerEncoderLayer, out: Any, src: Any, *args: Any,
+                            **kwargs: Any) -> tuple[int, int]:
+    # self-attention block + norms + feed-forward block, each by its own formula
+    return _encoder_layer(module, src, _masked(args, kwargs, "src_mask", "src_key_padding_mask", "is_causal"))
+
+
+@register_module(nn.TransformerDecoderLayer)
+def transformer_decoder_layer_flops(module: nn.TransformerDecoderLayer, out: Any, tgt: Any, memory: Any,
+                                    *args: Any, **kwargs: Any) -> tuple[int, int]:
+    masked = _masked(args[:1], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    return _decoder_layer(module, tgt, memory, masked)
+
+
+@register_module(nn.TransformerEncoder)
+def transformer_encoder_flops(module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
+                              **kwargs: Any) -> tuple[int, int]:
+    # every layer + the optional final norm
+    masked = _masked(args, kwargs, "mask", "src_key_padding_mask", "is_causal")
+    x = src.new_empty(src.shape, device="meta")
+    return _add(*(_encoder_layer(layer, x, masked) for layer in module.layers), _sub(module.norm, x))
+
+
+@register_module(nn.TransformerDecoder)
+def transformer_decoder_flops(module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any, *args: Any,
+                              **kwargs: Any) -> tuple[int, int]:
+    masked = _masked(args[:1], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    x = tgt.new_empty(tgt.shape, device="meta")
+    return _add(*(_decoder_layer(layer, x, memory, masked) for layer in module.layers), _sub(module.norm, x))
+
+
+@register_module(nn.Transformer)
+def transformer_flops(module: nn.Transformer, out: Any, src: Any, tgt: Any, *args: Any,
+                      **kwargs: Any) -> tuple[int, int]:
+    # encoder over src, decoder over tgt attending to the encoder output (same shape as src)
+    src_masked = _masked(args[:1], kwargs, "src_mask", "src_key_padding_mask", "src_is_causal")
+    tgt_masked = _masked(args[1:2], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    enc = module.encoder
+    dec = module.decoder
+    x = src.new_empty(src.shape, device="meta")
+    y = tgt.new_empty(tgt.shape, device="meta")
+    return _add(
+        *(_encoder_layer(layer, x, src_masked) for layer in enc.layers), _sub(enc.norm, x),
+        *(_decoder_layer(layer, y, x, tgt_masked) for layer in dec.layers), _sub(dec.norm, y),
+    )

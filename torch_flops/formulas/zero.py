@@ -1,0 +1,63 @@
+"""Operations that are 0 FLOPs by definition: views, reshapes, copies, casts, indexing,
+concatenation, creation and shape queries. They move or allocate data but do no arithmetic.
+Everything here is an explicit, reviewed list: an op missing from every table is *unsupported*,
+never silently zero."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from torch_flops.formulas import register_function, register_method, register_module, zero_flops
+
+__all__ = ["ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
+
+_VIEWS = [
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "swapaxes", "swapdims",
+    "movedim", "moveaxis", "expand", "expand_as", "broadcast_to", "flatten", "unflatten", "squeeze",
+    "unsqueeze", "narrow", "select", "unfold", "as_strided", "diagonal", "split", "split_with_sizes",
+    "chunk", "tensor_split", "unbind", "view_as_real", "view_as_complex", "real", "imag", "contiguous",
+    "detach", "alias",
+]
+_COPIES = [
+    "clone", "repeat", "repeat_interleave", "tile", "flip", "fliplr", "flipud", "roll", "rot90", "tril",
+    "triu", "diag", "diag_embed", "index_select", "gather", "take", "take_along_dim", "masked_select",
+    "scatter", "index_copy", "index_fill", "masked_scatter", "cat", "concat", "concatenate", "stack",
+    "hstack", "vstack", "dstack", "column_stack", "pad", "one_hot", "pixel_shuffle", "pixel_unshuffle",
+    "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "argwhere", "sort", "argsort",
+    "topk",
+]
+_CREATION = [
+    "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like",
+    "empty_like", "full_like", "rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
+    "tensor", "as_tensor", "scalar_tensor", "triu_indices", "tril_indices", "meshgrid", "atleast_1d",
+    "atleast_2d", "atleast_3d",
+]
+# Python-level plumbing that fx records as call_function nodes.
+_PLUMBING = ["getitem", "setitem", "getattr", "is_tensor", "numel", "_assert", "len", "sym_size", "contains"]
+_METHOD_ONLY = [
+    "to", "type", "type_as", "float", "half", "double", "bfloat16", "int", "long", "short", "bool", "byte",
+    "char", "cpu", "cuda", "size", "dim", "ndimension", "nelement", "element_size", "stride", "storage_offset",
+    "is_contiguous", "is_floating_point", "is_complex", "item", "tolist", "new_zeros", "new_ones",
+    "new_empty", "new_full", "new_tensor", "zero_", "fill_", "copy_", "scatter_", "index_copy_",
+    "index_fill_", "masked_scatter_", "requires_grad_", "detach_", "squeeze_", "unsqueeze_", "t_",
+    "transpose_", "resize_", "resize_as_", "get_device", "__getitem__", "__setitem__", "__len__",
+    "masked_fill_", "data_ptr", "untyped_storage",
+]
+_METHOD_ONLY = [m for m in _METHOD_ONLY if m != "masked_fill_"]  # masked_fill_ is a select: elementwise
+
+ZERO_FUNCTIONS: list[str] = _VIEWS + _COPIES + _CREATION + _PLUMBING
+ZERO_METHODS: list[str] = [m for m in _VIEWS + _COPIES if m not in ("cat", "stack", "concat", "concatenate",
+                                                                    "hstack", "vstack", "dstack",
+                                                                    "column_stack", "pad", "one_hot",
+                                                                    "embedding", "meshgrid")] + _METHOD_ONLY
+ZERO_MODULES: list[type[nn.Module]] = [
+    nn.Identity, nn.Flatten, nn.Unflatten, nn.Embedding, nn.PixelShuffle, nn.PixelUnshuffle,
+    nn.ChannelShuffle, nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
+    nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReflectionPad3d, nn.ReplicationPad1d,
+    nn.ReplicationPad2d, nn.ReplicationPad3d, nn.CircularPad1d, nn.CircularPad2d, nn.CircularPad3d,
+    nn.Unfold,
+]
+
+register_function(*ZERO_FUNCTIONS)(zero_flops)
+register_method(*ZERO_METHODS)(zero_flops)
+register_module(*ZERO_MODULES)(zero_flops)

@@ -1,0 +1,359 @@
+"""Runs a GraphModule node by node on real (or meta) tensors, measuring each node.
+
+Planning (:func:`plan_graph`) resolves, once per graph, which formula every node uses, so the
+per-node cost at run time is a lookup, one timer tick either side of the op, the live-tensor
+update and one formula call. :class:`FlopsInterpreter` overrides ``run_node`` only; everything it
+measures goes into flat per-node lists that :func:`build_records` turns into records afterwards.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import fx, nn
+
+from torch_flops.formulas import Formula, zero_flops
+from torch_flops.measure import LiveTensors, Timer
+from torch_flops.records import NodeRecord, Status
+
+__all__ = [
+    "FlopsInterpreter",
+    "FormulaTables",
+    "NodeExecutionError",
+    "NodePlan",
+    "UnsupportedOpError",
+    "UnsupportedOpWarning",
+    "plan_graph",
+]
+
+# NodePlan.kind
+MODULE, CALL, ZERO, IGNORED, UNSUPPORTED = range(5)
+
+
+class UnsupportedOpWarning(UserWarning):
+    """A graph node has no FLOPs formula (silence with ``warnings.simplefilter('ignore', ...)``)."""
+
+
+class UnsupportedOpError(RuntimeError):
+    """Raised instead of :class:`UnsupportedOpWarning` when ``strict=True``."""
+
+
+class NodeExecutionError(RuntimeError):
+    """Running one graph node failed; the message names the node and its input shapes."""
+
+
+@dataclass(frozen=True)
+class FormulaTables:
+    """The tables one analyzer works with: its own copies, so users' later edits do not leak in."""
+
+    modules: Mapping[str, Formula]
+    functions: Mapping[str, Formula]
+    methods: Mapping[str, Formula]
+    aten: Mapping[Any, Formula]
+
+
+class NodePlan(NamedTuple):
+    index: int
+    kind: int
+    formula: Formula | None
+    module: nn.Module | None
+    target: str  # readable target
+    key: str  # the table key looked up (class name, function name, method name, aten op)
+    module_path: str
+    module_type: str
+    module_stack: tuple[str, ...]
+
+
+def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
+    """``Linear``, ``torch.relu``, ``F.linear``, ``operator.add``, ``Tensor.view``, ``aten.mm``."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__  # type: ignore[arg-type]
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_function":
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            return f"aten.{target.overloadpacket.__name__}" if target.namespace == "aten" else str(target)
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            return str(target)
+        name = getattr(target, "__name__", str(target))
+        module = getattr(target, "__module__", None)
+        if module in (None, "torch", "torch._C._VariableFunctions", "torch.functional"):
+            return f"torch.{name}"
+        if module in ("torch._C._nn", "torch.nn.functional"):
+            return f"F.{name}"
+        if module in ("_operator", "operator"):
+            return f"operator.{name}"
+        if module == "builtins":
+            return name
+        return f"{module}.{name}"
+    return str(node.target)
+
+
+def _table_key(node: fx.Node, gm: fx.GraphModule) -> str:
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__  # type: ignore[arg-type]
+    if node.op == "call_method":
+        return str(node.target)
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target.overloadpacket)
+    return getattr(target, "__name__", str(target))
+
+
+def _lookup_module(cls: type, table: Mapping[str, Formula]) -> Formula | None:
+    # MRO fallback: a subclass of nn.Linear is counted as a Linear unless it has its own entry.
+    for klass in cls.__mro__:
+        formula = table.get(klass.__name__)
+        if formula is not None:
+            return formula
+        if klass is nn.Module:
+            break
+    return None
+
+
+def module_location(node: fx.Node) -> tuple[str, tuple[str, ...]]:
+    """The innermost owning module path and every enclosing path (outermost first)."""
+    if node.op == "call_module":
+        path = str(node.target)
+        parts = path.split(".")
+        return path, tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return "", ()
+    paths = tuple(_clean_path(v[0] if isinstance(v, tuple) else k) for k, v in stack.items())
+    paths = tuple(p for p in paths if p)
+    return (paths[-1] if paths else ""), paths
+
+
+def _clean_path(path: str) -> str:
+    # torch.export spells paths as "L['self'].layers[0].attn" or "layers.0.attn"; fx as "layers.0.attn"
+    if "[" not in path and not path.startswith("L__self__"):
+        return path
+    p = path.replace("L['self']", "").replace("L__self__", "")
+    for a, b in (("['", "."), ("']", ""), ("[", "."), ("]", ""), ("._modules", ""), ("_modules", "")):
+        p = p.replace(a, b)
+    return p.strip(".")
+
+
+def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[str] = (),
+               module_types: Mapping[str, str] | None = None) -> dict[fx.Node, NodePlan]:
+    """Decide, for every node, which formula counts it (or why none does)."""
+    ignored = set(ignore_ops)
+    plans: dict[fx.Node, NodePlan] = {}
+    for index, node in enumerate(gm.graph.nodes):
+        module = None
+        key = _table_key(node, gm) if node.op.startswith("call_") else node.op
+        formula: Formula | None = None
+        if node.op in ("placeholder", "get_attr", "output"):
+            kind = ZERO
+        else:
+            if node.op == "call_module":
+                module = gm.get_submodule(node.target)  # type: ignore[arg-type]
+                formula = _lookup_module(type(module), tables.modules)
+            elif node.op == "call_method":
+                formula = tables.methods.get(key)
+            elif isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                packet = getattr(node.target, "overloadpacket", node.target)
+                formula = tables.aten.get(packet)
+            else:
+                formula = tables.functions.get(key)
+                if formula is None and node.target is operator.getitem:
+                    formula = zero_flops
+            if key in ignored or (node.op == "call_module" and str(node.target) in ignored):
+                kind, formula = IGNORED, None
+            elif formula is None:
+                kind = UNSUPPORTED
+            elif formula is zero_flops:
+                kind = ZERO
+            else:
+                kind = MODULE if node.op == "call_module" else CALL
+        path, stack = module_location(node)
+        if module is not None:
+            module_type = type(module).__name__
+        elif module_types is not None and path in module_types:
+            module_type = module_types[path]
+        else:
+            module_type = _stack_type(node) if path else type(gm).__name__
+        plans[node] = NodePlan(index, kind, formula, module, readable_target(node, gm), key, path,
+                               module_type, stack)
+    return plans
+
+
+def _stack_type(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    last = list(stack.values())[-1]
+    kind = last[1] if isinstance(last, tuple) else last
+    if isinstance(kind, type):
+        return kind.__name__
+    return str(kind).rsplit(".", 1)[-1].strip("'>")
+
+
+def _describe_inputs(args: Any) -> str:
+    shapes = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shapes.append(f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')} on {a.device}")
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
+            shapes.append("[" + ", ".join(str(tuple(x.shape)) for x in a if isinstance(x, torch.Tensor)) + "]")
+        else:
+            shapes.append(repr(a) if len(repr(a)) < 40 else type(a).__name__)
+    return ", ".join(shapes)
+
+
+def output_shape(value: Any) -> tuple[Any, ...] | None:
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (tuple, list)):
+        shapes = tuple(output_shape(v) for v in value)
+        return shapes if any(s is not None for s in shapes) else None
+    if isinstance(value, dict):
+        return output_shape(tuple(value.values()))
+    return None
+
+
+class FlopsInterpreter(fx.Interpreter):
+    """An ``fx.Interpreter`` that measures every node it runs.
+
+    ``count=True`` runs record FLOPs, memory, output shapes and time; ``count=False`` runs (for
+    ``warmup``/``repeat``) record time only. Values returned by the ``call_*`` methods are passed on
+    untouched, so the graph computes exactly what the model computes.
+    """
+
+    def __init__(self, gm: fx.GraphModule, plans: Mapping[fx.Node, NodePlan], timer: Timer,
+                 live: LiveTensors, memory_reader: Callable[[], int] | None, strict: bool) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.extra_traceback = False  # our own error names the node
+        self._plans = plans
+        self._timer = timer
+        self._tick = timer.tick
+        self._live = live
+        self._memory_reader = memory_reader
+        self._strict = strict
+        n = len(plans)
+        self.count = True
+        self.flops: list[int | None] = [None] * n
+        self.macs: list[int | None] = [None] * n
+        self.starts: list[Any] = [None] * n
+        self.ends: list[Any] = [None] * n
+        self.mem_before: list[int | None] = [None] * n
+        self.mem_after: list[int | None] = [None] * n
+        self.shapes: list[Any] = [None] * n
+        self.errors: dict[int, str] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        # Same steps as fx.Interpreter.run_node (set the current node, fetch args, dispatch on
+        # n.op), inlined so the fetched args can also feed the formula without fetching twice.
+        plan = self._plans[n]
+        i = plan.index
+        tick = self._tick
+        with self._set_current_node(n):
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            if self.count:
+                reader = self._memory_reader
+                self.mem_before[i] = self._live.bytes if reader is None else reader()
+            start = tick()
+            try:
+                out = getattr(self, n.op)(n.target, args, kwargs)
+            except Exception as e:
+                raise NodeExecutionError(
+                    f"running node '{n.name}' ({plan.target}"
+                    f"{f' in module {plan.module_path!r}' if plan.module_path else ''}) failed "
+                    f"with inputs ({_describe_inputs(args)}): {type(e).__name__}: {e}\n"
+                    f"  node: {n.format_node()}"
+                ) from e
+            end = tick()
+        self.starts[i] = start
+        self.ends[i] = end
+        if self.count:
+            self._account(n, plan, out, args, kwargs)
+        return out
+
+    def _account(self, n: fx.Node, plan: NodePlan, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        i = plan.index
+        live = self._live
+        if n.op != "output":
+            live.hold(n, out)
+        reader = self._memory_reader
+        self.mem_after[i] = live.bytes if reader is None else reader()
+        for dead in self.user_to_last_uses.get(n, ()):
+            live.release(dead)
+        self.shapes[i] = output_shape(out)
+        kind = plan.kind
+        if kind >= ZERO:
+            return
+        formula = plan.formula
+        try:
+            if kind == MODULE:
+                result = formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
+            else:
+                result = formula(out, *args, **kwargs)  # type: ignore[misc]
+            if type(result) is tuple:
+                self.flops[i], self.macs[i] = int(result[0]), int(result[1])
+            else:
+                self.flops[i], self.macs[i] = int(result), 0  # type: ignore[call-overload]
+        except Exception as e:
+            message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
+            if self._strict:
+                raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
+            self.errors[i] = message
+
+
+def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
+                  times: list[float | None]) -> tuple[NodeRecord, ...]:
+    records = []
+    for node, plan in plans.items():
+        i = plan.index
+        note = ""
+        if plan.kind == UNSUPPORTED:
+            status, flops, macs = Status.UNSUPPORTED, None, None
+            note = f"no formula for {plan.key!r}"
+        elif i in interp.errors:
+            status, flops, macs = Status.UNSUPPORTED, None, None
+            note = interp.errors[i]
+        elif plan.kind == IGNORED:
+            status, flops, macs = Status.IGNORED, 0, 0
+        elif plan.kind == ZERO:
+            status, flops, macs = Status.ZERO, 0, 0
+        else:
+            status, flops, macs = Status.COUNTED, interp.flops[i], interp.macs[i]
+        before, after = interp.mem_before[i], interp.mem_after[i]
+        records.append(NodeRecord(
+            index=i, name=node.name, op=node.op, target=plan.target, module_path=plan.module_path,
+            module_type=plan.module_type, flops=flops, macs=macs, status=status, time_ms=times[i],
+            mem_before=before, mem_after=after,
+            mem_delta=(after - before) if before is not None and after is not None else None,
+            output_shape=interp.shapes[i], module_stack=plan.module_stack, note=note,
+        ))
+    return tuple(records)
+
+
+def warn_unsupported(records: Iterable[NodeRecord]) -> None:
+    """One warning per unsupported target, with its node count and the nodes' names."""
+    by_target: dict[str, list[NodeRecord]] = {}
+    for r in records:
+        if r.status is Status.UNSUPPORTED:
+            by_target.setdefault(r.target, []).append(r)
+    for target, recs in by_target.items():
+        names = ", ".join(r.name for r in recs[:5]) + (", ..." if len(recs) > 5 else "")
+        warnings.warn(
+            f"torch_flops: no FLOPs formula for {target} ({len(recs)} node(s): {names}; {recs[0].note}); "
+            "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
+            "register_method/register_module, or pass ignore_ops / strict=True.",
+            UnsupportedOpWarning, stacklevel=4,
+        )
+
+
+def check_strict(plans: Mapping[fx.Node, NodePlan]) -> None:
+    missing = [(n, p) for n, p in plans.items() if p.kind == UNSUPPORTED]
+    if missing:
+        listed = "; ".join(f"'{n.name}' ({p.target})" for n, p in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise UnsupportedOpError(f"strict=True: {len(missing)} node(s) have no FLOPs formula: {listed}{more}")

@@ -1,0 +1,177 @@
+"""Timers and memory probes, chosen once per run from the device the inputs live on.
+
+A timer is ``tick() -> token`` (cheap, called right before and after a node) and
+``elapsed_ms(start, end)`` (called after ``finish()``, which waits for the device once).
+
+* CPU: ``time.perf_counter_ns`` tokens.
+* CUDA and other accelerators with events: one start/end event pair per node recorded on the
+  current stream, no synchronisation between nodes, one synchronisation at the end of the run.
+* meta: no time (``None``).
+
+Memory: :class:`LiveTensors` counts the bytes of tensors the graph holds (storages counted once,
+released when the interpreter drops a value after its last use); on CUDA the allocator's own
+counter (``torch.cuda.memory_allocated`` or ``max_memory_allocated``) is read instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["DeviceTimer", "LiveTensors", "NullTimer", "PerfCounterTimer", "make_memory_reader", "make_timer"]
+
+Tensor = torch.Tensor
+
+
+class PerfCounterTimer:
+    """Host wall clock: right for CPU tensors, whose kernels run synchronously."""
+
+    tick: Callable[[], Any] = staticmethod(time.perf_counter_ns)
+
+    def finish(self) -> None:
+        pass
+
+    @staticmethod
+    def elapsed_ms(start: int, end: int) -> float:
+        return (end - start) / 1e6
+
+
+class NullTimer:
+    """No time where nothing runs (meta tensors)."""
+
+    @staticmethod
+    def tick() -> None:
+        return None
+
+    def finish(self) -> None:
+        pass
+
+    @staticmethod
+    def elapsed_ms(start: Any, end: Any) -> None:
+        return None
+
+
+class DeviceTimer:
+    """Device events (``torch.cuda.Event`` and the same API of other accelerator backends)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        backend = getattr(torch, device.type)
+        self._event_cls = backend.Event
+        self._synchronize = backend.synchronize
+
+    def tick(self) -> Any:
+        event = self._event_cls(enable_timing=True)
+        event.record()
+        return event
+
+    def finish(self) -> None:
+        self._synchronize(self.device)
+
+    @staticmethod
+    def elapsed_ms(start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end))
+
+
+Timer = PerfCounterTimer | NullTimer | DeviceTimer
+
+
+def make_timer(device: torch.device) -> Timer:
+    if device.type == "meta":
+        return NullTimer()
+    if device.type == "cpu":
+        return PerfCounterTimer()
+    backend = getattr(torch, device.type, None)
+    if backend is not None and hasattr(backend, "Event") and hasattr(backend, "synchronize"):
+        return DeviceTimer(device)
+    return PerfCounterTimer()  # an accelerator without events: host time (documented fallback)
+
+
+MEMORY_FUNCTIONS = ("memory_allocated", "max_memory_allocated")
+
+
+def make_memory_reader(device: torch.device, mem_func_name: str) -> Callable[[], int] | None:
+    """The allocator counter for CUDA devices; None elsewhere (live-tensor accounting is used)."""
+    if device.type != "cuda":
+        return None
+    fn = getattr(torch.cuda, mem_func_name)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return lambda: int(fn(index))
+
+
+def _storage_key(t: Tensor) -> tuple[int, int]:
+    try:
+        storage = t.untyped_storage()
+        return storage._cdata, storage.nbytes()
+    except (RuntimeError, NotImplementedError):  # sparse, nested, or other storage-less tensors
+        return id(t), t.numel() * t.element_size()
+
+
+def tensors_of(value: Any) -> list[Tensor]:
+    """The tensors inside a node's value (tensor, tuple/list/dict nesting, or any pytree)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensors_of(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_of(v)]
+    if value is None or isinstance(value, (int, float, bool, str, torch.dtype, torch.device, torch.Size)):
+        return []
+    from torch.utils import _pytree
+
+    return [leaf for leaf in _pytree.tree_leaves(value) if isinstance(leaf, Tensor)]
+
+
+class LiveTensors:
+    """Bytes of tensor storage held by the graph's live values.
+
+    ``hold(key, value)`` adds the storages of a new value (a storage already held, e.g. by a view or
+    an in-place result, is not added twice); ``release(key)`` drops one value. Storages of the
+    model's parameters and buffers are never counted: they are the model, not the run.
+    """
+
+    __slots__ = ("bytes", "_held", "_by_value", "_excluded")
+
+    def __init__(self, excluded: Iterable[Tensor] = ()) -> None:
+        self.bytes = 0
+        self._held: dict[int, list[int]] = {}  # storage key -> [nbytes, holders]
+        self._by_value: dict[Any, tuple[int, ...]] = {}
+        self._excluded = {_storage_key(t)[0] for t in excluded}
+
+    def hold(self, key: Any, value: Any) -> None:
+        if isinstance(value, Tensor):
+            tensors: list[Tensor] = [value]
+        else:
+            tensors = tensors_of(value)
+            if not tensors:
+                return
+        keys = []
+        held = self._held
+        for t in tensors:
+            skey, nbytes = _storage_key(t)
+            if skey in self._excluded:
+                continue
+            entry = held.get(skey)
+            if entry is None:
+                held[skey] = [nbytes, 1]
+                self.bytes += nbytes
+            else:
+                entry[1] += 1
+            keys.append(skey)
+        if keys:
+            self._by_value[key] = tuple(keys)
+
+    def release(self, key: Any) -> None:
+        keys = self._by_value.pop(key, None)
+        if keys is None:
+            return
+        held = self._held
+        for skey in keys:
+            entry = held[skey]
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.bytes -= entry[0]
+                del held[skey]
