@@ -27,9 +27,17 @@ from torch_flops.interpreter import (
 )
 from torch_flops.measure import MEMORY_FUNCTIONS, LiveTensors, make_memory_reader, make_timer, tensors_of
 from torch_flops.records import NodeRecord, Profile
-from torch_flops.tracing import TracingError, split_leaf_modules, trace_fx
+from torch_flops.tracing import EXPORT_ROOT, TracingError, split_leaf_modules, bind_inputs, trace_export, trace_fx
 
-__all__ = ["TorchFLOPsByFX"]
+__all__ = ["DroppedOutputWarning", "TorchFLOPsByFX", "TracerFallbackWarning"]
+
+class TracerFallbackWarning(UserWarning):
+    """``tracer='auto'`` profiled the torch.export graph because symbolic tracing failed."""
+
+
+class DroppedOutputWarning(UserWarning):
+    """Part of the model's output (e.g. a transformers cache object) could not be returned."""
+
 
 TracerName = Literal["auto", "fx", "export"]
 _TRACERS = ("auto", "fx", "export")
@@ -101,6 +109,7 @@ class TorchFLOPsByFX:
         self.graph_module: fx.GraphModule | None = None
         self.tracer_used: str | None = None
         self._fx_error: TracingError | None = None
+        self._export_signature: Any = None
         self._plans: dict[fx.Node, NodePlan] | None = None
         self._profile: Profile | None = None
         if tracer in ("fx", "auto"):
@@ -117,7 +126,8 @@ class TorchFLOPsByFX:
         """Run the model's graph on these inputs, measuring every node; return the model's output."""
         gm = self._graph_for(args, kwargs)
         if self._plans is None:
-            self._plans = plan_graph(gm, self.tables, self.ignore_ops, _module_types(self.model))
+            prefix = EXPORT_ROOT if self.tracer_used == "export" else ""
+            self._plans = plan_graph(gm, self.tables, self.ignore_ops, _module_types(self.model), prefix)
         plans = self._plans
         if self.strict:
             check_strict(plans)
@@ -161,12 +171,13 @@ class TorchFLOPsByFX:
         return output
 
     def _graph_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fx.GraphModule:
-        if self.graph_module is not None:
+        if self.graph_module is not None and self.tracer_used != "export":
             return self.graph_module
-        from torch_flops.tracing import trace_export
-
+        signature = _input_signature(args, kwargs)
+        if self.graph_module is not None and signature == self._export_signature:
+            return self.graph_module
         try:
-            gm = trace_export(self.model, args, kwargs)
+            gm, dropped = trace_export(self.model, args, kwargs)
         except TracingError as e:
             if self._fx_error is not None:
                 raise TracingError(
@@ -175,18 +186,24 @@ class TorchFLOPsByFX:
                     "What to try: leaf_modules / concrete_args for fx; check the example inputs for export."
                 ) from e
             raise
-        if self._fx_error is not None:
+        if self._fx_error is not None and self.graph_module is None:
             warnings.warn(
-                f"torch_flops: symbolic tracing failed ({str(self._fx_error).splitlines()[0]}); "
-                "profiling the torch.export graph instead.", stacklevel=3,
+                f"torch_flops: profiling the torch.export graph because symbolic tracing failed: "
+                f"{str(self._fx_error).splitlines()[0]}", TracerFallbackWarning, stacklevel=3,
+            )
+        if dropped:
+            warnings.warn(
+                "torch_flops: the returned output leaves out what torch.export cannot carry through a "
+                f"graph: {', '.join(dropped)} (set to None); everything else is the model's output.",
+                DroppedOutputWarning, stacklevel=3,
             )
         self.graph_module = gm
         self.tracer_used = "export"
+        self._export_signature = signature
+        self._plans = None
         return gm
 
     def _bind_inputs(self, gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        from torch_flops.tracing import bind_inputs
-
         return bind_inputs(gm, args, kwargs)
 
     # ------------------------------------------------------------------ results
@@ -220,12 +237,16 @@ class TorchFLOPsByFX:
     def unsupported(self) -> dict[str, int]:
         return self.profile.unsupported
 
-    def print_result_table(self, show: bool = True) -> list[list[Any]]:
-        """Print one row per node and return the rows (raw numbers; header in ``result_header``)."""
-        rows = report.node_rows(self.profile.records)
+    def print_result_table(self, show: bool = True, group_by: report.GroupBy = "node",
+                           as_string: bool = False) -> list[list[Any]]:
+        """Print one row per node (``group_by="node"``), per module (``"module"``, each including
+        its submodules) or per operator (``"operator"``) and return the rows: raw numbers, or as
+        printed with ``as_string=True``. Columns: ``result_header``, ``report.MODULE_COLUMNS``,
+        ``report.OPERATOR_COLUMNS``."""
+        columns, rows = report.rows_for(self.profile, group_by)
         if show:
-            print(report.node_table(self.profile.records))
-        return rows
+            print(report.table_text(self.profile, group_by))
+        return report.format_rows(columns, rows) if as_string else rows
 
     def print_total_flops(self, show: bool = True) -> int:
         profile = self.profile
@@ -251,6 +272,37 @@ class TorchFLOPsByFX:
             raise ValueError(f"mode must be 'w' or 'a', got {mode!r}")
         report.write_csv(self.profile.records, path, mode)
 
+    def print_model_profile(self, depth: int = -1, show: bool = True, as_string: bool = False,
+                            top_modules: int = 0) -> list[list[Any]]:
+        """Print the summary (params, MACs, FLOPs, latency, FLOP/s, batch size, device, tracer,
+        unsupported nodes) and the module tree down to ``depth`` (0 = root, -1 = all) with each
+        module's params, MACs, FLOPs, latency, their shares and the achieved FLOP/s; with
+        ``top_modules=k``, also the top k modules at that depth. Returns the tree's rows
+        (``report.TREE_COLUMNS``): raw numbers, or as printed with ``as_string=True``."""
+        rows = report.tree_rows(self.profile, depth)
+        if show:
+            print(report.model_profile_text(self.profile, depth, top_modules))
+        return report.format_rows(report.TREE_COLUMNS, rows) if as_string else rows
+
+    def to_json(self, path: str | None = None) -> str:
+        """The profile as a versioned ``torch_flops.profile`` JSON document (schema in
+        :mod:`torch_flops.report`), also written to ``path`` when given; read it back with
+        ``Profile.from_json``."""
+        return report.profile_to_json(self.profile, path)
+
+    def to_dataframe(self, group_by: report.GroupBy = "node") -> Any:
+        """The raw rows per node, module or operator as a ``pandas.DataFrame`` (needs pandas)."""
+        return report.to_dataframe(self.profile, group_by)
+
+    def to_markdown(self, group_by: report.GroupBy = "node") -> str:
+        """A summary line and the node, module or operator table as GitHub Markdown."""
+        return report.markdown(self.profile, group_by)
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Write a Trace Event Format file (chrome://tracing, Perfetto): one slice per node on the
+        measured timeline, nested in its modules' slices. ``ValueError`` when nothing was timed."""
+        report.write_chrome_trace(self.profile, path)
+
 
 def _median(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
@@ -265,6 +317,14 @@ def _input_device(args: tuple[Any, ...], kwargs: dict[str, Any], model: nn.Modul
     for t in model.buffers():
         return t.device
     return torch.device("cpu")
+
+
+def _input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from torch.utils import _pytree
+
+    leaves, spec = _pytree.tree_flatten((args, kwargs))
+    return spec, tuple((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else v
+                       for v in leaves)
 
 
 def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

@@ -117,8 +117,13 @@ def _lookup_module(cls: type, table: Mapping[str, Formula]) -> Formula | None:
     return None
 
 
-def module_location(node: fx.Node) -> tuple[str, tuple[str, ...]]:
-    """The innermost owning module path and every enclosing path (outermost first)."""
+def module_location(node: fx.Node, prefix: str = "") -> tuple[str, tuple[str, ...]]:
+    """The innermost owning module path and every enclosing path (outermost first).
+
+    ``prefix`` (a wrapper's attribute name, see ``tracing.EXPORT_ROOT``) is removed from paths.
+    """
+    if node.op == "call_module" and str(node.target).startswith("_guards"):
+        return "", ()  # torch.export's input guard check: part of no module
     if node.op == "call_module":
         path = str(node.target)
         parts = path.split(".")
@@ -127,7 +132,10 @@ def module_location(node: fx.Node) -> tuple[str, tuple[str, ...]]:
     if not stack:
         return "", ()
     paths = tuple(_clean_path(v[0] if isinstance(v, tuple) else k) for k, v in stack.items())
-    paths = tuple(p for p in paths if p)
+    if prefix:
+        paths = tuple(p[len(prefix) + 1:] if p.startswith(prefix + ".") else ("" if p == prefix else p)
+                      for p in paths)
+    paths = tuple(dict.fromkeys(p for p in paths if p))
     return (paths[-1] if paths else ""), paths
 
 
@@ -142,7 +150,7 @@ def _clean_path(path: str) -> str:
 
 
 def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[str] = (),
-               module_types: Mapping[str, str] | None = None) -> dict[fx.Node, NodePlan]:
+               module_types: Mapping[str, str] | None = None, path_prefix: str = "") -> dict[fx.Node, NodePlan]:
     """Decide, for every node, which formula counts it (or why none does)."""
     ignored = set(ignore_ops)
     plans: dict[fx.Node, NodePlan] = {}
@@ -150,7 +158,8 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
         module = None
         key = _table_key(node, gm) if node.op.startswith("call_") else node.op
         formula: Formula | None = None
-        if node.op in ("placeholder", "get_attr", "output"):
+        if node.op in ("placeholder", "get_attr", "output") or (
+                node.op == "call_module" and str(node.target).startswith("_guards")):
             kind = ZERO
         else:
             if node.op == "call_module":
@@ -160,7 +169,7 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
                 formula = tables.methods.get(key)
             elif isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
                 packet = getattr(node.target, "overloadpacket", node.target)
-                formula = tables.aten.get(packet)
+                formula = tables.aten.get(packet) or tables.aten.get(str(packet))
             else:
                 formula = tables.functions.get(key)
                 if formula is None and node.target is operator.getitem:
@@ -173,7 +182,7 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
                 kind = ZERO
             else:
                 kind = MODULE if node.op == "call_module" else CALL
-        path, stack = module_location(node)
+        path, stack = module_location(node, path_prefix)
         if module is not None:
             module_type = type(module).__name__
         elif module_types is not None and path in module_types:

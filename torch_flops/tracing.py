@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-__all__ = ["TracingError", "trace_fx"]
+__all__ = ["EXPORT_ROOT", "TracingError", "bind_inputs", "trace_export", "trace_fx"]
 
 
 class TracingError(RuntimeError):
@@ -92,12 +92,81 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+#: attribute under which :func:`trace_export` wraps the user's model; stripped from module paths
+EXPORT_ROOT = "model"
+
+_PLAIN_LEAVES = (torch.Tensor, int, float, bool, str, complex, type(None), torch.dtype, torch.device)
+
+
+class _ExportWrapper(nn.Module):
+    """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
+    example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        setattr(self, EXPORT_ROOT, model)
+        self.dropped: list[str] = []
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils import _pytree
+
+        out = getattr(self, EXPORT_ROOT)(*args, **kwargs)
+        leaves, spec = _pytree.tree_flatten_with_path(out)
+        kept = []
+        for path, leaf in leaves:
+            if isinstance(leaf, _PLAIN_LEAVES):
+                kept.append(leaf)
+            else:
+                self.dropped.append(f"{_pytree.keystr(path) or 'output'} ({type(leaf).__name__})")
+                kept.append(None)
+        return _pytree.tree_unflatten(kept, spec)
+
+
+def trace_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[fx.GraphModule, list[str]]:
+    """``torch.export.export(model, args, kwargs, strict=False)`` as a runnable GraphModule.
+
+    The graph is traced under ``torch.no_grad()``: it is a forward (inference) graph, without the
+    autograd regions that would otherwise appear as higher-order ops. Returns the graph and the
+    output parts it had to leave out (see :class:`_ExportWrapper`). Module paths in the graph's
+    ``nn_module_stack`` are prefixed with :data:`EXPORT_ROOT`.
+    """
+    wrapper = _ExportWrapper(model)
+    was_training = [(m, m.training) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
+    except Exception as e:
+        raise TracingError(
+            f"torch.export could not trace {type(model).__name__} with inputs "
+            f"({_describe(args, kwargs)}): {type(e).__name__}: {_first_line(e)}\n"
+            "What to try: check the input names and shapes against the model's forward(); for "
+            "data-dependent Python control flow use tracer='fx' with concrete_args or leaf_modules."
+        ) from e
+    finally:
+        for m, flag in was_training:
+            m.training = flag
+    gm = program.module()
+    return gm, list(dict.fromkeys(wrapper.dropped))
+
+
+def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"{tuple(v.shape)} {str(v.dtype).replace('torch.', '')}"
+        return type(v).__name__
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
 def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
     """Match ``propagate(*args, **kwargs)`` to the graph's placeholders, in their order.
 
     A placeholder takes the next positional argument, else the keyword of its name, else its
     traced default. Unknown keywords and missing inputs raise ``TypeError`` naming them.
     """
+    in_spec = getattr(gm, "_in_spec", None)
+    if in_spec is not None:  # a torch.export graph: inputs are the leaves of (args, kwargs)
+        return _bind_exported(gm, in_spec, args, kwargs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = [str(n.target).lstrip("*") for n in placeholders]
     if len(args) > len(placeholders):
@@ -119,3 +188,24 @@ def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, 
         else:
             raise TypeError(f"missing input {name!r}; the graph's inputs are {names}")
     return flat
+
+
+def _bind_exported(gm: fx.GraphModule, in_spec: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+    import torch.fx._pytree as fx_pytree
+
+    try:
+        flat = fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), in_spec)
+    except Exception as e:
+        raise TypeError(
+            f"the inputs ({_describe(args, kwargs)}) do not match the inputs the graph was exported with: {e}"
+        ) from e
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, flat):
+        expected = node.meta.get("val")
+        if isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor):
+            if tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype:
+                raise ValueError(
+                    f"input {node.name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
+                    f"exported for {tuple(expected.shape)} {expected.dtype}"
+                )
+    return list(flat)

@@ -149,3 +149,4 @@ from torch_flops.formulas import (  # noqa: E402,F401
     resample,
     zero,
 )
+from torch_flops.formulas import aten  # noqa: E402,F401  (last: it reuses the function formulas)
