@@ -67,6 +67,8 @@ class NodePlan(NamedTuple):
     module_path: str
     module_type: str
     module_stack: tuple[str, ...]
+    #: the graph's output depends on this node (False for checks such as export's assertions)
+    needed: bool = True
 
 
 def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
@@ -153,6 +155,7 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
                module_types: Mapping[str, str] | None = None, path_prefix: str = "") -> dict[fx.Node, NodePlan]:
     """Decide, for every node, which formula counts it (or why none does)."""
     ignored = set(ignore_ops)
+    needed = _output_ancestors(gm.graph)
     plans: dict[fx.Node, NodePlan] = {}
     for index, node in enumerate(gm.graph.nodes):
         module = None
@@ -190,8 +193,21 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
         else:
             module_type = _stack_type(node) if path else type(gm).__name__
         plans[node] = NodePlan(index, kind, formula, module, readable_target(node, gm), key, path,
-                               module_type, stack)
+                               module_type, stack, node in needed)
     return plans
+
+
+def _output_ancestors(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes the output depends on; the rest (e.g. runtime assertions of export) are checks."""
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    seen = {output}
+    todo = [output]
+    while todo:
+        for parent in todo.pop().all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
 
 
 def _stack_type(node: fx.Node) -> str:
@@ -217,6 +233,11 @@ def _describe_inputs(args: Any) -> str:
     return ", ".join(shapes)
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def output_shape(value: Any) -> tuple[Any, ...] | None:
     if isinstance(value, torch.Tensor):
         return tuple(value.shape)
@@ -237,7 +258,8 @@ class FlopsInterpreter(fx.Interpreter):
     """
 
     def __init__(self, gm: fx.GraphModule, plans: Mapping[fx.Node, NodePlan], timer: Timer,
-                 live: LiveTensors, memory_reader: Callable[[], int] | None, strict: bool) -> None:
+                 live: LiveTensors, memory_reader: Callable[[], int] | None, strict: bool,
+                 skip_unneeded_failures: bool = False) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.extra_traceback = False  # our own error names the node
         self._plans = plans
@@ -256,6 +278,10 @@ class FlopsInterpreter(fx.Interpreter):
         self.mem_after: list[int | None] = [None] * n
         self.shapes: list[Any] = [None] * n
         self.errors: dict[int, str] = {}
+        #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
+        #: only allowed for nodes the output does not depend on
+        self.skipped: dict[int, str] = {}
+        self._skip_unneeded = skip_unneeded_failures
 
     def run_node(self, n: fx.Node) -> Any:
         # Same steps as fx.Interpreter.run_node (set the current node, fetch args, dispatch on
@@ -272,6 +298,9 @@ class FlopsInterpreter(fx.Interpreter):
             try:
                 out = getattr(self, n.op)(n.target, args, kwargs)
             except Exception as e:
+                if self._skip_unneeded and not plan.needed:
+                    self.skipped[i] = f"not run ({type(e).__name__}: {_first_line(e)}); the output does not need it"
+                    return None
                 raise NodeExecutionError(
                     f"running node '{n.name}' ({plan.target}"
                     f"{f' in module {plan.module_path!r}' if plan.module_path else ''}) failed "
@@ -327,6 +356,9 @@ def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
         elif i in interp.errors:
             status, flops, macs = Status.UNSUPPORTED, None, None
             note = interp.errors[i]
+        elif i in interp.skipped:
+            status, flops, macs = Status.ZERO, 0, 0
+            note = interp.skipped[i]
         elif plan.kind == IGNORED:
             status, flops, macs = Status.IGNORED, 0, 0
         elif plan.kind == ZERO:

@@ -102,10 +102,12 @@ class _ExportWrapper(nn.Module):
     """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
     example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, dropped: list[str]) -> None:
         super().__init__()
         setattr(self, EXPORT_ROOT, model)
-        self.dropped: list[str] = []
+        # torch.export restores module attributes after tracing, so the record of what was dropped
+        # lives in a list owned by the caller (held in a closure, not as a module attribute).
+        self._record_drop = dropped.append
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         from torch.utils import _pytree
@@ -117,7 +119,7 @@ class _ExportWrapper(nn.Module):
             if isinstance(leaf, _PLAIN_LEAVES):
                 kept.append(leaf)
             else:
-                self.dropped.append(f"{_pytree.keystr(path) or 'output'} ({type(leaf).__name__})")
+                self._record_drop(f"{_pytree.keystr(path) or 'output'} ({type(leaf).__name__})")
                 kept.append(None)
         return _pytree.tree_unflatten(kept, spec)
 
@@ -130,7 +132,8 @@ def trace_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
     output parts it had to leave out (see :class:`_ExportWrapper`). Module paths in the graph's
     ``nn_module_stack`` are prefixed with :data:`EXPORT_ROOT`.
     """
-    wrapper = _ExportWrapper(model)
+    dropped: list[str] = []
+    wrapper = _ExportWrapper(model, dropped)
     was_training = [(m, m.training) for m in model.modules()]
     try:
         with torch.no_grad():
@@ -146,7 +149,7 @@ def trace_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
         for m, flag in was_training:
             m.training = flag
     gm = program.module()
-    return gm, list(dict.fromkeys(wrapper.dropped))
+    return gm, list(dict.fromkeys(dropped))
 
 
 def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:

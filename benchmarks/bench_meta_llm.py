@@ -1,0 +1,94 @@
+"""Profile a Llama-2-70B-shaped decoder on the meta device (no weights, no compute) and print the
+cost of the profile itself: trace time, propagate time, total wall time and peak RSS, next to the
+total FLOPs and an analytic estimate. Repeats at 40 and 160 layers to show linear growth.
+
+    python benchmarks/bench_meta_llm.py            # 40, 80 and 160 layers, 1 x 2048 tokens
+    python benchmarks/bench_meta_llm.py --layers 80
+
+Each depth runs in a fresh subprocess so its peak RSS is its own. Prints, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def analytic_flops(layers: int, hidden: int, heads: int, kv_heads: int, inter: int, vocab: int,
+                   tokens: int) -> int:
+    """2 x non-embedding matmul parameters x tokens + attention (Kaplan et al. 2020, sec. 2.1).
+
+    Non-embedding matmul params per layer: q, o = H*H each; k, v = H*(kv_heads*head_dim) each;
+    MLP (gate, up, down) = 3*H*I. The LM head (V*H) is a matmul too; the embedding lookup is not.
+    Attention: Q K^T and P V are 2 * tokens^2 * H MACs per layer (full, uncausal matrix).
+    """
+    head_dim = hidden // heads
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv_heads * head_dim + 3 * hidden * inter
+    matmul_params = layers * per_layer + vocab * hidden
+    attention_macs = layers * 2 * tokens * tokens * hidden
+    return 2 * matmul_params * tokens + 2 * attention_macs
+
+
+def run_one(layers: int, tokens: int) -> dict[str, float]:
+    import torch
+
+    from torch_flops import TorchFLOPsByFX, zoo
+
+    t0 = time.perf_counter()
+    config = zoo.llama2_70b_config()
+    config.num_layers = layers
+    with torch.device("meta"):
+        model = zoo.llama(config).eval()
+    ids = zoo.llama_example_inputs(batch_size=1, device="meta", seq_len=tokens)
+    t1 = time.perf_counter()
+    counter = TorchFLOPsByFX(model, tracer="fx")
+    t2 = time.perf_counter()
+    counter.propagate(*ids)
+    t3 = time.perf_counter()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    estimate = analytic_flops(layers, config.hidden_size, config.num_heads, config.num_kv_heads,
+                              config.intermediate_size, config.vocab_size, tokens)
+    return {
+        "layers": layers, "build_s": t1 - t0, "trace_s": t2 - t1, "propagate_s": t3 - t2, "total_s": t3 - t0,
+        "peak_rss_mb": rss_mb, "flops": counter.total_flops, "macs": counter.total_macs,
+        "analytic_flops": estimate, "nodes": len(counter.records),
+        "max_live_gib": (counter.max_memory or 0) / 2**30, "unsupported": sum(counter.unsupported.values()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="*", default=[40, 80, 160])
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_one(args.layers[0], args.tokens)))
+        return
+    print(f"Llama-2-70B shape on meta, 1 x {args.tokens} tokens (hidden 8192, 64 heads, 8 KV heads, "
+          "intermediate 28672, vocab 32000)")
+    header = (f"{'layers':>6} {'nodes':>6} {'trace s':>8} {'propagate s':>12} {'total s':>8} {'peak RSS MB':>12} "
+              f"{'TFLOPs':>9} {'analytic TFLOPs':>16} {'2*MACs/analytic':>16}")
+    print(header)
+    rows = []
+    for layers in args.layers:
+        out = subprocess.run([sys.executable, __file__, "--child", "--layers", str(layers), "--tokens",
+                              str(args.tokens)], check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        rows.append(r)
+        print(f"{r['layers']:>6} {r['nodes']:>6} {r['trace_s']:>8.2f} {r['propagate_s']:>12.2f} {r['total_s']:>8.2f} "
+              f"{r['peak_rss_mb']:>12.0f} {r['flops'] / 1e12:>9.2f} {r['analytic_flops'] / 1e12:>16.2f} "
+              f"{2 * r['macs'] / r['analytic_flops']:>16.4f}")
+    if len(rows) > 1:
+        base = rows[0]
+        for r in rows[1:]:
+            print(f"time ratio {r['layers']}/{base['layers']} layers: {r['total_s'] / base['total_s']:.2f} "
+                  f"(depth ratio {r['layers'] / base['layers']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Hand-derived FLOPs of the reduction family (torch_flops/formulas/reduction.py).
+
+Input ``x`` is (2, 3, 4): I = 24 input elements. O = result elements.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from torch_flops.formulas import (
+    FUNCTION_FLOPs_MAPPING,
+    METHOD_FLOPs_MAPPING,
+    MODULE_FLOPs_MAPPING,
+)
+
+SHAPE = (2, 3, 4)  # I = 24
+
+
+def _x(device: str = "cpu") -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(SHAPE).to(device)
+
+
+def _y(device: str = "cpu") -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(SHAPE).to(device)
+
+
+# --------------------------------------------------------------------------- #
+# Functions: (function, extra args after x, kwargs, expected)
+# --------------------------------------------------------------------------- #
+
+FUNCTION_CASES: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = [
+    (torch.sum, (), {}, 24),  # I
+    (torch.sum, (1,), {}, 24),  # I
+    (torch.sum, (), {"dim": (0, 2), "keepdim": True}, 24),  # I
+    (torch.nansum, (-1,), {}, 24),  # I
+    (torch.prod, (1,), {}, 24),  # I
+    (torch.amax, (-1,), {}, 24),  # I
+    (torch.amin, (), {"dim": (0, 1)}, 24),  # I
+    (torch.argmax, (), {}, 24),  # I
+    (torch.argmin, (), {"dim": 1}, 24),  # I
+    (torch.aminmax, (), {}, 48),  # 2I = 2 x 24
+    (torch.aminmax, (), {"dim": 0}, 48),  # 2I
+    (torch.cumsum, (0,), {}, 24),  # I
+    (torch.cumprod, (), {"dim": 1}, 24),  # I
+    (torch.cummax, (1,), {}, 24),  # I
+    (torch.cummin, (2,), {}, 24),  # I
+    (torch.logcumsumexp, (2,), {}, 96),  # 4I = 4 x 24
+    (torch.mean, (), {}, 25),  # I + O = 24 + 1
+    (torch.mean, (-1,), {}, 30),  # 24 + (2, 3) = 24 + 6
+    (torch.mean, ((0, 1),), {"keepdim": True}, 28),  # 24 + (1, 1, 4) = 24 + 4
+    (torch.nanmean, (), {"dim": 1}, 32),  # 24 + (2, 4) = 24 + 8
+    (torch.var, (), {}, 97),  # 4I + O = 96 + 1
+    (torch.var, (1,), {}, 104),  # 96 + 8
+    (torch.std, (), {}, 98),  # 4I + 2O = 96 + 2
+    (torch.std, (), {"dim": 1, "correction": 0}, 112),  # 96 + 2 x 8
+    (torch.var_mean, (1,), {}, 104),  # 4I + O = 96 + 8
+    (torch.std_mean, (), {"dim": 2}, 108),  # 4I + 2O = 96 + 2 x 6
+    (torch.norm, (), {}, 49),  # 'fro': 2I + O = 48 + 1
+    (torch.norm, (2,), {"dim": 1}, 56),  # 48 + 8
+    (torch.norm, (), {"p": "fro", "dim": (1, 2)}, 50),  # 48 + 2
+    (torch.norm, (1,), {}, 48),  # p = 1: 2I
+    (torch.norm, (math.inf,), {"dim": 0}, 48),  # p = inf: 2I
+    (torch.norm, (0,), {}, 48),  # p = 0: 2I (compare, add)
+    (torch.norm, (3,), {"dim": 2}, 78),  # other p: 3I + O = 72 + 6
+    (torch.linalg.vector_norm, (), {}, 49),  # ord 2: 2I + O = 48 + 1
+    (torch.linalg.vector_norm, (), {"ord": 1, "dim": 0}, 48),  # ord 1: 2I
+    (torch.linalg.vector_norm, (-math.inf,), {}, 48),  # ord -inf: 2I
+    (torch.linalg.vector_norm, (3.0, (1, 2)), {}, 74),  # 3I + O = 72 + 2
+    (torch.logsumexp, (1,), {}, 112),  # 4I + 2O = 96 + 2 x 8
+    (torch.special.logsumexp, (), {"dim": -1}, 108),  # 96 + 2 x 6
+    (torch.median, (), {}, 24),  # I
+    (torch.median, (1,), {}, 24),  # I
+    (torch.nanmedian, (), {"dim": 0}, 24),  # I
+    (torch.all, (), {}, 24),  # float input: I compares with 0
+    (torch.any, (1,), {}, 24),  # I
+    (torch.count_nonzero, (), {}, 24),  # I
+    (torch.count_nonzero, (), {"dim": 2}, 24),  # I
+    (torch.max, (), {}, 24),  # reduction: I
+    (torch.max, (1,), {}, 24),  # (values, indices): I
+    (torch.max, (), {"dim": 2, "keepdim": True}, 24),  # I
+    (torch.min, (0,), {}, 24),  # I
+    (torch.min, (), {}, 24),  # I
+]
+
+# Keys whose function has a different __name__ from the torch attribute.
+NAME_OF = {torch.linalg.vector_norm: "linalg_vector_norm", torch.special.logsumexp: "special_logsumexp"}
+
+
+@pytest.mark.parametrize("fn,args,kwargs,expected", FUNCTION_CASES,
+                         ids=[f"{c[0].__name__}-{i}" for i, c in enumerate(FUNCTION_CASES)])
+def test_function(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: int) -> None:
+    assert fn.__name__ == NAME_OF.get(fn, fn.__name__)
+    x = _x()
+    out = fn(x, *args, **kwargs)
+    assert FUNCTION_FLOPs_MAPPING[fn.__name__](out, x, *args, **kwargs) == (expected, 0)
+
+
+def test_function_input_as_keyword() -> None:
+    x = _x()
+    out = torch.sum(input=x, dim=1)
+    assert FUNCTION_FLOPs_MAPPING["sum"](out, input=x, dim=1) == (24, 0)  # I
+    out = torch.mean(input=x, dim=1)
+    assert FUNCTION_FLOPs_MAPPING["mean"](out, input=x, dim=1) == (32, 0)  # 24 + 8
+    out = torch.norm(input=x, p=1)
+    assert FUNCTION_FLOPs_MAPPING["norm"](out, input=x, p=1) == (48, 0)  # 2I
+    out = torch.linalg.vector_norm(x=x, ord=2, dim=0)  # the first parameter is x= or input=
+    assert FUNCTION_FLOPs_MAPPING["linalg_vector_norm"](out, x=x, ord=2, dim=0) == (60, 0)  # 48 + 12
+    out = torch.linalg.vector_norm(input=x)
+    assert FUNCTION_FLOPs_MAPPING["linalg_vector_norm"](out, input=x) == (49, 0)  # 48 + 1
+    out = torch.max(input=x, dim=0)
+    assert FUNCTION_FLOPs_MAPPING["max"](out, input=x, dim=0) == (24, 0)  # I
+    out = torch.var_mean(input=x, dim=0)
+    assert FUNCTION_FLOPs_MAPPING["var_mean"](out, input=x, dim=0) == (108, 0)  # 96 + 12
+
+
+def test_function_meta_matches_cpu() -> None:
+    x = _x("meta")
+    for fn, args, kwargs, expected in FUNCTION_CASES:
+        out = fn(x, *args, **kwargs)
+        assert FUNCTION_FLOPs_MAPPING[fn.__name__](out, x, *args, **kwargs) == (expected, 0), fn
+
+
+def test_max_min_elementwise_vs_reduction() -> None:
+    x, y = _x(), _y()
+    # elementwise max(a, b): 1 per output element = 24
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(x, y), x, y) == (24, 0)
+    assert FUNCTION_FLOPs_MAPPING["min"](torch.min(x, other=y), x, other=y) == (24, 0)
+    # broadcast (2, 3, 4) with (4,): out 24 elements
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(x, y[0, 0]), x, y[0, 0]) == (24, 0)
+    # broadcast (3, 1) with (4,): out (3, 4) = 12 elements, although each input is smaller
+    a, b = torch.randn(3, 1), torch.randn(4)
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(a, b), a, b) == (12, 0)
+    # reduction max(x, dim): I = 24 (not O = 6)
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(x, 1), x, 1) == (24, 0)
+    # methods: a.max(b) elementwise 24; a.max(dim=1) reduction 24; a.min() 24
+    assert METHOD_FLOPs_MAPPING["max"](x.max(y), x, y) == (24, 0)
+    assert METHOD_FLOPs_MAPPING["max"](x.max(dim=1), x, dim=1) == (24, 0)
+    assert METHOD_FLOPs_MAPPING["min"](a.min(b), a, b) == (12, 0)  # (3, 4) = 12
+    # integer data: 0 either way
+    i, j = torch.arange(24).reshape(SHAPE), torch.ones(SHAPE, dtype=torch.int64)
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(i, j), i, j) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["max"](torch.max(i), i) == (0, 0)
+
+
+def test_int_tensors_give_zero() -> None:
+    i = torch.arange(24).reshape(SHAPE)
+    b = i > 3
+    assert FUNCTION_FLOPs_MAPPING["sum"](torch.sum(i), i) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["cumsum"](torch.cumsum(i, 0), i, 0) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["argmax"](torch.argmax(i), i) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["all"](torch.all(b), b) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["any"](torch.any(i, 1), i, 1) == (0, 0)
+    assert FUNCTION_FLOPs_MAPPING["count_nonzero"](torch.count_nonzero(i), i) == (0, 0)
+    assert METHOD_FLOPs_MAPPING["sum"](i.sum(), i) == (0, 0)
+    # integer input summed in float: 24 float adds
+    out = torch.sum(i, dtype=torch.float32)
+    assert FUNCTION_FLOPs_MAPPING["sum"](out, i, dtype=torch.float32) == (24, 0)
+
+
+# --------------------------------------------------------------------------- #
+# Methods: (name, args, kwargs, expected)
+# --------------------------------------------------------------------------- #
+
+METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
+    ("sum", (), {}, 24),  # I
+    ("sum", (1,), {"keepdim": True}, 24),  # I
+    ("nansum", (), {}, 24),  # I
+    ("prod", (2,), {}, 24),  # I
+    ("max", (), {}, 24),  # I
+    ("max", (1,), {}, 24),  # I
+    ("min", (), {"dim": 0}, 24),  # I
+    ("amax", (1,), {}, 24),  # I
+    ("amin", (), {}, 24),  # I
+    ("argmax", (), {"dim": -1}, 24),  # I
+    ("argmin", (), {}, 24),  # I
+    ("aminmax", (), {}, 48),  # 2I
+    ("cumsum", (1,), {}, 24),  # I
+    ("cumsum_", (1,), {}, 24),  # I, in place
+    ("cumprod", (), {"dim": 0}, 24),  # I
+    ("cumprod_", (0,), {}, 24),  # I, in place
+    ("cummax", (2,), {}, 24),  # I
+    ("cummin", (0,), {}, 24),  # I
+    ("logcumsumexp", (1,), {}, 96),  # 4I
+    ("mean", (), {}, 25),  # 24 + 1
+    ("mean", ((1, 2),), {}, 26),  # 24 + 2
+    ("nanmean", (0,), {}, 36),  # 24 + (3, 4) = 24 + 12
+    ("var", (), {"dim": 2}, 102),  # 96 + 6
+    ("std", (1,), {}, 112),  # 96 + 2 x 8
+    ("norm", (), {}, 49),  # 48 + 1
+    ("norm", (1,), {}, 48),  # 2I
+    ("norm", (), {"p": 2, "dim": 1}, 56),  # 48 + 8
+    ("logsumexp", (0,), {}, 120),  # 96 + 2 x 12
+    ("median", (), {}, 24),  # I
+    ("nanmedian", (1,), {}, 24),  # I
+    ("all", (), {}, 24),  # I
+    ("any", (), {"dim": 0}, 24),  # I
+    ("count_nonzero", (1,), {}, 24),  # I
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,expected", METHOD_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(METHOD_CASES)])
+def test_method(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: int) -> None:
+    x = _x()
+    out = getattr(x, name)(*args, **kwargs)
+    assert METHOD_FLOPs_MAPPING[name](out, x, *args, **kwargs) == (expected, 0)
+
+
+def test_method_meta_matches_cpu() -> None:
+    x = _x("meta")
+    for name, args, kwargs, expected in METHOD_CASES:
+        out = getattr(x.clone(), name)(*args, **kwargs)
+        assert METHOD_FLOPs_MAPPING[name](out, x, *args, **kwargs) == (expected, 0), name
+
+
+def test_every_registered_key_is_tested() -> None:
+    own = "torch_flops.formulas.reduction"
+    assert {k for k, f in FUNCTION_FLOPs_MAPPING.items() if f.__module__ == own} \
+        == {c[0].__name__ for c in FUNCTION_CASES}
+    assert {k for k, f in METHOD_FLOPs_MAPPING.items() if f.__module__ == own} \
+        == {c[0] for c in METHOD_CASES}
+    # no nn module is a reduction
+    assert not {k for k, f in MODULE_FLOPs_MAPPING.items() if f.__module__ == own}

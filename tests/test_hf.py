@@ -1,0 +1,140 @@
+"""Real transformers models (built from config objects, no download) through tracer='auto'.
+
+For each: the profile succeeds through the export fallback, no node is unsupported,
+``2 * total_macs`` equals FlopCounterMode's total over the same exported graph on meta tensors,
+and ``propagate`` returns the model's own output values on CPU. Skipped without transformers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import fx
+from torch.utils.flop_counter import FlopCounterMode
+
+from torch_flops import TorchFLOPsByFX
+from torch_flops.analyzer import DroppedOutputWarning, TracerFallbackWarning
+from torch_flops.tracing import bind_inputs
+
+T = pytest.importorskip("transformers")
+T.logging.set_verbosity_error()
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100)
+BATCH, SEQ = 2, 8
+
+
+def _ids() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"input_ids": torch.randint(0, 100, (BATCH, SEQ), generator=g),
+            "attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}
+
+
+def _grouped_mm_reference(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    # Independent formula for FlopCounterMode, which does not know transformers' custom op:
+    # tokens (M, K) each go through one expert's (K, N) matrix: 2*M*K*N FLOPs.
+    return 2 * a_shape[0] * a_shape[1] * b_shape[-1]
+
+
+CASES: dict[str, tuple[Callable[[], Any], Callable[[], dict[str, torch.Tensor]]]] = {
+    "bert": (lambda: T.BertModel(T.BertConfig(**SMALL)), _ids),
+    "gpt2": (lambda: T.GPT2LMHeadModel(T.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100)),
+             lambda: {"input_ids": _ids()["input_ids"]}),
+    "llama_gqa": (lambda: T.LlamaForCausalLM(T.LlamaConfig(**SMALL, num_key_value_heads=2)), _ids),
+    "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8,
+                                                           vocab_size=100)),
+           lambda: {**_ids(), "decoder_input_ids": _ids()["input_ids"]}),
+    "vit": (lambda: T.ViTModel(T.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=64, image_size=32, patch_size=8)),
+            lambda: {"pixel_values": torch.randn(BATCH, 3, 32, 32, generator=torch.Generator().manual_seed(0))}),
+    "mixtral_moe": (lambda: T.MixtralForCausalLM(T.MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4,
+                                                                 num_experts_per_tok=2)), _ids),
+}
+
+
+def _main_output(out: Any) -> torch.Tensor:
+    for name in ("logits", "last_hidden_state"):
+        if hasattr(out, name):
+            return getattr(out, name)
+    raise AssertionError(f"unexpected output {type(out)}")
+
+
+def _flop_counter_total(gm: fx.GraphModule, kwargs: dict[str, torch.Tensor]) -> int:
+    custom = {}
+    grouped = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+    if grouped is not None:
+        custom[grouped] = _grouped_mm_reference
+    flat = bind_inputs(gm, (), kwargs)
+    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
+        fx.Interpreter(gm).run(*flat)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_meta_profile_matches_flop_counter(name: str) -> None:
+    build, inputs = CASES[name]
+    with torch.device("meta"):
+        model = build().eval()
+    kwargs = {k: v.to("meta") for k, v in inputs().items()}
+    counter = TorchFLOPsByFX(model)  # tracer="auto"
+    with pytest.warns(TracerFallbackWarning, match="symbolic tracing failed"):
+        counter.propagate(**kwargs)
+    assert counter.tracer_used == "export"
+    assert counter.unsupported == {}
+    assert counter.total_macs > 0
+    assert 2 * counter.total_macs == _flop_counter_total(counter.graph_module, kwargs)
+    assert counter.total_time_ms is None  # nothing is timed on meta
+    assert counter.max_memory is not None and counter.max_memory > 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpu_output_equals_model_output(name: str) -> None:
+    build, inputs = CASES[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    kwargs = inputs()
+    with torch.no_grad():
+        expected = model(**kwargs)
+        counter = TorchFLOPsByFX(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TracerFallbackWarning)
+            warnings.simplefilter("ignore", DroppedOutputWarning)
+            got = counter.propagate(**kwargs)
+    assert torch.equal(_main_output(got), _main_output(expected))
+    assert counter.unsupported == {}
+    assert all(r.time_ms is not None for r in counter.records if r.op == "call_function")
+
+
+def test_llama_module_attribution_and_gqa_attention() -> None:
+    # Every linear of the first layer is attributed to its own nn.Linear, as fx would do.
+    with torch.device("meta"):
+        model = T.LlamaForCausalLM(T.LlamaConfig(**SMALL, num_key_value_heads=2)).eval()
+    counter = TorchFLOPsByFX(model, tracer="export")
+    counter.propagate(**{k: v.to("meta") for k, v in _ids().items()})
+    by_path = {r.module_path: r for r in counter.records if r.target == "aten.linear"}
+    q = by_path["model.layers.0.self_attn.q_proj"]
+    k = by_path["model.layers.0.self_attn.k_proj"]
+    assert q.module_type == "Linear" and k.module_type == "Linear"
+    # q_proj: 2*8 tokens x 32 -> 32: 16*32*32 = 16384 MACs; k_proj to 2 KV heads x 8 = 16: 8192 MACs
+    assert (q.macs, k.macs) == (16384, 8192)
+    sdpa = [r for r in counter.records if r.target == "aten.scaled_dot_product_attention"]
+    assert len(sdpa) == 2
+    # per layer: scores = B*Hq*L*S = 2*4*8*8 = 512; MACs = 512*(8+8) = 8192 (query heads, not KV heads)
+    assert all(r.macs == 8192 for r in sdpa)
+    assert sdpa[0].module_path == "model.layers.0.self_attn"
+
+
+def test_causal_lm_cache_is_dropped_with_a_warning() -> None:
+    model = T.GPT2LMHeadModel(T.GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=100)).eval()
+    ids = _ids()["input_ids"]
+    with torch.no_grad():
+        expected = model(input_ids=ids)  # use_cache defaults to True: returns a DynamicCache
+        counter = TorchFLOPsByFX(model, tracer="export")
+        with pytest.warns(DroppedOutputWarning, match="past_key_values"):
+            got = counter.propagate(input_ids=ids)
+    assert expected.past_key_values is not None
+    assert got.past_key_values is None
+    assert torch.equal(got.logits, expected.logits)

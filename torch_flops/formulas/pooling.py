@@ -1,0 +1,145 @@
+"""FLOPs of pooling: max / average / LP / fractional max pools, their adaptive forms, and max
+unpooling (a scatter: 0 FLOPs).
+
+Fixed-window pools cost a fixed amount per *output* element, with ``K = prod(kernel_size)``;
+stride, padding, dilation and ``ceil_mode`` reach the count only through the real output shape:
+
+* max (and fractional max) pool: ``K - 1`` comparisons per output;
+* average pool: ``K`` per output (``K - 1`` adds + 1 div);
+* LP pool: ``2K + 1`` per output (``K`` pows ``x^p``, ``K - 1`` adds, 1 scale of the window
+  average back to a sum, 1 root ``^(1/p)``).
+
+Adaptive pools (``torch.nn.AdaptiveAvgPool2d`` docs; the windows are those of ATen's
+``start_index = floor(i * I / O)``, ``end_index = ceil((i + 1) * I / O)``) have windows whose size
+varies along each dim; since a window is the product of one window per dim, the total of window
+sizes over all outputs factorises to ``prod_d S_d`` with ``S_d`` the sum of window lengths along
+dim ``d`` (:func:`_adaptive_window_sum`). Per leading ``(N, C)`` slice:
+adaptive avg = ``prod_d S_d`` (``K_i - 1`` adds + 1 div per window), adaptive max =
+``prod_d S_d - prod_d O_d`` (``K_i - 1`` comparisons per window).
+
+Unbatched inputs need no special case: the count is per output element (fixed pools) or per
+leading slice of the input (adaptive pools). ``return_indices=True`` makes ``out`` a tuple; the
+values are ``out[0]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_flops.formulas import register_function, register_module, zero_flops
+from torch_flops.formulas._shapes import arg, as_tuple, float_numel, is_float, prod
+
+__all__: list[str] = []
+
+Tensor = torch.Tensor
+
+
+def _values(out: Any) -> Any:
+    """The pooled values of ``out`` (``out[0]`` when indices were returned too)."""
+    if isinstance(out, (tuple, list)):
+        return out[0] if out else None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape helpers
+# ---------------------------------------------------------------------------------------------
+
+def _window_pool_flops(out: Any, x: Any, kernel_size: Any, n: int, kind: str) -> tuple[int, int]:
+    """FLOPs of a fixed-window ``n``-d pool of kind ``"max"``, ``"avg"`` or ``"lp"``."""
+    k = prod(as_tuple(kernel_size, n))
+    per_output = {"max": k - 1, "avg": k, "lp": 2 * k + 1}[kind]
+    return (per_output * float_numel(_values(out), x), 0)
+
+
+def _adaptive_window_sum(in_size: int, out_size: int) -> int:
+    """Sum of the lengths of the ``out_size`` adaptive windows over a dim of ``in_size``.
+
+    Window ``i`` spans ``[floor(i * I / O), ceil((i + 1) * I / O))``.
+    """
+    in_size, out_size = int(in_size), int(out_size)
+    total = 0
+    for i in range(out_size):
+        start = (i * in_size) // out_size
+        end = -((-(i + 1) * in_size) // out_size)  # ceil division
+        total += end - start
+    return total
+
+
+def _adaptive_pool_flops(out: Any, x: Any, n: int, kind: str) -> tuple[int, int]:
+    """FLOPs of an adaptive ``n``-d pool of kind ``"avg"`` or ``"max"`` (see the module doc)."""
+    values = _values(out)
+    if not (isinstance(values, Tensor) and isinstance(x, Tensor) and is_float(x)):
+        return (0, 0)
+    in_spatial = tuple(x.shape[-n:])
+    out_spatial = tuple(values.shape[-n:])
+    lead = prod(x.shape[:-n])  # N * C, or C when unbatched
+    windows = prod(_adaptive_window_sum(i, o) for i, o in zip(in_spatial, out_spatial))
+    if kind == "avg":
+        return (lead * windows, 0)
+    return (lead * (windows - prod(out_spatial)), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration: modules read their attributes, functions their (positional or keyword) args.
+# ---------------------------------------------------------------------------------------------
+
+def _register_window_pool(label: str, n: int, kind: str, modules: tuple[str, ...],
+                          functions: tuple[str, ...], kernel_index: int) -> None:
+    def module_formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return _window_pool_flops(out, arg(args, kwargs, 0, "input"), module.kernel_size, n, kind)
+
+    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        kernel = arg(args, kwargs, kernel_index, "kernel_size")
+        return _window_pool_flops(out, arg(args, kwargs, 0, "input"), kernel, n, kind)
+
+    for fn, front in ((module_formula, "module"), (function_formula, "function")):
+        fn.__name__ = fn.__qualname__ = f"{label}_{front}_flops"
+    register_module(*modules)(module_formula)
+    register_function(*functions)(function_formula)
+
+
+def _register_adaptive_pool(n: int, kind: str) -> None:
+    def module_formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return _adaptive_pool_flops(out, arg(args, kwargs, 0, "input"), n, kind)
+
+    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return _adaptive_pool_flops(out, arg(args, kwargs, 0, "input"), n, kind)
+
+    for fn, front in ((module_formula, "module"), (function_formula, "function")):
+        fn.__name__ = fn.__qualname__ = f"adaptive_{kind}_pool{n}d_{front}_flops"
+    functions = [f"adaptive_{kind}_pool{n}d"]
+    if kind == "max":
+        functions.append(f"adaptive_max_pool{n}d_with_indices")
+    register_module(f"Adaptive{kind.capitalize()}Pool{n}d")(module_formula)
+    register_function(*functions)(function_formula)
+
+
+for _n in (1, 2, 3):
+    # K - 1 comparisons per output; F.max_pool{n}d records as "max_pool{n}d" or, with
+    # return_indices=True, "max_pool{n}d_with_indices"; torch.max_pool{n}d has the same arg order.
+    _register_window_pool(f"max_pool{_n}d", _n, "max", (f"MaxPool{_n}d",),
+                          (f"max_pool{_n}d", f"max_pool{_n}d_with_indices"), kernel_index=1)
+    # K per output: K - 1 adds + 1 div
+    _register_window_pool(f"avg_pool{_n}d", _n, "avg", (f"AvgPool{_n}d",), (f"avg_pool{_n}d",), kernel_index=1)
+    # 2K + 1 per output: K pows, K - 1 adds, 1 scale, 1 root; F.lp_pool{n}d(input, norm_type,
+    # kernel_size, ...) has the kernel third
+    _register_window_pool(f"lp_pool{_n}d", _n, "lp", (f"LPPool{_n}d",), (f"lp_pool{_n}d",), kernel_index=2)
+    # adaptive avg: prod_d S_d per (N, C) slice (K_i - 1 adds + 1 div per window)
+    _register_adaptive_pool(_n, "avg")
+    # adaptive max: prod_d S_d - prod_d O_d per (N, C) slice (K_i - 1 compares per window)
+    _register_adaptive_pool(_n, "max")
+
+for _n in (2, 3):
+    # fractional max pool: K - 1 comparisons per output, as a max pool with its kernel
+    _register_window_pool(f"fractional_max_pool{_n}d", _n, "max", (f"FractionalMaxPool{_n}d",),
+                          (f"fractional_max_pool{_n}d", f"fractional_max_pool{_n}d_with_indices"),
+                          kernel_index=1)
+
+# 0: max unpooling scatters values to their indices; no arithmetic
+register_module("MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d")(zero_flops)
+register_function("max_unpool1d", "max_unpool2d", "max_unpool3d")(zero_flops)
+
+del _n

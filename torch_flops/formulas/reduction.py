@@ -1,0 +1,169 @@
+"""FLOPs of reductions and scans: sum, prod, max/min and friends, cumulative ops, mean, var/std,
+norms, logsumexp, median, all/any and count_nonzero.
+
+One shape helper (:func:`_reduction_flops`) serves every front door (``torch.X(input, ...)``
+functions and ``input.X(...)`` methods): ``per_input * I + per_output * O`` with ``I`` the
+elements of the reduced input and ``O`` the elements of the result values (``out[0]`` when the op
+returns ``(values, indices)`` or ``(var, mean)``). Non-floating data costs 0: an op counts when
+its input or its result values are floating point (``sum(int_tensor, dtype=float32)`` does float
+adds; ``argmax(float_tensor)`` does float compares; ``max(int_tensor)`` does none).
+
+``torch.max(a, b)`` / ``torch.min(a, b)`` with a tensor second argument are elementwise, not
+reductions: 1 FLOP per output element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from torch_flops.formulas import register_function, register_method
+from torch_flops.formulas._shapes import arg, float_numel, is_float, numel
+
+__all__: list[str] = []
+
+Tensor = torch.Tensor
+
+
+def _values(out: Any) -> Any:
+    """The result values of ``out``: the first element of a tuple / named tuple result."""
+    if isinstance(out, (tuple, list)):
+        return out[0] if out else None
+    return out
+
+
+def _reduction_flops(out: Any, x: Any, per_input: int, per_output: int = 0) -> tuple[int, int]:
+    """``per_input * I + per_output * O`` FLOPs (0 unless the input or the values are floating)."""
+    values = _values(out)
+    if not (is_float(x) or is_float(values)):
+        return (0, 0)
+    return (per_input * numel(x) + per_output * numel(values), 0)
+
+
+def _register_reduction(name: str, per_input: int, per_output: int = 0, functions: tuple[str, ...] = (),
+                        methods: tuple[str, ...] = ()) -> None:
+    """Register the function (``f(out, input, ...)``) and method (``f(out, self, ...)``) formulas."""
+
+    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return _reduction_flops(out, arg(args, kwargs, 0, "input"), per_input, per_output)
+
+    def method_formula(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return _reduction_flops(out, self, per_input, per_output)
+
+    for fn, front in ((function_formula, "function"), (method_formula, "method")):
+        fn.__name__ = fn.__qualname__ = f"{name}_{front}_flops"
+        fn.__doc__ = f"{name}: {per_input} FLOPs per input element + {per_output} per result."
+    if functions:
+        register_function(*functions)(function_formula)
+    if methods:
+        register_method(*methods)(method_formula)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixed costs. I = input elements, O = result elements.
+# ---------------------------------------------------------------------------------------------
+
+# I: one add (or multiply) per input element
+for _name in ("sum", "nansum", "prod"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+# I: one comparison per input element
+for _name in ("amax", "amin", "argmax", "argmin"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+# 2I: a min and a max comparison per input element
+_register_reduction("aminmax", 2, functions=("aminmax",), methods=("aminmax",))
+# I: one add / multiply / comparison per element of the scan (cumsum_ / cumprod_ in place)
+for _name in ("cumsum", "cumprod"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name, f"{_name}_"))
+for _name in ("cummax", "cummin"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+# 4I: max, sub, exp, add per element (the running log-sum-exp of the scan)
+_register_reduction("logcumsumexp", 4, functions=("logcumsumexp",), methods=("logcumsumexp",))
+# I + O: one add per element, one div per result
+for _name in ("mean", "nanmean"):
+    _register_reduction(_name, 1, 1, functions=(_name,), methods=(_name,))
+# 4I + O: mean add, sub mean, square, add per element; div per result
+_register_reduction("var", 4, 1, functions=("var",), methods=("var",))
+# 4I + 2O: var (4I + O) + sqrt per result
+_register_reduction("std", 4, 2, functions=("std",), methods=("std",))
+# 4I + O: the var above (its mean is the first add per element; no div counted twice)
+_register_reduction("var_mean", 4, 1, functions=("var_mean",))
+# 4I + 2O: var_mean + sqrt per result
+_register_reduction("std_mean", 4, 2, functions=("std_mean",))
+# 4I + 2O: max, sub max, exp, add per element; log and add back the max per result
+_register_reduction("logsumexp", 4, 2, functions=("logsumexp", "special_logsumexp"),
+                    methods=("logsumexp",))
+# I: one comparison per input element (selection of the median)
+for _name in ("median", "nanmedian"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+# I: one comparison with 0 per input element, 0 for non-floating input
+for _name in ("all", "any", "count_nonzero"):
+    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+
+del _name
+
+
+# ---------------------------------------------------------------------------------------------
+# max / min: a reduction, or elementwise with a tensor second argument.
+# ---------------------------------------------------------------------------------------------
+
+def _max_min_flops(out: Any, x: Any, other: Any) -> tuple[int, int]:
+    if isinstance(other, Tensor):
+        # elementwise max(a, b): 1 comparison per output element
+        return (float_numel(out, x, other), 0)
+    # reduction max(x) / max(x, dim): 1 comparison per input element
+    return _reduction_flops(out, x, 1)
+
+
+@register_function("max", "min")
+def max_min_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # I for torch.max(x[, dim]); 1 per output element for torch.max(a, b)
+    return _max_min_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other"))
+
+
+@register_method("max", "min")
+def max_min_method_flops(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # I for x.max([dim]); 1 per output element for a.max(b)
+    return _max_min_flops(out, self, arg(args, kwargs, 0, "other"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms: the cost depends on the order p.
+# ---------------------------------------------------------------------------------------------
+
+def _norm_costs(p: Any) -> tuple[int, int]:
+    """``(per_input, per_output)`` of a p-norm reduction."""
+    if p is None or p == "fro" or p == 2:
+        return (2, 1)  # 2I + O: square, add per element; sqrt per result
+    if p == "nuc":
+        return (2, 1)  # an SVD has no closed-form count: counted as 'fro' (a lower bound)
+    if p == 1 or p == math.inf or p == -math.inf:
+        return (2, 0)  # 2I: abs, add (or max / min) per element
+    if p == 0:
+        return (2, 0)  # 2I: compare with 0, add per element
+    return (3, 1)  # 3I + O: abs, pow p, add per element; pow 1/p per result
+
+
+def _norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
+    per_input, per_output = _norm_costs(p)
+    return _reduction_flops(out, x, per_input, per_output)
+
+
+@register_function("norm")
+def norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # p = 2 / 'fro' (default): 2I + O (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
+    return _norm_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro"))
+
+
+@register_method("norm")
+def norm_method_flops(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # p = 2 / 'fro' (default): 2I + O (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
+    return _norm_flops(out, self, arg(args, kwargs, 0, "p", "fro"))
+
+
+@register_function("linalg_vector_norm")
+def vector_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.linalg.vector_norm(x, ord=2, ...): ord 2: 2I + O; ord 1, inf: 2I; other ord: 3I + O
+    x = arg(args, kwargs, 0, "input", kwargs.get("x"))  # the first parameter binds as x= or input=
+    return _norm_flops(out, x, arg(args, kwargs, 1, "ord", 2))
