@@ -35,6 +35,13 @@ def _y(device: str = "cpu") -> torch.Tensor:
 # --------------------------------------------------------------------------- #
 
 FUNCTION_CASES: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = [
+    (torch.sort, (), {}, 48),  # last dim n=4: (4-1).bit_length() = 2 comparisons per element: 24 x 2
+    (torch.sort, (0,), {}, 24),  # dim 0, n=2: 1 comparison per element: 24 x 1
+    (torch.argsort, (), {"dim": 1}, 48),  # dim 1, n=3: (3-1).bit_length() = 2: 24 x 2
+    (torch.msort, (), {}, 24),  # msort sorts along dim 0, n=2: 1 comparison per element: 24 x 1
+    (torch.topk, (2,), {}, 24),  # one pass over the input: I
+    (torch.kthvalue, (2,), {}, 24),  # I
+    (torch.histc, (), {"bins": 5}, 48),  # 2 per element (sub, mul): 2 x 24
     (torch.sum, (), {}, 24),  # I
     (torch.sum, (1,), {}, 24),  # I
     (torch.sum, (), {"dim": (0, 2), "keepdim": True}, 24),  # I
@@ -168,6 +175,12 @@ def test_int_tensors_give_zero() -> None:
 # --------------------------------------------------------------------------- #
 
 METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
+    ("sort", (), {"descending": True}, 48),  # n=4 along the last dim: 24 x 2
+    ("argsort", (0,), {}, 24),  # n=2: 24 x 1
+    ("msort", (), {}, 24),  # along dim 0 (n=2): 24 x 1
+    ("topk", (3,), {"dim": 1}, 24),  # I
+    ("kthvalue", (1,), {}, 24),  # I
+    ("histc", (), {}, 48),  # 2I
     ("sum", (), {}, 24),  # I
     ("sum", (1,), {"keepdim": True}, 24),  # I
     ("nansum", (), {}, 24),  # I

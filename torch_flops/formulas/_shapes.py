@@ -121,16 +121,17 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
     elementwise product) is a broadcast multiply: that many FLOPs and no MACs, as in torch.
     An index found in one operand only, and neither in the output nor a later operand, is summed
     out first (as torch does): that costs one add per element of the operand, counted as FLOPs.
-    One operand alone (a transpose, trace or sum) has no MACs.
+    One operand alone has no MACs: a transpose is free, a sum over indices is one add per element.
     Returns ``(macs, extra_flops)``.
     """
     eq = equation.replace(" ", "")
     if "->" in eq:
         lhs, out = eq.split("->")
     else:
+        # implicit output: the broadcast "..." dims first, then indices used once, alphabetically
         lhs = eq
-        letters = [c for c in lhs.replace(",", "") if c.isalpha()]
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        letters = [c for c in lhs.replace(",", "").replace(".", "") if c.isalpha()]
+        out = ("..." if "..." in lhs else "") + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     terms = lhs.split(",")
     if "..." in eq:
         terms, out = _expand_ellipsis(terms, out, shapes)
@@ -147,6 +148,9 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
         if lone and len(operands) > 1:
             extra += prod(sizes[c] for c in term)
             operands[i] = term - lone
+    if len(operands) == 1:
+        # one operand: a transpose/diagonal is free; summing indices out is one add per element
+        return 0, (prod(sizes[c] for c in operands[0]) if operands[0] - set(out) else 0)
     macs = 0
     current = operands[0]
     for i in range(1, len(operands)):

@@ -50,12 +50,13 @@ _SAME_AS_FUNCTION: dict[str, str] = {
         # reductions
         "sum", "nansum", "prod", "mean", "nanmean", "var", "std", "var_mean", "std_mean", "amax", "amin", "max",
         "min", "argmax", "argmin", "aminmax", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "norm",
-        "linalg_vector_norm", "logsumexp", "all", "any", "median", "count_nonzero",
+        "linalg_vector_norm", "logsumexp", "all", "any", "median", "count_nonzero", "sort", "argsort", "msort",
+        "topk", "histc", "diff",
         # pooling
         "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
         "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
         "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d",
-        "adaptive_max_pool3d", "embedding_bag",
+        "adaptive_max_pool3d",
     ]
 }
 _SAME_AS_FUNCTION.update({
@@ -182,25 +183,6 @@ def _upsample(mode: str) -> Callable[..., int]:
     return upsample_flops
 
 
-def _sort(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    # a comparison sort of n values along a dim: n * ceil(log2 n) comparisons, per sorted row
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
-        return 0
-    dim = arg(args, kwargs, 1 if len(args) > 1 and isinstance(args[0], bool) else 0, "dim", -1)
-    n = x.shape[dim if isinstance(dim, int) else -1]
-    return numel(x) * max(1, (n - 1).bit_length()) if n > 1 else 0
-
-
-def _topk(out: Any, x: Any, k: int, *args: Any, **kwargs: Any) -> int:
-    # one pass comparing every value against the current k-th largest: 1 per input element
-    return float_numel(x)
-
-
-def _histc(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    # bin index per element: sub min, mul scale (floor is a cast): 2 per element
-    return 2 * float_numel(x)
-
-
 def _accumulate(value_pos: int, flag_pos: int | None) -> Callable[..., int]:
     def accumulate_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
         # one add per accumulated source element (when the op accumulates), else a copy
@@ -244,6 +226,7 @@ def _register_all() -> None:
         "_native_batch_norm_legit_no_training": _native_batch_norm_no_training,
         "native_dropout": _native_dropout,
         "_embedding_bag": _embedding_bag,
+        "embedding_bag": _embedding_bag,  # aten order: (weight, indices, ...), unlike F.embedding_bag
         "_embedding_bag_forward_only": _embedding_bag,
         "upsample_linear1d": _upsample("linear"),
         "upsample_bilinear2d": _upsample("bilinear"),
@@ -251,10 +234,6 @@ def _register_all() -> None:
         "upsample_trilinear3d": _upsample("trilinear"),
         "upsample_bicubic2d": _upsample("bicubic"),
         "_upsample_bicubic2d_aa": _upsample("bicubic"),
-        "sort": _sort,
-        "argsort": _sort,
-        "topk": _topk,
-        "histc": _histc,
         "index_put": _accumulate(1, 2),
         "index_put_": _accumulate(1, 2),
         "_unsafe_index_put": _accumulate(1, 2),

@@ -138,38 +138,57 @@ def _encoder_layer(layer: nn.TransformerEncoderLayer, src: torch.Tensor, masked:
 
 
 def _decoder_layer(layer: nn.TransformerDecoderLayer, tgt: torch.Tensor, memory: torch.Tensor,
-                   masked: bool) -> tuple[int, int]:
+                   masked: bool, memory_masked: bool) -> tuple[int, int]:
     x = tgt.new_empty(tgt.shape, device="meta")
     mem = memory.new_empty(memory.shape, device="meta")
     return _add(_attn_block(layer.self_attn, x, x, masked), _sub(layer.dropout1, x), _sub(layer.norm1, x),
-                _attn_block(layer.multihead_attn, x, mem, False), _sub(layer.dropout2, x),
+                _attn_block(layer.multihead_attn, x, mem, memory_masked), _sub(layer.dropout2, x),
                 _sub(layer.norm2, x), _ffn(layer, x), _sub(layer.dropout3, x), _sub(layer.norm3, x))
 
 
-def _masked(args: tuple[Any, ...], kwargs: dict[str, Any], *names: str) -> bool:
-    return any(a is not None and a is not False for a in args) or any(
-        kwargs.get(n) not in (None, False) for n in names)
+def _masked(args: tuple[Any, ...], kwargs: dict[str, Any], *slots: tuple[int, str]) -> bool:
+    """Whether any mask/causal argument, each given as (position after the tensors, keyword), is set."""
+    for position, name in slots:
+        value = args[position] if len(args) > position else kwargs.get(name)
+        if value is not None and value is not False:
+            return True
+    return False
+
+
+# forward(src, src_mask, src_key_padding_mask, is_causal) of the encoder layer and the encoder
+_ENCODER_SLOTS = ((0, "src_mask"), (1, "src_key_padding_mask"), (2, "is_causal"))
+_ENCODER_STACK_SLOTS = ((0, "mask"), (1, "src_key_padding_mask"), (2, "is_causal"))
+# forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+#         tgt_is_causal, memory_is_causal) of the decoder layer and the decoder
+_DECODER_SELF_SLOTS = ((0, "tgt_mask"), (2, "tgt_key_padding_mask"), (4, "tgt_is_causal"))
+_DECODER_CROSS_SLOTS = ((1, "memory_mask"), (3, "memory_key_padding_mask"), (5, "memory_is_causal"))
+# nn.Transformer.forward(src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+#                        tgt_key_padding_mask, memory_key_padding_mask, src_is_causal, tgt_is_causal,
+#                        memory_is_causal)
+_T_SRC_SLOTS = ((0, "src_mask"), (3, "src_key_padding_mask"), (6, "src_is_causal"))
+_T_TGT_SLOTS = ((1, "tgt_mask"), (4, "tgt_key_padding_mask"), (7, "tgt_is_causal"))
+_T_MEMORY_SLOTS = ((2, "memory_mask"), (5, "memory_key_padding_mask"), (8, "memory_is_causal"))
 
 
 @register_module(nn.TransformerEncoderLayer)
 def transformer_layer_flops(module: nn.TransformerEncoderLayer, out: Any, src: Any, *args: Any,
                             **kwargs: Any) -> tuple[int, int]:
     # self-attention block + norms + feed-forward block, each by its own formula
-    return _encoder_layer(module, src, _masked(args, kwargs, "src_mask", "src_key_padding_mask", "is_causal"))
+    return _encoder_layer(module, src, _masked(args, kwargs, *_ENCODER_SLOTS))
 
 
 @register_module(nn.TransformerDecoderLayer)
 def transformer_decoder_layer_flops(module: nn.TransformerDecoderLayer, out: Any, tgt: Any, memory: Any,
                                     *args: Any, **kwargs: Any) -> tuple[int, int]:
-    masked = _masked(args[:1], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
-    return _decoder_layer(module, tgt, memory, masked)
+    return _decoder_layer(module, tgt, memory, _masked(args, kwargs, *_DECODER_SELF_SLOTS),
+                          _masked(args, kwargs, *_DECODER_CROSS_SLOTS))
 
 
 @register_module(nn.TransformerEncoder)
 def transformer_encoder_flops(module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
                               **kwargs: Any) -> tuple[int, int]:
     # every layer + the optional final norm
-    masked = _masked(args, kwargs, "mask", "src_key_padding_mask", "is_causal")
+    masked = _masked(args, kwargs, *_ENCODER_STACK_SLOTS)
     x = src.new_empty(src.shape, device="meta")
     return _add(*(_encoder_layer(layer, x, masked) for layer in module.layers), _sub(module.norm, x))
 
@@ -177,22 +196,25 @@ def transformer_encoder_flops(module: nn.TransformerEncoder, out: Any, src: Any,
 @register_module(nn.TransformerDecoder)
 def transformer_decoder_flops(module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any, *args: Any,
                               **kwargs: Any) -> tuple[int, int]:
-    masked = _masked(args[:1], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    masked = _masked(args, kwargs, *_DECODER_SELF_SLOTS)
+    memory_masked = _masked(args, kwargs, *_DECODER_CROSS_SLOTS)
     x = tgt.new_empty(tgt.shape, device="meta")
-    return _add(*(_decoder_layer(layer, x, memory, masked) for layer in module.layers), _sub(module.norm, x))
+    return _add(*(_decoder_layer(layer, x, memory, masked, memory_masked) for layer in module.layers),
+                _sub(module.norm, x))
 
 
 @register_module(nn.Transformer)
 def transformer_flops(module: nn.Transformer, out: Any, src: Any, tgt: Any, *args: Any,
                       **kwargs: Any) -> tuple[int, int]:
     # encoder over src, decoder over tgt attending to the encoder output (same shape as src)
-    src_masked = _masked(args[:1], kwargs, "src_mask", "src_key_padding_mask", "src_is_causal")
-    tgt_masked = _masked(args[1:2], kwargs, "tgt_mask", "tgt_key_padding_mask", "tgt_is_causal")
+    src_masked = _masked(args, kwargs, *_T_SRC_SLOTS)
+    tgt_masked = _masked(args, kwargs, *_T_TGT_SLOTS)
+    memory_masked = _masked(args, kwargs, *_T_MEMORY_SLOTS)
     enc = module.encoder
     dec = module.decoder
     x = src.new_empty(src.shape, device="meta")
     y = tgt.new_empty(tgt.shape, device="meta")
     return _add(
         *(_encoder_layer(layer, x, src_masked) for layer in enc.layers), _sub(enc.norm, x),
-        *(_decoder_layer(layer, y, x, tgt_masked) for layer in dec.layers), _sub(dec.norm, y),
+        *(_decoder_layer(layer, y, x, tgt_masked, memory_masked) for layer in dec.layers), _sub(dec.norm, y),
     )

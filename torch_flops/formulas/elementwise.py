@@ -16,7 +16,7 @@ __all__ = ["clamp_flops", "dropout_flops", "elementwise_flops"]
 
 # One arithmetic step (or one transcendental call) per output element.
 _UNARY_BINARY = [
-    "add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
+    "mul", "multiply", "div", "divide", "true_divide", "floor_divide",
     "remainder", "fmod", "pow", "float_power", "square", "neg", "negative", "abs", "absolute", "reciprocal",
     "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
     "acos", "atan", "atan2", "arctan2", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv",
@@ -27,9 +27,9 @@ _UNARY_BINARY = [
 ]
 # operator-module names of the same operations (x + y, x += y, -x, x < y, ...)
 _OPERATORS = [
-    "iadd", "isub", "imul", "truediv", "itruediv", "floordiv", "ifloordiv", "mod", "imod", "ipow",
+    "imul", "truediv", "itruediv", "floordiv", "ifloordiv", "mod", "imod", "ipow",
 ]
-_METHOD_ONLY = ["__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rpow__", "__neg__", "__abs__"]
+_METHOD_ONLY = ["__rmul__", "__rtruediv__", "__rpow__", "__neg__", "__abs__"]
 _INPLACE = [f"{n}_" for n in _UNARY_BINARY if n not in ("where", "isnan", "isinf", "isfinite")]
 
 
@@ -38,6 +38,36 @@ _INPLACE = [f"{n}_" for n in _UNARY_BINARY if n not in ("where", "isnan", "isinf
 def elementwise_flops(out: Any, *args: Any, **kwargs: Any) -> int:
     # 1 per output element (broadcast included); 0 for integer/boolean data
     return float_numel(out, *args)
+
+
+_ADD_SUB = ["add", "sub", "subtract", "rsub"]
+
+
+@register_function(*_ADD_SUB, "iadd", "isub")
+@register_method(*_ADD_SUB, *[f"{n}_" for n in _ADD_SUB], "__radd__", "__rsub__", "__iadd__", "__isub__")
+def add_flops(out: Any, *args: Any, **kwargs: Any) -> int:
+    # x + alpha*y: 1 per output element, 2 when alpha scales the second operand
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    return float_numel(out, *args) * (1 if alpha == 1 else 2)
+
+
+# Bitwise/logical operators on masks: 0 for bool and integer data (float_numel), as the convention
+# says; listed so that `a & b` or `~mask` are known rather than unsupported.
+_BITWISE = ["and_", "or_", "xor", "invert", "inv", "not_", "lshift", "rshift", "bitwise_and", "bitwise_or",
+            "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift"]
+_BITWISE_METHODS = ["__and__", "__or__", "__xor__", "__invert__", "__rand__", "__ror__", "__rxor__",
+                    "__lshift__", "__rshift__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+                    "bitwise_and_", "bitwise_or_", "bitwise_xor_", "bitwise_not_", "logical_not_"]
+register_function(*_BITWISE)(elementwise_flops)
+register_method(*_BITWISE_METHODS)(elementwise_flops)
+
+
+@register_function("diff")
+@register_method("diff")
+def diff_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+    # n-th forward difference: n subtractions per output element (prepend/append are copies)
+    n = arg(args, kwargs, 0, "n", 1)
+    return float_numel(out, x) * int(n)
 
 
 @register_function("clamp", "clip")

@@ -32,6 +32,6 @@ def embedding_bag_module_flops(module: nn.EmbeddingBag, out: Any, input: Any, *a
 def embedding_bag_flops(out: Any, input: Any, weight: Any, *args: Any, **kwargs: Any) -> int:
     # F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
     #                 per_sample_weights, ...)
-    mode = arg(args, kwargs, 5, "mode", "mean")
-    weights = arg(args, kwargs, 7, "per_sample_weights")
+    mode = arg(args, kwargs, 4, "mode", "mean")
+    weights = arg(args, kwargs, 6, "per_sample_weights")
     return _bag(out, input, weight.shape[-1], mode, weights is not None)

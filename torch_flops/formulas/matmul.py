@@ -15,13 +15,15 @@ __all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "linear_flops", "mat
 
 def _linear(out: Any, in_features: int, has_bias: bool) -> tuple[int, int]:
     # macs = output elements * in_features; flops = 2*macs + one bias add per output element
-    macs = numel(out) * in_features
-    return 2 * macs + (numel(out) if has_bias else 0), macs
+    n = out.numel()
+    macs = n * in_features
+    return (2 * macs + n, macs) if has_bias else (2 * macs, macs)
 
 
 @register_module(nn.Linear, "LazyLinear", "NonDynamicallyQuantizableLinear")
 def linear_module_flops(module: nn.Linear, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    return _linear(out, module.weight.shape[-1], module.bias is not None)
+    # in_features is a plain attribute; parameters go through nn.Module.__getattr__ (slow): read once
+    return _linear(out, module.in_features, module._parameters.get("bias") is not None)
 
 
 @register_function("linear")
@@ -46,8 +48,8 @@ def bilinear_flops(out: Any, input1: Any, input2: Any, weight: Any, bias: Any = 
     return _bilinear(out, weight.shape[1], weight.shape[2], bias is not None)
 
 
-@register_function("matmul", "mm", "bmm", "mv", "dot", "inner", "vdot")
-@register_method("matmul", "mm", "bmm", "mv", "dot", "inner", "vdot", "__matmul__", "__rmatmul__")
+@register_function("matmul", "mm", "bmm", "mv", "dot", "vdot")
+@register_method("matmul", "mm", "bmm", "mv", "dot", "vdot", "__matmul__")
 def matmul_flops(out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
@@ -55,6 +57,22 @@ def matmul_flops(out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[i
         macs = a.shape[0]  # dot / inner of vectors: k MACs
     else:
         macs = matmul_macs(a.shape, b.shape)
+    return 2 * macs, macs
+
+
+@register_method("__rmatmul__")
+def rmatmul_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
+    # a.__rmatmul__(b) computes b @ a
+    return matmul_flops(out, b, a)
+
+
+@register_function("inner")
+@register_method("inner")
+def inner_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
+    # inner contracts the last dim of both operands: every output element is a K-term dot product
+    if a.dim() == 0 or b.dim() == 0:
+        return numel(out), 0  # a scalar operand: a plain multiply
+    macs = max(numel(out), 1) * a.shape[-1]
     return 2 * macs, macs
 
 

@@ -167,3 +167,42 @@ def vector_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int
     # torch.linalg.vector_norm(x, ord=2, ...): ord 2: 2I + O; ord 1, inf: 2I; other ord: 3I + O
     x = arg(args, kwargs, 0, "input", kwargs.get("x"))  # the first parameter binds as x= or input=
     return _norm_flops(out, x, arg(args, kwargs, 1, "ord", 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sorting, selection and histograms: float comparisons are FLOPs, as relu's max(x, 0) is.
+# ---------------------------------------------------------------------------------------------
+
+def _sort(x: Any, dim: Any) -> tuple[int, int]:
+    # a comparison sort of n values along a dim: ceil(log2 n) comparisons per element
+    if not is_float(x) or x.dim() == 0:
+        return (0, 0)
+    n = x.shape[dim] if isinstance(dim, int) else x.shape[-1]
+    return ((numel(x) * (n - 1).bit_length()) if n > 1 else 0, 0)
+
+
+@register_function("sort", "argsort")
+@register_method("sort", "argsort")
+def sort_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    return _sort(arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim", -1))
+
+
+@register_function("msort")
+@register_method("msort")
+def msort_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    return _sort(arg(args, kwargs, 0, "input"), 0)  # msort sorts along the first dim
+
+
+@register_function("topk", "kthvalue")
+@register_method("topk", "kthvalue")
+def topk_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # one pass comparing every value against the running k-th value: 1 per input element
+    return (numel(arg(args, kwargs, 0, "input")) if is_float(arg(args, kwargs, 0, "input")) else 0, 0)
+
+
+@register_function("histc")
+@register_method("histc")
+def histc_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # bin index per element: subtract min, multiply by bins/(max-min) (the floor is a cast): 2 each
+    x = arg(args, kwargs, 0, "input")
+    return (2 * numel(x) if is_float(x) else 0, 0)

@@ -23,8 +23,7 @@ _COPIES = [
     "triu", "diag", "diag_embed", "index_select", "gather", "take", "take_along_dim", "masked_select",
     "scatter", "index_copy", "index_fill", "masked_scatter", "cat", "concat", "concatenate", "stack",
     "hstack", "vstack", "dstack", "column_stack", "pad", "one_hot", "pixel_shuffle", "pixel_unshuffle",
-    "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "argwhere", "sort", "argsort",
-    "topk",
+    "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "argwhere",
 ]
 _CREATION = [
     "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like",
