@@ -3,6 +3,7 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 :mod:`torch_flops.formulas`."""
 
 from torch_flops.analyzer import TorchFLOPsByFX
+from torch_flops.api import get_model_profile, profile
 from torch_flops.formulas import (
     ATEN_FLOPs_MAPPING,
     FUNCTION_FLOPs_MAPPING,
@@ -34,6 +35,8 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "__version__",
+    "get_model_profile",
+    "profile",
     "register_aten",
     "register_function",
     "register_method",

@@ -110,6 +110,9 @@ class TorchFLOPsByFX:
         self.tracer_used: str | None = None
         self._fx_error: TracingError | None = None
         self._export_signature: Any = None
+        self._module_types: dict[str, str] = {}
+        self._module_params: dict[str, int] = {}
+        self._model_storages: frozenset[int] = frozenset()
         self._plans: dict[fx.Node, NodePlan] | None = None
         self._profile: Profile | None = None
         if tracer in ("fx", "auto"):
@@ -126,8 +129,12 @@ class TorchFLOPsByFX:
         """Run the model's graph on these inputs, measuring every node; return the model's output."""
         gm = self._graph_for(args, kwargs)
         if self._plans is None:
+            # Facts about the graph and the model that do not change between runs: computed once.
             prefix = EXPORT_ROOT if self.tracer_used == "export" else ""
-            self._plans = plan_graph(gm, self.tables, self.ignore_ops, _module_types(self.model), prefix)
+            self._module_types = _module_types(self.model)
+            self._module_params = _module_params(self.model)
+            self._plans = plan_graph(gm, self.tables, self.ignore_ops, self._module_types, prefix)
+            self._model_storages = LiveTensors.storage_keys([*gm.parameters(), *gm.buffers()])
         plans = self._plans
         if self.strict:
             check_strict(plans)
@@ -135,7 +142,7 @@ class TorchFLOPsByFX:
         device = _input_device(args, kwargs, self.model)
         timer = make_timer(device)
         reader = make_memory_reader(device, self.mem_func_name)
-        live = LiveTensors(excluded=[*gm.parameters(), *gm.buffers()])
+        live = LiveTensors(self._model_storages)
         interp = FlopsInterpreter(gm, plans, timer, live, reader, self.strict,
                                   skip_unneeded_failures=device.type == "meta")
         timed = device.type != "meta"
@@ -162,7 +169,7 @@ class TorchFLOPsByFX:
         self._profile = Profile(
             records=records, device=str(device), tracer=self.tracer_used or "fx",
             memory_source=f"cuda.{self.mem_func_name}" if reader is not None else "live_tensors",
-            module_types=_module_types(self.model), module_params=_module_params(self.model),
+            module_types=self._module_types, module_params=self._module_params,
             batch_size=_batch_size(args, kwargs),
             settings={"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
                       "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name,
@@ -205,7 +212,7 @@ class TorchFLOPsByFX:
         return gm
 
     def _bind_inputs(self, gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        return bind_inputs(gm, args, kwargs)
+        return bind_inputs(gm, args, kwargs, self.concrete_args)
 
     # ------------------------------------------------------------------ results
     @property
@@ -365,7 +372,8 @@ class _ModelState:
 
     def restore(self) -> None:
         for module, flag in self._flags:
-            module.training = flag
+            if module.training is not flag:
+                module.training = flag
         with torch.no_grad():
             for buffer, saved in self._buffers:
                 buffer.copy_(saved)

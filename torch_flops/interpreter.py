@@ -126,19 +126,21 @@ def module_location(node: fx.Node, prefix: str = "") -> tuple[str, tuple[str, ..
     """
     if node.op == "call_module" and str(node.target).startswith("_guards"):
         return "", ()  # torch.export's input guard check: part of no module
-    if node.op == "call_module":
-        path = str(node.target)
-        parts = path.split(".")
-        return path, tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return "", ()
-    paths = tuple(_clean_path(v[0] if isinstance(v, tuple) else k) for k, v in stack.items())
+    stack = node.meta.get("nn_module_stack") or {}
+    paths = [_clean_path(v[0] if isinstance(v, tuple) else k) for k, v in stack.items()]
     if prefix:
-        paths = tuple(p[len(prefix) + 1:] if p.startswith(prefix + ".") else ("" if p == prefix else p)
-                      for p in paths)
-    paths = tuple(dict.fromkeys(p for p in paths if p))
-    return (paths[-1] if paths else ""), paths
+        paths = [p[len(prefix) + 1:] if p.startswith(prefix + ".") else ("" if p == prefix else p) for p in paths]
+    if node.op == "call_module":
+        paths.append(str(node.target))
+    # Containers that are iterated rather than called (a ModuleList "h" of "h.0.attn") are not in
+    # nn_module_stack: every dotted prefix is an enclosing module too, so add them all.
+    chain: dict[str, None] = {}
+    for path in paths:
+        parts = path.split(".") if path else []
+        for i in range(1, len(parts) + 1):
+            chain[".".join(parts[:i])] = None
+    innermost = paths[-1] if paths else ""
+    return innermost, tuple(chain)
 
 
 def _clean_path(path: str) -> str:
@@ -315,6 +317,7 @@ class FlopsInterpreter(fx.Interpreter):
         return out
 
     def _account(self, n: fx.Node, plan: NodePlan, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # The hot path of a counting run: keep it to plain local lookups.
         i = plan.index
         live = self._live
         if n.op != "output":
@@ -323,7 +326,9 @@ class FlopsInterpreter(fx.Interpreter):
         self.mem_after[i] = live.bytes if reader is None else reader()
         for dead in self.user_to_last_uses.get(n, ()):
             live.release(dead)
-        self.shapes[i] = output_shape(out)
+        if not n.users:  # a value nothing reads (a discarded in-place result, dead code) dies at once
+            live.release(n)
+        self.shapes[i] = out.shape if type(out) is torch.Tensor else output_shape(out)
         kind = plan.kind
         if kind >= ZERO:
             return
@@ -334,9 +339,11 @@ class FlopsInterpreter(fx.Interpreter):
             else:
                 result = formula(out, *args, **kwargs)  # type: ignore[misc]
             if type(result) is tuple:
-                self.flops[i], self.macs[i] = int(result[0]), int(result[1])
+                self.flops[i] = int(result[0])
+                self.macs[i] = int(result[1])
             else:
-                self.flops[i], self.macs[i] = int(result), 0  # type: ignore[call-overload]
+                self.flops[i] = int(result)  # type: ignore[call-overload]
+                self.macs[i] = 0
         except Exception as e:
             message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
             if self._strict:
@@ -347,31 +354,35 @@ class FlopsInterpreter(fx.Interpreter):
 def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
                   times: list[float | None]) -> tuple[NodeRecord, ...]:
     records = []
+    flops_of, macs_of, shapes = interp.flops, interp.macs, interp.shapes
+    befores, afters = interp.mem_before, interp.mem_after
+    errors, skipped = interp.errors, interp.skipped
+    counted, zero, ignored, unsupported = Status.COUNTED, Status.ZERO, Status.IGNORED, Status.UNSUPPORTED
     for node, plan in plans.items():
         i = plan.index
         note = ""
-        if plan.kind == UNSUPPORTED:
-            status, flops, macs = Status.UNSUPPORTED, None, None
+        kind = plan.kind
+        if kind == UNSUPPORTED:
+            status, flops, macs = unsupported, None, None
             note = f"no formula for {plan.key!r}"
-        elif i in interp.errors:
-            status, flops, macs = Status.UNSUPPORTED, None, None
-            note = interp.errors[i]
-        elif i in interp.skipped:
-            status, flops, macs = Status.ZERO, 0, 0
-            note = interp.skipped[i]
-        elif plan.kind == IGNORED:
-            status, flops, macs = Status.IGNORED, 0, 0
-        elif plan.kind == ZERO:
-            status, flops, macs = Status.ZERO, 0, 0
+        elif i in errors:
+            status, flops, macs = unsupported, None, None
+            note = errors[i]
+        elif i in skipped:
+            status, flops, macs = zero, 0, 0
+            note = skipped[i]
+        elif kind == IGNORED:
+            status, flops, macs = ignored, 0, 0
+        elif kind == ZERO:
+            status, flops, macs = zero, 0, 0
         else:
-            status, flops, macs = Status.COUNTED, interp.flops[i], interp.macs[i]
-        before, after = interp.mem_before[i], interp.mem_after[i]
+            status, flops, macs = counted, flops_of[i], macs_of[i]
+        before, after = befores[i], afters[i]
+        shape = shapes[i]
         records.append(NodeRecord(
-            index=i, name=node.name, op=node.op, target=plan.target, module_path=plan.module_path,
-            module_type=plan.module_type, flops=flops, macs=macs, status=status, time_ms=times[i],
-            mem_before=before, mem_after=after,
-            mem_delta=(after - before) if before is not None and after is not None else None,
-            output_shape=interp.shapes[i], module_stack=plan.module_stack, note=note,
+            i, node.name, node.op, plan.target, plan.module_path, plan.module_type, flops, macs, status, times[i],
+            before, after, (after - before) if before is not None and after is not None else None,
+            tuple(shape) if type(shape) is torch.Size else shape, plan.module_stack, note,
         ))
     return tuple(records)
 

@@ -103,11 +103,12 @@ def make_memory_reader(device: torch.device, mem_func_name: str) -> Callable[[],
 
 
 def _storage_key(t: Tensor) -> tuple[int, int]:
+    """(identity of the storage behind ``t``, its size in bytes): views share one key."""
     try:
         storage = t.untyped_storage()
-        return storage._cdata, storage.nbytes()
     except (RuntimeError, NotImplementedError):  # sparse, nested, or other storage-less tensors
         return id(t), t.numel() * t.element_size()
+    return storage._cdata, storage.nbytes()
 
 
 def tensors_of(value: Any) -> list[Tensor]:
@@ -135,19 +136,33 @@ class LiveTensors:
 
     __slots__ = ("bytes", "_held", "_by_value", "_excluded")
 
-    def __init__(self, excluded: Iterable[Tensor] = ()) -> None:
+    def __init__(self, excluded_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
         self._held: dict[int, list[int]] = {}  # storage key -> [nbytes, holders]
-        self._by_value: dict[Any, tuple[int, ...]] = {}
-        self._excluded = {_storage_key(t)[0] for t in excluded}
+        self._by_value: dict[Any, int | tuple[int, ...]] = {}
+        self._excluded = excluded_keys
+
+    @staticmethod
+    def storage_keys(tensors: Iterable[Tensor]) -> frozenset[int]:
+        """Keys of the storages behind ``tensors`` (e.g. a model's parameters and buffers), to exclude."""
+        return frozenset(_storage_key(t)[0] for t in tensors)
 
     def hold(self, key: Any, value: Any) -> None:
-        if isinstance(value, Tensor):
-            tensors: list[Tensor] = [value]
-        else:
-            tensors = tensors_of(value)
-            if not tensors:
+        if type(value) is Tensor:  # the common case, kept to a few dict operations
+            skey, nbytes = _storage_key(value)
+            if skey in self._excluded:
                 return
+            entry = self._held.get(skey)
+            if entry is None:
+                self._held[skey] = [nbytes, 1]
+                self.bytes += nbytes
+            else:
+                entry[1] += 1
+            self._by_value[key] = skey
+            return
+        tensors = tensors_of(value)
+        if not tensors:
+            return
         keys = []
         held = self._held
         for t in tensors:
@@ -169,7 +184,7 @@ class LiveTensors:
         if keys is None:
             return
         held = self._held
-        for skey in keys:
+        for skey in (keys,) if type(keys) is int else keys:
             entry = held[skey]
             entry[1] -= 1
             if entry[1] == 0:

@@ -10,7 +10,7 @@ Failures raise :class:`TracingError` naming the cause and what the user can do.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -149,7 +149,18 @@ def trace_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
         for m, flag in was_training:
             m.training = flag
     gm = program.module()
+    gm._torch_flops_input_names = _forward_names(model)  # for error messages that name inputs
     return gm, list(dict.fromkeys(dropped))
+
+
+def _forward_names(model: nn.Module) -> tuple[str, ...]:
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
@@ -161,17 +172,20 @@ def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                concrete_args: Mapping[str, Any] | None = None) -> list[Any]:
     """Match ``propagate(*args, **kwargs)`` to the graph's placeholders, in their order.
 
-    A placeholder takes the next positional argument, else the keyword of its name, else its
-    traced default. Unknown keywords and missing inputs raise ``TypeError`` naming them.
+    A placeholder takes the next positional argument, else the keyword of its name, else the value
+    it was traced with (``concrete_args``) or its default. Unknown keywords and missing inputs raise
+    ``TypeError`` naming them.
     """
     in_spec = getattr(gm, "_in_spec", None)
     if in_spec is not None:  # a torch.export graph: inputs are the leaves of (args, kwargs)
         return _bind_exported(gm, in_spec, args, kwargs)
+    concrete = dict(concrete_args or {})
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    names = [str(n.target).lstrip("*") for n in placeholders]
+    names = [_source_name(str(n.target).lstrip("*"), concrete) for n in placeholders]
     if len(args) > len(placeholders):
         raise TypeError(f"the graph takes {len(placeholders)} input(s) ({', '.join(names)}) "
                         f"but {len(args)} positional argument(s) were given")
@@ -186,6 +200,8 @@ def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, 
             flat.append(args[i])
         elif name in kwargs:
             flat.append(kwargs[name])
+        elif name in concrete:
+            flat.append(concrete[name])  # fx specialised the graph to this value
         elif node.args:
             flat.append(node.args[0])  # the default value fx recorded
         else:
@@ -193,22 +209,52 @@ def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, 
     return flat
 
 
+def _source_name(placeholder: str, concrete: Mapping[str, Any]) -> str:
+    # fx renames the placeholder of a concrete argument "double" to "double_1"
+    if placeholder not in concrete:
+        base, _, suffix = placeholder.rpartition("_")
+        if suffix.isdigit() and base in concrete:
+            return base
+    return placeholder
+
+
 def _bind_exported(gm: fx.GraphModule, in_spec: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+    forward_names: Sequence[str] = getattr(gm, "_torch_flops_input_names", ())
     import torch.fx._pytree as fx_pytree
+
+    from torch.utils import _pytree
 
     try:
         flat = fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), in_spec)
+        # the same structure holding each input's readable name, flattened in the same order
+        labels = _pytree.tree_map_with_path(lambda path, _: _pytree.keystr(path), (tuple(args), dict(kwargs)))
+        names = [_readable_input(str(x), forward_names) for x in fx_pytree.tree_flatten_spec(labels, in_spec)]
     except Exception as e:
         raise TypeError(
             f"the inputs ({_describe(args, kwargs)}) do not match the inputs the graph was exported with: {e}"
         ) from e
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, flat):
+    for node, value, name in zip(placeholders, flat, names):
         expected = node.meta.get("val")
         if isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor):
             if tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype:
                 raise ValueError(
-                    f"input {node.name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
+                    f"input {name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
                     f"exported for {tuple(expected.shape)} {expected.dtype}"
                 )
     return list(flat)
+
+
+def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
+    """``"[0][1]"`` -> the forward's second parameter name; ``"[1]['input_ids']"`` -> ``input_ids``."""
+    import re
+
+    match = re.match(r"\[0\]\[(\d+)\](.*)", keypath)
+    if match:
+        position = int(match.group(1))
+        base = forward_names[position] if position < len(forward_names) else f"args[{position}]"
+        return base + match.group(2)
+    match = re.match(r"\[1\]\['([^']+)'\](.*)", keypath)
+    if match:
+        return match.group(1) + match.group(2)
+    return keypath

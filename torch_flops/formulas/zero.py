@@ -32,7 +32,8 @@ _CREATION = [
     "atleast_2d", "atleast_3d",
 ]
 # Python-level plumbing that fx records as call_function nodes.
-_PLUMBING = ["getitem", "setitem", "getattr", "is_tensor", "numel", "_assert", "len", "sym_size", "contains"]
+_PLUMBING = ["getitem", "setitem", "getattr", "is_tensor", "numel", "_assert", "_assert_is_none", "len", "sym_size",
+             "contains"]
 _METHOD_ONLY = [
     "to", "type", "type_as", "float", "half", "double", "bfloat16", "int", "long", "short", "bool", "byte",
     "char", "cpu", "cuda", "size", "dim", "ndimension", "nelement", "element_size", "stride", "storage_offset",

@@ -1,0 +1,217 @@
+"""Shared small models and fixtures for the analyzer, interpreter, measure, tracing and zoo tests.
+
+The models are tiny on purpose: every number a test expects of them is derived by hand next to
+the assertion. Model classes are handed out through fixtures (not imported from here), so the
+test files do not depend on how pytest puts ``tests/`` on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torch_flops import formulas
+
+# --------------------------------------------------------------------------- models
+
+
+class MixedModel(nn.Module):
+    """call_module (Linear), call_function (torch.relu), call_method (Tensor.sum, Tensor.view)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.fc(x))
+        return y.sum(-1).view(-1, 1)
+
+
+class MemoryChain(nn.Module):
+    """A chain whose live tensor bytes are derived by hand in test_measure.py.
+
+    Input (4, 256) float32. Node order: x, mul, view, add_, w (get_attr), matmul, relu, sum_1, output.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(128, 128) / 16)  # 128*128*4 = 65536 B, never counted
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x * 2  # new storage
+        b = a.view(8, 128)  # view of a's storage
+        c = b.add_(1)  # in place on a's storage, result used below
+        d = c @ self.w  # new storage (8, 128)
+        e = torch.relu(d)  # new storage (8, 128)
+        return e.sum(-1)  # new storage (8,)
+
+
+class LinearPlusOne(nn.Module):
+    """Linear(8, 8), optionally followed by ``x += 1`` (the case the old engine missed)."""
+
+    def __init__(self, add_one: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.add_one = add_one
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc(x)
+        if self.add_one:  # a Python bool fixed at construction, not a traced value
+            x += 1
+        return x
+
+
+class DataDependent(nn.Module):
+    """Symbolic tracing cannot handle ``if x.sum() > 0`` (control flow on a tensor value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.fc(x)
+        return -x
+
+
+class WithUntraceable(nn.Module):
+    """fc1 -> gate (untraceable, no formula) -> fc2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.gate = DataDependent()
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.gate(self.fc1(x)))
+
+
+class CountingLeaf(nn.Module):
+    """Counts its forward calls in a plain Python attribute (used as a leaf module)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x * 2
+
+
+class CountingModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.leaf = CountingLeaf()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.leaf(self.fc(x))
+
+
+class BNLinear(nn.Module):
+    """BatchNorm1d(8) then Linear(8, 4): running stats move on every training-mode forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(x))
+
+
+@pytest.fixture(scope="session")
+def models() -> SimpleNamespace:
+    """The model classes above, by name."""
+    return SimpleNamespace(
+        MixedModel=MixedModel, MemoryChain=MemoryChain, LinearPlusOne=LinearPlusOne,
+        DataDependent=DataDependent, WithUntraceable=WithUntraceable, CountingLeaf=CountingLeaf,
+        CountingModel=CountingModel, BNLinear=BNLinear,
+    )
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def clean_tables() -> Iterator[None]:
+    """Give the global formula tables back exactly as they were after a test that edits them."""
+    tables = (formulas.MODULE_FLOPs_MAPPING, formulas.FUNCTION_FLOPs_MAPPING,
+              formulas.METHOD_FLOPs_MAPPING, formulas.ATEN_FLOPs_MAPPING)
+    saved = [dict(t) for t in tables]
+    try:
+        yield
+    finally:
+        for table, copy in zip(tables, saved, strict=True):
+            table.clear()
+            table.update(copy)
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+               "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def _global_hook_counts() -> tuple[int, ...]:
+    from torch.nn.modules import module as m
+
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return tuple(len(getattr(m, n)) for n in names if hasattr(m, n))
+
+
+def _capture(model: nn.Module) -> Callable[[], None]:
+    """Everything propagate must give back unchanged; the returned function asserts it is."""
+    with torch.no_grad():
+        params = {k: v.detach().clone() for k, v in model.named_parameters()}
+        buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
+    flags = {k: m.training for k, m in model.named_modules()}
+    attrs = {k: set(vars(m)) for k, m in model.named_modules()}
+    hooks = {k: {h: len(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)} for k, m in model.named_modules()}
+    global_hooks = _global_hook_counts()
+    requires_grad = {k: v.requires_grad for k, v in model.named_parameters()}
+
+    def check() -> None:
+        now_params = dict(model.named_parameters())
+        now_buffers = dict(model.named_buffers())
+        assert now_params.keys() == params.keys()
+        assert now_buffers.keys() == buffers.keys()  # no buffer added or removed
+        for k, v in params.items():
+            assert torch.equal(now_params[k], v), f"parameter {k} changed"
+            assert now_params[k].requires_grad == requires_grad[k]
+        for k, v in buffers.items():
+            assert torch.equal(now_buffers[k], v), f"buffer {k} changed"
+        assert {k: m.training for k, m in model.named_modules()} == flags
+        assert {k: set(vars(m)) for k, m in model.named_modules()} == attrs  # no attribute added
+        now_hooks = {k: {h: len(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)}
+                     for k, m in model.named_modules()}
+        assert now_hooks == hooks
+        assert all(n == 0 for h in now_hooks.values() for n in h.values()), "a hook was left on the model"
+        assert _global_hook_counts() == global_hooks
+
+    return check
+
+
+@pytest.fixture
+def capture_state() -> Callable[[nn.Module], Callable[[], None]]:
+    """``check = capture_state(model)`` ... ``check()`` asserts the model's state is unchanged."""
+    return _capture
+
+
+def by_name(records: Any) -> dict[str, Any]:
+    return {r.name: r for r in records}
+
+
+@pytest.fixture(scope="session")
+def records_by_name() -> Callable[[Any], dict[str, Any]]:
+    return by_name

@@ -1,0 +1,236 @@
+"""Tests for ``torch_flops.cli``: ``torch-flops`` / ``python -m torch_flops`` as a subprocess on zoo
+models, on an import path and on a bad argument; the other options in-process through ``main``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_flops import Profile, zoo
+from torch_flops.cli import main
+
+TINY_MODULE = '''
+from torch import nn
+
+
+def build():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+model = build()
+not_a_model = 3
+'''
+
+
+def _command() -> list[str]:
+    """The installed console script when there is one, else ``python -m torch_flops``."""
+    script = shutil.which("torch-flops", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "torch_flops"]
+
+
+# The subprocess runs, started together (each spends seconds importing torch) and awaited by the tests.
+_RUNS: dict[str, tuple[list[str], bool]] = {  # name -> (arguments, run in the import-path directory)
+    "resnet50": (["-m", "torch_flops", "resnet50", "--input-shape", "1,3,64,64", "--depth", "1", "--warmup", "0"],
+                 False),
+    "gpt2": (["gpt2", "--meta", "--tokens", "1,32", "--format", "json"], False),
+    "import_path": (["-m", "torch_flops", "tinynet_cli:build", "--input-shape", "2,8", "--format", "csv",
+                     "--group-by", "module"], True),
+    "bad_argument": (["-m", "torch_flops", "resnet50", "--input-shape", "1,a"], False),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    directory = tmp_path_factory.mktemp("import_path")
+    (directory / "tinynet_cli.py").write_text(TINY_MODULE)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    started = {}
+    for name, (args, in_directory) in _RUNS.items():
+        command = [sys.executable, *args] if args[0] == "-m" else [*_command(), *args]
+        started[name] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         cwd=directory if in_directory else None, env=env)
+    yield started
+    for process in started.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def finished(runs: dict[str, subprocess.Popen[str]], name: str) -> tuple[int, str, str]:
+    out, err = runs[name].communicate(timeout=300)
+    return runs[name].returncode, out, err
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tiny_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "tinynet_cli.py").write_text(TINY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+# ---------------------------------------------------------------------- as a subprocess
+def test_subprocess_resnet50_tree(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "resnet50")
+    assert code == 0, err
+    assert out.startswith("torch_flops profile\n")
+    assert "Params:      25.6 M" in out and "Device:      cpu" in out and "Tracer:      fx" in out
+    assert "  layer4 (Sequential)" in out and "    0 (Bottleneck)" not in out  # --depth 1
+    assert "Top 3 modules at depth 1:" in out
+
+
+def test_subprocess_gpt2_meta_json(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "gpt2")  # through the console script when installed
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 1
+    summary = doc["summary"]
+    assert summary["device"] == "meta" and summary["time_ms"] is None and summary["batch_size"] == 1
+    assert summary["params"] == 124_439_808  # GPT-2 small, tied head
+    assert summary["unsupported_nodes"] == 0
+    p = Profile.from_json(doc)
+    assert p.by_module()[""].flops == summary["flops"] > 0
+
+
+def test_subprocess_import_path(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "import_path")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    by_path = {r["module"]: r for r in rows}
+    # Linear 8->16 on 2 rows: 256 MACs; Linear 16->4: 128 MACs
+    assert by_path[""]["macs"] == str(256 + 128)
+    assert by_path[""]["params"] == str(8 * 16 + 16 + 16 * 4 + 4)
+    assert by_path["0"]["module_type"] == "Linear"
+
+
+def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "bad_argument")
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "torch-flops: error: bad --input-shape '1,a': expected comma-separated positive integers like 1,3,224,224"
+    ]
+
+
+# ---------------------------------------------------------------------- in-process: errors
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["resnet5"], 1, "unknown model 'resnet5' (did you mean resnet50?)"),
+    ([], 2, "MODEL is required"),
+    (["resnet50", "--tokens", "1,16"], 2, "--tokens is for token models"),
+    (["gpt2", "--input-shape", "1,16"], 2, "gpt2 takes token ids: use --tokens"),
+    (["gpt2", "--tokens", "1,2,3"], 2, "bad --tokens '1,2,3': expected 2 comma-separated"),
+    (["gpt2", "--tokens", "0,8"], 2, "bad --tokens"),
+    (["unet", "--meta", "--device", "cpu"], 2, "--meta and --device are exclusive"),
+    (["unet", "--device", "nonsense"], 2, "bad --device 'nonsense'"),
+    (["unet", "--format", "xml"], 2, "argument --format: invalid choice"),
+    (["unet", "--input-shape", "1,3,8,8", "--tokens", "1,8"], 2, "not allowed with argument"),
+    (["unet", "--repeat", "0"], 2, "--repeat must be >= 1"),
+    (["unet", "--meta", "--chrome-trace", "t.json"], 1, "a chrome trace needs measured times"),
+    (["no_such_module_xyz:build", "--input-shape", "1,8"], 1, "cannot import 'no_such_module_xyz'"),
+    (["tinynet_cli:missing", "--input-shape", "1,8"], 1, "has no attribute 'missing'"),
+    (["tinynet_cli:not_a_model", "--input-shape", "1,8"], 1, "is a int: expected a model factory"),
+    (["tinynet_cli:build"], 2, "needs its input: give --input-shape"),
+    (["tinynet_cli:build", "--input-shape", "2,5"], 1, "NodeExecutionError: running node"),
+])
+def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tiny_module: Path, args: list[str], code: int,
+                             message: str) -> None:
+    got, out, err = run_main(capsys, *args)
+    assert got == code
+    assert out == ""
+    err_lines = [line for line in err.splitlines() if not line.startswith("torch-flops: warning:")]
+    assert len(err_lines) == 1 and err_lines[0].startswith("torch-flops: error: "), err
+    assert message in err_lines[0]
+    assert "Traceback" not in err
+
+
+def test_missing_transformers_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    code, out, err = run_main(capsys, str(config), "--meta")
+    assert code == 1 and out == ""
+    assert err.strip() == "torch-flops: error: a config.json model needs transformers: pip install transformers"
+    code, _, err = run_main(capsys, str(tmp_path / "nope.json"))
+    assert code == 1 and "no such config file" in err
+
+
+# ---------------------------------------------------------------------- in-process: outputs
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(capsys, "--list")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == sorted(zoo.ZOO)
+    assert "ResNet-50" in out
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(capsys, "--help")
+    assert code == 0 and "--input-shape" in out and "--tokens" in out and "--tracer" in out
+    code, out, _ = run_main(capsys, "--version")
+    assert code == 0 and out.startswith("torch-flops ")
+
+
+def test_formats_and_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    base = ["unet", "--input-shape", "1,3,16,16", "--warmup", "0"]
+    code, out, _ = run_main(capsys, *base, "--format", "table", "--group-by", "operator", "--top", "2",
+                            "--depth", "1")
+    assert code == 0
+    assert out.startswith("torch_flops profile\n") and "\nConv2d " in out and "Top 2 modules at depth 1:" in out
+
+    md, trace = tmp_path / "unet.md", tmp_path / "trace.json"
+    code, out, _ = run_main(capsys, *base, "--format", "markdown", "--group-by", "module", "--output", str(md),
+                            "--chrome-trace", str(trace))
+    assert code == 0 and out == ""
+    text = md.read_text()
+    assert text.startswith("**torch_flops profile**") and "| down.0.block.0 " in text
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X" and e["cat"] == "node"]
+    assert len(events) > 40 and all(e["dur"] >= 0 for e in events)
+
+    code, out, _ = run_main(capsys, *base, "--format", "csv")
+    rows = list(csv.reader(io.StringIO(out)))
+    assert code == 0 and rows[0][:3] == ["node", "op", "target"]
+
+    code, out, _ = run_main(capsys, *base, "--meta", "--format", "json", "--tracer", "fx", "--dtype", "float16")
+    doc = json.loads(out)
+    assert code == 0 and doc["summary"]["device"] == "meta" and doc["summary"]["tracer"] == "fx"
+    assert doc["settings"]["tracer"] == "fx"
+
+
+def test_import_path_object_and_tokens(capsys: pytest.CaptureFixture[str], tiny_module: Path) -> None:
+    code, out, _ = run_main(capsys, "tinynet_cli:model", "--input-shape", "3,8", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["summary"]["macs"] == 3 * (8 * 16 + 16 * 4)
+    (tiny_module / "tinyemb_cli.py").write_text(
+        "from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 2))\n")
+    code, out, _ = run_main(capsys, "tinyemb_cli:build", "--tokens", "2,5", "--meta", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["summary"]["macs"] == 2 * 5 * 4 * 2
+
+
+def test_transformers_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if not os.environ.get("TORCH_FLOPS_SLOW_TESTS"):
+        pytest.skip("set TORCH_FLOPS_SLOW_TESTS=1: builds and exports a transformers model (~20 s)")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, architectures=["GPT2LMHeadModel"])
+    config.save_pretrained(tmp_path)
+    code, out, err = run_main(capsys, str(tmp_path / "config.json"), "--meta", "--tokens", "1,8", "--format", "json")
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    assert doc["modules"][""]["module_type"] == "GPT2LMHeadModel"
+    assert doc["summary"]["macs"] > 0 and doc["summary"]["device"] == "meta"

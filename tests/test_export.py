@@ -1,0 +1,201 @@
+"""The torch.export front end: tracer choice, input binding, module attribution, meta runs and the
+errors users see. Plain torch models only (transformers models are in test_hf.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from torch_flops import Status, TorchFLOPsByFX, TracingError, zoo
+from torch_flops.analyzer import TracerFallbackWarning
+
+
+class DataDependent(nn.Module):
+    """symbolic_trace cannot follow ``if`` on a tensor value; torch.export can (it specializes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        h = torch.relu(self.fc1(x))
+        if scale is not None:
+            h = h * scale
+        return {"out": self.fc2(h), "hidden": h}
+
+
+def _fx_breaker() -> nn.Module:
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            if x.shape[0] > 2:  # a Python branch on a shape: fx sees a Proxy and fails, export specializes
+                return y * 2
+            return y - 1
+
+    return Branchy()
+
+
+def test_auto_falls_back_to_export_with_one_warning() -> None:
+    model = _fx_breaker().eval()
+    x = torch.randn(4, 8)
+    counter = TorchFLOPsByFX(model)  # tracer="auto"
+    with pytest.warns(TracerFallbackWarning, match="symbolic tracing failed") as record:
+        out = counter.propagate(x)
+    assert len([w for w in record if issubclass(w.category, TracerFallbackWarning)]) == 1
+    assert counter.tracer_used == "export"
+    assert torch.equal(out, model(x))
+    # linear 4x8 -> 8: 4*8*8 = 256 MACs; flops = 2*256 + 32 bias = 544; then mul: 32
+    linear = [r for r in counter.records if r.target == "aten.linear"]
+    assert [(r.macs, r.flops, r.module_path, r.module_type) for r in linear] == [(256, 544, "fc", "Linear")]
+    # the second propagate with the same shapes warns no more and reuses the graph
+    gm = counter.graph_module
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counter.propagate(x)
+    assert counter.graph_module is gm
+
+
+def test_export_kwargs_dict_output_and_optional_input() -> None:
+    model = DataDependent().eval()
+    x, s = torch.randn(2, 8), torch.randn(2, 16)
+    counter = TorchFLOPsByFX(model, tracer="export")
+    out = counter.propagate(x, scale=s)
+    expected = model(x, scale=s)
+    assert set(out) == {"out", "hidden"}
+    assert torch.equal(out["out"], expected["out"]) and torch.equal(out["hidden"], expected["hidden"])
+    # fc1: 2*8*16 = 256 MACs; fc2: 2*16*4 = 128 MACs
+    assert counter.total_macs == 256 + 128
+    # flops: fc1 2*256 + 32 bias, relu 32, mul 32, fc2 2*128 + 8 bias
+    assert counter.total_flops == 544 + 32 + 32 + 264
+
+
+def test_export_reexports_when_input_shapes_change() -> None:
+    model = DataDependent().eval()
+    counter = TorchFLOPsByFX(model, tracer="export")
+    counter.propagate(torch.randn(2, 8))
+    first = counter.graph_module
+    counter.propagate(torch.randn(5, 8))
+    assert counter.graph_module is not first
+    # 5 rows: fc1 5*8*16 = 640, fc2 5*16*4 = 320 MACs
+    assert counter.total_macs == 960
+
+
+def test_export_module_paths_match_fx() -> None:
+    # Both front ends attribute every matmul/conv to the same innermost module.
+    with torch.device("meta"):
+        model = zoo.unet().eval()
+    (x,) = zoo.unet_example_inputs(device="meta")
+    by_fx = TorchFLOPsByFX(model, tracer="fx")
+    by_fx.propagate(x)
+    by_export = TorchFLOPsByFX(model, tracer="export")
+    by_export.propagate(x)
+
+    def macs_by_module(counter: TorchFLOPsByFX) -> dict[tuple[str, str], int]:
+        result: dict[tuple[str, str], int] = {}
+        for r in counter.records:
+            if r.macs:
+                key = (r.module_path, r.module_type)
+                result[key] = result.get(key, 0) + r.macs
+        return result
+
+    assert macs_by_module(by_fx) == macs_by_module(by_export)
+    assert by_fx.total_flops == by_export.total_flops
+    assert by_export.tracer_used == "export" and by_fx.tracer_used == "fx"
+
+
+def test_export_graph_matches_flop_counter_on_meta() -> None:
+    with torch.device("meta"):
+        model = zoo.gpt2(n_layer=2).eval()
+    (ids,) = zoo.gpt2_example_inputs(device="meta", seq_len=32)
+    counter = TorchFLOPsByFX(model, tracer="export")
+    counter.propagate(ids)
+    with FlopCounterMode(display=False) as reference:
+        model(ids)
+    assert 2 * counter.total_macs == reference.get_total_flops()
+    assert counter.unsupported == {}
+
+
+def test_meta_skips_data_dependent_checks_the_output_does_not_need() -> None:
+    class Checked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = (x > 0).sum().item()  # meta tensors cannot produce this number
+            torch._check(n >= 0)
+            return self.fc(x) * 2
+
+    with torch.device("meta"):
+        model = Checked()
+    counter = TorchFLOPsByFX(model, tracer="export")
+    out = counter.propagate(torch.empty(3, 4, device="meta"))
+    assert out.shape == (3, 4) and out.device.type == "meta"
+    skipped = [r for r in counter.records if r.note.startswith("not run")]
+    assert any(r.target == "aten.item" for r in skipped)
+    assert all(r.status is Status.ZERO for r in skipped)
+    # gt: 12 (float compare), sum of bools: 0, linear: 2*3*4*4 + 12 = 108, mul: 12
+    assert counter.total_flops == 12 + 0 + 108 + 12
+    assert counter.total_time_ms is None
+
+
+def test_meta_data_dependent_node_the_output_needs_names_the_node() -> None:
+    class NeedsNonzero(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[x > 0] * 2
+
+    counter = TorchFLOPsByFX(NeedsNonzero(), tracer="export")
+    with pytest.raises(Exception, match="index|nonzero"):
+        counter.propagate(torch.empty(8, device="meta"))
+
+
+def test_neither_front_end_traces_shows_both_causes() -> None:
+    class Hopeless(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.sum() > 0:
+                return x
+            raise ValueError("unreachable on purpose")
+
+    counter = TorchFLOPsByFX(Hopeless())
+    with pytest.raises(TracingError) as info:
+        counter.propagate(-torch.ones(2))
+    message = str(info.value)
+    assert "fx:" in message and "export:" in message
+    # fx stops at the Python `if` on a Proxy; export at the same `if`, which needs the data
+    assert "TraceError" in message and "data-dependent" in message
+
+
+def test_export_wrong_input_name_names_it() -> None:
+    counter = TorchFLOPsByFX(DataDependent(), tracer="export")
+    with pytest.raises(TracingError, match="scael"):
+        counter.propagate(torch.randn(2, 8), scael=torch.randn(2, 16))
+
+
+def test_export_binding_rejects_wrong_dtype_naming_the_input() -> None:
+    from torch_flops.tracing import bind_inputs, trace_export
+
+    gm, _ = trace_export(DataDependent(), (torch.randn(2, 8),), {})
+    with pytest.raises(ValueError, match="'x'.*float64"):
+        bind_inputs(gm, (torch.randn(2, 8, dtype=torch.float64),), {})
+
+
+def test_tracer_export_on_a_model_fx_can_trace_gives_the_same_totals() -> None:
+    torch.manual_seed(0)
+    model = zoo.mobilenet_v3_large().eval()
+    (x,) = zoo.mobilenet_v3_large_example_inputs(image_size=64)
+    with torch.no_grad():
+        a = TorchFLOPsByFX(model, tracer="fx")
+        out_a = a.propagate(x)
+        b = TorchFLOPsByFX(model, tracer="export")
+        out_b = b.propagate(x)
+    assert torch.equal(out_a, out_b)
+    assert (a.total_flops, a.total_macs) == (b.total_flops, b.total_macs)

@@ -1,0 +1,191 @@
+"""Tests for ``torch_flops.interpreter``: the three outcomes per node (counted / zero / unsupported,
+plus ignored), warnings and strict mode, failing formulas, node errors and readable targets."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from torch_flops import (
+    NodeExecutionError,
+    Status,
+    TorchFLOPsByFX,
+    UnsupportedOpError,
+    UnsupportedOpWarning,
+    register_module,
+)
+from torch_flops.interpreter import readable_target
+
+
+def _records(counter: TorchFLOPsByFX) -> dict[str, Any]:
+    return {r.name: r for r in counter.records}
+
+
+# --------------------------------------------------------------------------- unsupported nodes
+
+
+def test_leaf_without_formula_is_unsupported_warned_and_excluded(models: Any) -> None:
+    model = models.WithUntraceable().eval()
+    x = torch.randn(2, 8)
+    counter = TorchFLOPsByFX(model, leaf_modules=(models.DataDependent,))
+    with pytest.warns(UnsupportedOpWarning, match=r"DataDependent \(1 node\(s\): gate"):
+        out = counter.propagate(x)
+    with torch.no_grad():
+        assert torch.equal(out, model(x))  # an unsupported node still runs
+    rec = _records(counter)
+    gate = rec["gate"]
+    assert (gate.op, gate.target, gate.module_path, gate.status, gate.flops, gate.macs) == (
+        "call_module", "DataDependent", "gate", Status.UNSUPPORTED, None, None)
+    assert "DataDependent" in gate.note
+    assert gate.output_shape == (2, 8) and gate.time_ms is not None  # measured all the same
+    # only the two Linears count: fc1 Linear(8, 8) on (2, 8): macs 2*8*8 = 128, flops 256 + 16 = 272;
+    # fc2 Linear(8, 4): macs 2*4*8 = 64, flops 128 + 8 = 136
+    assert counter.total_flops == 272 + 136
+    assert counter.total_macs == 128 + 64
+    assert counter.unsupported == {"DataDependent": 1}
+
+
+def test_strict_raises_naming_the_node(models: Any) -> None:
+    model = models.WithUntraceable()
+    leaf = models.CountingLeaf()
+    model.fc2 = nn.Sequential(leaf)  # to see that strict fails before anything runs
+    counter = TorchFLOPsByFX(model, leaf_modules=("gate", models.CountingLeaf), strict=True)
+    with pytest.raises(UnsupportedOpError, match=r"'gate' \(DataDependent\)") as info:
+        counter.propagate(torch.randn(2, 8))
+    assert "'fc2_0' (CountingLeaf)" in str(info.value)
+    assert leaf.calls == 0
+
+
+def test_one_warning_per_target(models: Any) -> None:
+    class TwoGates(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = models.DataDependent()
+            self.b = models.DataDependent()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    counter = TorchFLOPsByFX(TwoGates(), leaf_modules=(models.DataDependent,))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter.propagate(torch.randn(2, 8))
+    ours = [w for w in caught if issubclass(w.category, UnsupportedOpWarning)]
+    assert len(ours) == 1
+    assert "2 node(s): a, b" in str(ours[0].message)
+    assert counter.unsupported == {"DataDependent": 2}
+
+
+def test_unsupported_warning_can_be_silenced(models: Any) -> None:
+    assert issubclass(UnsupportedOpWarning, UserWarning)
+    counter = TorchFLOPsByFX(models.WithUntraceable(), leaf_modules=("gate",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", UnsupportedOpWarning)
+        counter.propagate(torch.randn(2, 8))
+    assert not [w for w in caught if issubclass(w.category, UnsupportedOpWarning)]
+    assert counter.unsupported == {"DataDependent": 1}
+
+
+@pytest.mark.usefixtures("clean_tables")
+def test_failing_formula_is_unsupported_with_its_error(models: Any) -> None:
+    @register_module(models.CountingLeaf)
+    def broken(module: nn.Module, out: torch.Tensor, *args: Any) -> int:
+        raise ValueError("formula cannot cope")
+
+    x = torch.randn(2, 8)
+    counter = TorchFLOPsByFX(models.CountingModel(), leaf_modules=(models.CountingLeaf,))
+    with pytest.warns(UnsupportedOpWarning, match="formula cannot cope"):
+        counter.propagate(x)
+    leaf = _records(counter)["leaf"]
+    assert leaf.status is Status.UNSUPPORTED and leaf.flops is None
+    assert "ValueError: formula cannot cope" in leaf.note
+    # fc: Linear(8, 8) on (2, 8): 272 (see above); the broken leaf is excluded
+    assert counter.total_flops == 272
+
+    strict = TorchFLOPsByFX(models.CountingModel(), leaf_modules=(models.CountingLeaf,), strict=True)
+    with pytest.raises(UnsupportedOpError, match="'leaf'") as info:
+        strict.propagate(x)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.usefixtures("clean_tables")
+def test_formula_returning_a_plain_int_means_no_macs(models: Any) -> None:
+    @register_module(models.CountingLeaf)
+    def doubled(module: nn.Module, out: torch.Tensor, x: torch.Tensor) -> int:
+        return out.numel()  # x * 2: one multiply per element
+
+    counter = TorchFLOPsByFX(models.CountingModel(), leaf_modules=(models.CountingLeaf,))
+    counter.propagate(torch.randn(2, 8))
+    leaf = _records(counter)["leaf"]
+    assert (leaf.status, leaf.flops, leaf.macs) == (Status.COUNTED, 16, 0)  # 2*8 elements
+
+
+# --------------------------------------------------------------------------- node errors
+
+
+def test_node_error_names_node_module_and_inputs() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.fc1(x) + y
+
+    counter = TorchFLOPsByFX(Net())
+    with pytest.raises(NodeExecutionError) as info:
+        counter.propagate(torch.randn(2, 8), torch.randn(3, 16))  # fc1 runs; the add fails
+    message = str(info.value)
+    assert "'add'" in message and "operator.add" in message
+    assert "(2, 16) float32 on cpu" in message and "(3, 16) float32 on cpu" in message
+    assert "call_function[target=operator.add]" in message  # n.format_node()
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+# --------------------------------------------------------------------------- readable targets
+
+
+def test_readable_targets() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(2, 2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.relu(self.conv(x))
+            z = torch.cat([y, x], dim=1)
+            return (z + 1).flatten(1)
+
+    gm = fx.symbolic_trace(Net())
+    targets = {n.name: readable_target(n, gm) for n in gm.graph.nodes}
+    assert targets == {"x": "x", "conv": "Conv1d", "relu": "F.relu", "cat": "torch.cat", "add": "operator.add",
+                       "flatten": "Tensor.flatten", "output": "output"}
+    counter = TorchFLOPsByFX(Net())
+    counter.propagate(torch.randn(3, 2, 5))
+    assert {r.name: r.target for r in counter.records} == targets
+    rec = _records(counter)
+    assert rec["cat"].status is Status.ZERO and rec["flatten"].status is Status.ZERO
+    # relu and + 1 on (3, 2, 5): 30 each; Conv1d(2, 2, 1) on (3, 2, 5): macs = 30 outputs * 2 = 60,
+    # flops = 120 + 30 bias = 150
+    assert (rec["relu"].flops, rec["add"].flops, rec["conv"].flops, rec["conv"].macs) == (30, 60, 150, 60)
+
+
+def test_getitem_is_zero_by_definition() -> None:
+    class Split(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a, b = x.chunk(2, dim=-1)
+            return a * b
+
+    counter = TorchFLOPsByFX(Split())
+    counter.propagate(torch.randn(2, 6))
+    rec = _records(counter)
+    getitems = [r for r in counter.records if r.op == "call_function" and r.target == "operator.getitem"]
+    assert len(getitems) == 2 and all(r.status is Status.ZERO for r in getitems)
+    assert rec["chunk"].output_shape == ((2, 3), (2, 3))
+    assert rec["mul"].flops == 6  # (2, 3) products

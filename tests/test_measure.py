@@ -1,0 +1,224 @@
+"""Tests for time and memory measurement: live-tensor bytes per node (CPU and meta), timers,
+warmup/repeat and the median over repeats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torch_flops import Status, TorchFLOPsByFX
+from torch_flops.measure import LiveTensors, NullTimer, PerfCounterTimer, make_memory_reader, make_timer
+
+# --------------------------------------------------------------------------- live tensor bytes
+
+# MemoryChain (tests/conftest.py) on a float32 (4, 256) input: 4*256*4 = 4096 B. A value is freed
+# right after the node that uses it last, so the next node's mem_before drops. Parameters never count.
+#            node:     (mem_before, mem_after, mem_delta)
+CHAIN_MEMORY = {
+    "x": (0, 4096, 4096),  # the input becomes live: 4096 B
+    "mul": (4096, 8192, 4096),  # x * 2: new (4, 256) storage +4096; x freed after (last use)
+    "view": (4096, 4096, 0),  # a view shares mul's storage: +0; mul's value freed, storage kept by view
+    "add_": (4096, 4096, 0),  # in place on the same storage: +0; view's value freed, add_ keeps it
+    "w": (4096, 4096, 0),  # get_attr of a parameter (128*128*4 = 65536 B): excluded, +0
+    "matmul": (4096, 8192, 4096),  # (8, 128) @ (128, 128) -> (8, 128): 8*128*4 = 4096 B; add_ freed after
+    "relu": (4096, 8192, 4096),  # new (8, 128) storage; matmul freed after
+    "sum_1": (4096, 4128, 32),  # (8,) float32 = 32 B; relu freed after
+    "output": (32, 32, 0),  # the output node holds nothing new
+}
+CHAIN_FLOPS = {
+    "mul": 1024,  # 4*256 products
+    "add_": 1024,  # 4*256 adds
+    "matmul": 2 * 8 * 128 * 128,  # 2*M*K*N = 262144
+    "relu": 1024,  # 8*128
+    "sum_1": 1024,  # one add per input element
+}
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_live_tensor_bytes_per_node_by_hand(models: Any, device: str) -> None:
+    model = models.MemoryChain().to(device)
+    counter = TorchFLOPsByFX(model)
+    with torch.no_grad():
+        out = counter.propagate(torch.randn(4, 256, device=device))
+    assert out.shape == (8,) and out.device.type == device
+    got = {r.name: (r.mem_before, r.mem_after, r.mem_delta) for r in counter.records}
+    assert list(got) == list(CHAIN_MEMORY)  # the node order the table above assumes
+    assert got == CHAIN_MEMORY
+    assert counter.max_memory == 8192  # max over every node's before/after
+    assert counter.print_max_memory(show=False) == 8192
+    assert counter.profile.memory_source == "live_tensors"
+    flops = {r.name: r.flops for r in counter.records if r.status is Status.COUNTED}
+    assert flops == CHAIN_FLOPS
+    assert counter.total_macs == 8 * 128 * 128  # 131072
+
+
+def test_meta_and_cpu_memory_agree_on_a_zoo_model() -> None:
+    from torch_flops import zoo
+
+    results = []
+    for device in ("cpu", "meta"):
+        with torch.device(device):
+            model = zoo.unet(base_channels=4, depth=2).eval()
+        (x,) = zoo.unet_example_inputs(1, device=device, image_size=16)
+        counter = TorchFLOPsByFX(model)
+        with torch.no_grad():
+            counter.propagate(x)
+        results.append([(r.name, r.mem_before, r.mem_after, r.flops) for r in counter.records])
+    assert results[0] == results[1]
+
+
+def test_values_without_users_are_freed_at_once() -> None:
+    class Unused(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (4, 256) float32, 4096 B
+            a = x * 2  # +4096
+            a.add_(1)  # in place; the returned value is discarded
+            b = a * 3  # +4096; a (mul) used for the last time here
+            return b.sum()  # 4 B
+
+    counter = TorchFLOPsByFX(Unused())
+    counter.propagate(torch.randn(4, 256))
+    got = {r.name: (r.mem_before, r.mem_after) for r in counter.records}
+    assert got["mul_1"] == (4096, 8192)
+    # after mul_1, the storage of a (held by mul and add_) is no longer used: only b is live
+    assert got["sum_1"] == (4096, 4100)
+    assert got["output"] == (4, 4)
+
+
+def test_live_tensors_counts_storages_once() -> None:
+    live = LiveTensors()
+    t = torch.zeros(4, 8)  # 128 B
+    live.hold("a", t)
+    live.hold("b", t.view(32))  # same storage
+    live.hold("c", (t[0], torch.zeros(2, dtype=torch.float64)))  # view + a new 16 B storage
+    assert live.bytes == 128 + 16
+    live.release("a")
+    live.release("b")
+    assert live.bytes == 128 + 16  # still held by c's view
+    live.release("c")
+    assert live.bytes == 0
+    live.release("never-held")  # releasing an unknown key is a no-op
+    assert live.bytes == 0
+
+
+def test_live_tensors_excludes_parameters() -> None:
+    fc = nn.Linear(4, 4)
+    live = LiveTensors(LiveTensors.storage_keys(fc.parameters()))
+    live.hold("w", fc.weight)
+    live.hold("wt", fc.weight.t())
+    assert live.bytes == 0
+    live.hold("x", torch.zeros(3))  # 12 B
+    assert live.bytes == 12
+
+
+# --------------------------------------------------------------------------- time
+
+
+def test_cpu_time_for_every_call_node(models: Any) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel())
+    counter.propagate(torch.randn(4, 16))
+    for r in counter.records:
+        assert isinstance(r.time_ms, float)
+        if r.op.startswith("call_"):
+            assert r.time_ms > 0, r.name
+    total = counter.total_time_ms
+    assert total is not None and total > 0
+    assert total == pytest.approx(sum(r.time_ms or 0.0 for r in counter.records))
+    assert counter.print_total_time(show=False) == total
+
+
+def test_meta_has_no_time(models: Any, capsys: Any) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel().to("meta"))
+    counter.propagate(torch.randn(4, 16, device="meta"))
+    assert all(r.time_ms is None for r in counter.records)
+    assert counter.total_time_ms is None
+    assert counter.print_total_time() is None
+    assert "not measured" in capsys.readouterr().out
+    assert counter.total_flops == 4480  # the same count as on CPU (test_analyzer)
+    assert counter.profile.device == "meta"
+
+
+def test_timer_choice() -> None:
+    assert isinstance(make_timer(torch.device("cpu")), PerfCounterTimer)
+    assert isinstance(make_timer(torch.device("meta")), NullTimer)
+    assert make_memory_reader(torch.device("cpu"), "memory_allocated") is None
+    assert make_memory_reader(torch.device("meta"), "max_memory_allocated") is None
+    timer = PerfCounterTimer()
+    assert timer.elapsed_ms(1_000_000, 3_500_000) == 2.5  # ns -> ms
+
+
+# --------------------------------------------------------------------------- warmup and repeat
+
+
+def _counting(models: Any, **kwargs: Any) -> tuple[TorchFLOPsByFX, Any]:
+    model = models.CountingModel()
+    counter = TorchFLOPsByFX(model, leaf_modules=(models.CountingLeaf,), ignore_ops=("CountingLeaf",), **kwargs)
+    return counter, model
+
+
+@pytest.mark.parametrize(("warmup", "repeat", "calls"), [(0, 1, 1), (2, 1, 3), (0, 3, 3), (2, 3, 5)])
+def test_model_runs_warmup_plus_repeat_times(models: Any, warmup: int, repeat: int, calls: int) -> None:
+    counter, model = _counting(models, warmup=warmup, repeat=repeat)
+    counter.propagate(torch.randn(2, 8))
+    assert model.leaf.calls == calls  # warmup + repeat forward calls of the leaf
+    assert all(isinstance(r.time_ms, float) for r in counter.records)
+
+
+def test_meta_runs_once_whatever_warmup_and_repeat(models: Any) -> None:
+    counter, model = _counting(models, warmup=2, repeat=3)
+    model.to("meta")
+    counter.propagate(torch.randn(2, 8, device="meta"))
+    assert model.leaf.calls == 1  # nothing to time on meta: one counting run
+
+
+def test_repeat_keeps_flops_and_memory(models: Any) -> None:
+    x = torch.randn(4, 256)
+    once = TorchFLOPsByFX(models.MemoryChain())
+    once.propagate(x)
+    model = models.MemoryChain()
+    model.load_state_dict(once.model.state_dict())
+    thrice = TorchFLOPsByFX(model, warmup=1, repeat=3)
+    out = thrice.propagate(x)
+    key = [(r.name, r.flops, r.macs, r.mem_before, r.mem_after, r.output_shape) for r in once.records]
+    assert [(r.name, r.flops, r.macs, r.mem_before, r.mem_after, r.output_shape) for r in thrice.records] == key
+    with torch.no_grad():
+        assert torch.equal(out, model(x))  # the input was not modified by the extra runs
+
+
+class _ScriptedTimer:
+    """Each node costs ``per_run_ms[k]`` in the k-th run. The timer contract (measure.py) is one
+    ``tick`` right before and one right after every node, so run k owns ticks
+    ``[k * ticks_per_run, (k + 1) * ticks_per_run)``."""
+
+    def __init__(self, per_run_ms: list[float], ticks_per_run: int) -> None:
+        self.per_run_ms = per_run_ms
+        self.ticks_per_run = ticks_per_run
+        self.ticks = 0
+
+    def tick(self) -> int:
+        self.ticks += 1
+        return self.ticks - 1
+
+    def finish(self) -> None:
+        pass
+
+    def elapsed_ms(self, start: int, end: int) -> float:
+        run = start // self.ticks_per_run
+        assert end // self.ticks_per_run == run
+        return self.per_run_ms[run]
+
+
+def test_time_is_the_median_over_repeats(models: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3)
+    assert counter.graph_module is not None
+    n_nodes = len(counter.graph_module.graph.nodes)  # 6
+    # run 0 is the warmup (never used); runs 1..3 are timed: 1, 2, 9 ms per node
+    timer = _ScriptedTimer([100.0, 1.0, 2.0, 9.0], ticks_per_run=2 * n_nodes)
+    monkeypatch.setattr("torch_flops.analyzer.make_timer", lambda device: timer)
+    counter.propagate(torch.randn(4, 16))
+    assert timer.ticks == 4 * 2 * n_nodes  # 4 runs of 6 nodes, 2 ticks each
+    # median(1, 2, 9) = 2 (the mean would be 4, the first 1, the last 9)
+    assert [r.time_ms for r in counter.records] == [2.0] * n_nodes
+    assert counter.total_time_ms == 2.0 * n_nodes  # 12.0

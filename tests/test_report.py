@@ -1,0 +1,446 @@
+"""Tests for ``torch_flops.report``: golden text for the tree and the tables (records with injected
+times, so the output is stable), the JSON document against its schema, the chrome trace, the
+optional pandas export and the facade's wrappers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+import pytest
+import tabulate as tabulate_module
+import torch
+from torch import nn
+
+from torch_flops import Profile, Status, TorchFLOPsByFX, report
+from torch_flops.records import NodeRecord
+
+MiB = 1 << 20
+
+
+def rec(index: int, name: str, op: str, target: str, path: str, mtype: str, flops: int | None, macs: int | None,
+        time_ms: float | None, status: Status = Status.COUNTED, shape: Any = (4, 10),
+        mem: tuple[int, int] | None = None) -> NodeRecord:
+    parts = path.split(".") if path else []
+    stack = tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
+    before, after = mem if mem is not None else (None, None)
+    return NodeRecord(index=index, name=name, op=op, target=target, module_path=path, module_type=mtype,
+                      flops=flops, macs=macs, status=status, time_ms=time_ms, mem_before=before, mem_after=after,
+                      mem_delta=None if mem is None else after - before, output_shape=shape, module_stack=stack)
+
+
+def hand_profile(timed: bool = True) -> Profile:
+    """Net(encoder=Sequential(Linear(10, 10), ReLU()), head=Linear(10, 2) called twice, unused=Linear)
+    on a batch of 4, with injected times and memory; one unsupported root-level node."""
+    t = (lambda v: v) if timed else (lambda v: None)
+    records = (
+        rec(0, "x", "placeholder", "x", "", "Net", 0, 0, t(0.010), Status.ZERO, mem=(0, MiB)),
+        # Linear 10->10 on (4, 10): 4*10*10 = 400 MACs; 2*400 + 40 bias = 840 FLOPs
+        rec(1, "encoder_0", "call_module", "Linear", "encoder.0", "Linear", 840, 400, t(2.0), mem=(MiB, 3 * MiB)),
+        rec(2, "encoder_1", "call_module", "ReLU", "encoder.1", "ReLU", 40, 0, t(0.5), mem=(3 * MiB, 2 * MiB)),
+        rec(3, "add", "call_function", "operator.add", "", "Net", 40, 0, t(0.1)),
+        # Linear 10->2 on (4, 10): 4*10*2 = 80 MACs; 2*80 + 8 bias = 168 FLOPs
+        rec(4, "head", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
+        rec(5, "mystery", "call_function", "torch.mystery", "", "Net", None, None, t(0.25), Status.UNSUPPORTED),
+        rec(6, "head_1", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
+        rec(7, "output", "output", "output", "", "Net", 0, 0, t(0.005), Status.ZERO, shape=((4, 2), None)),
+    )
+    return Profile(
+        records=records, device="cpu" if timed else "meta",
+        module_types={"": "Net", "encoder": "Sequential", "encoder.0": "Linear", "encoder.1": "ReLU",
+                      "head": "Linear", "unused": "Linear"},
+        module_params={"": 0, "encoder": 0, "encoder.0": 110, "encoder.1": 0, "head": 22, "unused": 5},
+        batch_size=4, settings={"warmup": 0, "repeat": 1, "ignore_ops": []},
+    )
+
+
+def lines(text: str) -> list[str]:
+    """Compare tables line by line without trailing blanks (tabulate pads the last column)."""
+    return [line.rstrip() for line in text.splitlines()]
+
+
+# ---------------------------------------------------------------------- golden text
+PROFILE_GOLDEN = """\
+torch_flops profile
+===================
+Params:      137
+MACs:        560 MACs
+FLOPs:       1.26 KFLOPs
+Latency:     4.86 ms
+FLOP/s:      258 KFLOP/s
+Max memory:  3.00 MiB (live_tensors)
+Batch size:  4
+Device:      cpu
+Tracer:      fx
+Nodes:       8
+Unsupported: 1 node(s), excluded: torch.mystery x1
+
+module                  params  % params  MACs   % MACs   FLOPs  latency  % latency  FLOP/s
+----------------------  ------  --------  ----  -------  ------  -------  ---------  ------
+Net                        137   100.00%   560  100.00%  1.26 K  4.86 ms    100.00%   258 K
+  encoder (Sequential)     110    80.29%   400   71.43%     880  2.50 ms     51.39%   352 K
+    0 (Linear)             110    80.29%   400   71.43%     840  2.00 ms     41.11%   420 K
+    1 (ReLU)                 0     0.00%     0    0.00%      40   500 us     10.28%  80.0 K
+  head (Linear)             22    16.06%   160   28.57%     336  2.00 ms     41.11%   168 K
+  unused (Linear)            5     3.65%     0    0.00%       0        -          -       -
+
+Top 2 innermost modules:
+  by FLOPs:    encoder.0 (Linear) 840 66.88%, head (Linear) 336 26.75%
+  by MACs:     encoder.0 (Linear) 400 71.43%, head (Linear) 160 28.57%
+  by params:   encoder.0 (Linear) 110 80.29%, head (Linear) 22 16.06%
+  by latency:  encoder.0 (Linear) 2.00 ms 41.11%, head (Linear) 2.00 ms 41.11%
+"""
+
+UNTIMED_GOLDEN = """\
+torch_flops profile
+===================
+Params:      137
+MACs:        560 MACs
+FLOPs:       1.26 KFLOPs
+Latency:     not measured (meta)
+FLOP/s:      -
+Max memory:  3.00 MiB (live_tensors)
+Batch size:  4
+Device:      meta
+Tracer:      fx
+Nodes:       8
+Unsupported: 1 node(s), excluded: torch.mystery x1
+
+module                  params  % params  MACs   % MACs   FLOPs  latency  % latency  FLOP/s
+----------------------  ------  --------  ----  -------  ------  -------  ---------  ------
+Net                        137   100.00%   560  100.00%  1.26 K        -          -       -
+  encoder (Sequential)     110    80.29%   400   71.43%     880        -          -       -
+  head (Linear)             22    16.06%   160   28.57%     336        -          -       -
+  unused (Linear)            5     3.65%     0    0.00%       0        -          -       -
+
+Top 2 modules at depth 1:
+  by FLOPs:    encoder (Sequential) 880 70.06%, head (Linear) 336 26.75%
+  by MACs:     encoder (Sequential) 400 71.43%, head (Linear) 160 28.57%
+  by params:   encoder (Sequential) 110 80.29%, head (Linear) 22 16.06%
+"""
+
+MODULE_TABLE_GOLDEN = """\
+module     type          nodes    params    FLOPs    MACs     time    % time    unsupported
+---------  ----------  -------  --------  -------  ------  -------  --------  -------------
+(root)     Net               8       137   1.26 K     560  4.86 ms   100.00%              1
+encoder    Sequential        2       110      880     400  2.50 ms    51.39%
+encoder.0  Linear            1       110      840     400  2.00 ms    41.11%
+encoder.1  ReLU              1         0       40       0   500 us    10.28%
+head       Linear            2        22      336     160  2.00 ms    41.11%
+unused     Linear            0         5        0       0        -         -
+"""
+
+OPERATOR_TABLE_GOLDEN = """\
+operator         calls    FLOPs    % FLOPs    MACs     time    % time    unsupported
+-------------  -------  -------  ---------  ------  -------  --------  -------------
+Linear               3   1.18 K     93.63%     560  4.00 ms    82.22%
+ReLU                 1       40      3.18%       0   500 us    10.28%
+operator.add         1       40      3.18%       0   100 us     2.06%
+placeholder          1        0      0.00%       0  10.0 us     0.21%
+torch.mystery        1        0      0.00%       0   250 us     5.14%              1
+output               1        0      0.00%       0  5.00 us     0.10%
+total                8   1.26 K                560  4.86 ms                        1
+"""
+
+NODE_TABLE_GOLDEN = """\
+node       target         module     status         FLOPs    MACs     time    mem after    mem delta  output shape
+---------  -------------  ---------  -----------  -------  ------  -------  -----------  -----------  --------------
+x          x              -          zero               0       0  10.0 us     1.00 MiB     1.00 MiB  (4, 10)
+encoder_0  Linear         encoder.0                   840     400  2.00 ms     3.00 MiB     2.00 MiB  (4, 10)
+encoder_1  ReLU           encoder.1                    40       0   500 us     2.00 MiB    -1.00 MiB  (4, 10)
+add        operator.add   -                            40       0   100 us            -            -  (4, 10)
+head       Linear         head                        168      80  1.00 ms            -            -  (4, 2)
+mystery    torch.mystery  -          unsupported        -       -   250 us            -            -  (4, 10)
+head_1     Linear         head                        168      80  1.00 ms            -            -  (4, 2)
+output     output         -          zero               0       0  5.00 us            -            -  [(4, 2), -]
+total                                              1.26 K     560  4.86 ms
+"""
+
+MARKDOWN_GOLDEN = """\
+**torch_flops profile**: 137 params, 560 MACs, 1.26 KFLOPs, latency 4.86 ms on cpu (tracer fx, 1 unsupported node(s))
+
+| module    | type       |   nodes |   params |   FLOPs |   MACs |    time |   % time |   unsupported |
+|-----------|------------|---------|----------|---------|--------|---------|----------|---------------|
+| (root)    | Net        |       8 |      137 |  1.26 K |    560 | 4.86 ms |  100.00% |             1 |
+| encoder   | Sequential |       2 |      110 |     880 |    400 | 2.50 ms |   51.39% |               |
+| encoder.0 | Linear     |       1 |      110 |     840 |    400 | 2.00 ms |   41.11% |               |
+| encoder.1 | ReLU       |       1 |        0 |      40 |      0 |  500 us |   10.28% |               |
+| head      | Linear     |       2 |       22 |     336 |    160 | 2.00 ms |   41.11% |               |
+| unused    | Linear     |       0 |        5 |       0 |      0 |       - |        - |               |
+"""
+
+CSV_GOLDEN = """\
+operator,calls,flops,macs,time_ms,unsupported
+Linear,3,1176,560,4.0,0
+ReLU,1,40,0,0.5,0
+operator.add,1,40,0,0.1,0
+placeholder,1,0,0,0.01,0
+torch.mystery,1,0,0,0.25,1
+output,1,0,0,0.005,0
+"""
+
+
+def test_model_profile_golden() -> None:
+    assert lines(report.model_profile_text(hand_profile(), top=2)) == PROFILE_GOLDEN.splitlines()
+
+
+def test_untimed_profile_golden() -> None:
+    assert lines(report.model_profile_text(hand_profile(timed=False), depth=1, top=2)) == \
+        UNTIMED_GOLDEN.splitlines()
+
+
+def test_tree_depth_limits_rows() -> None:
+    text = report.module_tree(hand_profile(), depth=1)
+    tree_lines = PROFILE_GOLDEN.split("\n\n")[1].splitlines()
+    assert lines(text) == [line for line in tree_lines if not line.startswith("    ")]
+    assert lines(report.module_tree(hand_profile(), depth=0))[2].startswith("Net ")
+    with pytest.raises(ValueError, match="depth must be"):
+        report.module_tree(hand_profile(), depth=-3)
+
+
+def test_grouped_tables_golden() -> None:
+    p = hand_profile()
+    assert lines(report.table_text(p, "module")) == MODULE_TABLE_GOLDEN.splitlines()
+    assert lines(report.table_text(p, "operator")) == OPERATOR_TABLE_GOLDEN.splitlines()
+    assert report.table_text(p, "module") == report.module_table(p)
+    assert report.table_text(p, "operator") == report.operator_table(p)
+    with pytest.raises(ValueError, match="group_by must be one of"):
+        report.table_text(p, "layer")  # type: ignore[arg-type]
+
+
+def test_node_table_golden() -> None:
+    p = hand_profile()
+    assert lines(report.node_table(p.records)) == NODE_TABLE_GOLDEN.splitlines()
+    assert report.table_text(p, "node") == report.node_table(p.records)
+
+
+def test_markdown_and_csv_golden() -> None:
+    p = hand_profile()
+    assert lines(report.markdown(p, "module")) == MARKDOWN_GOLDEN.splitlines()
+    assert report.csv_text(p, "operator").splitlines() == CSV_GOLDEN.splitlines()
+    rows = list(csv.reader(io.StringIO(report.csv_text(p, "node"))))
+    assert rows[0] == list(report.NODE_COLUMNS) and len(rows) == 1 + len(p.records)
+
+
+def test_tabulate_globals_untouched() -> None:
+    before = tabulate_module.PRESERVE_WHITESPACE
+    p = hand_profile()
+    report.model_profile_text(p, top=3)
+    report.markdown(p)
+    for group_by in report.GROUP_BY:
+        report.table_text(p, group_by)  # type: ignore[arg-type]
+    assert tabulate_module.PRESERVE_WHITESPACE is before
+
+
+# ---------------------------------------------------------------------- rows
+def test_tree_rows_raw_and_formatted() -> None:
+    rows = report.tree_rows(hand_profile(), depth=1)
+    assert [r[0] for r in rows] == ["", "encoder", "head", "unused"]
+    root = dict(zip(report.TREE_COLUMNS, rows[0]))
+    assert root["params"] == 137 and root["macs"] == 560 and root["flops"] == 1256
+    assert root["params_pct"] == 100.0 and root["time_ms"] == pytest.approx(4.865)
+    assert root["flops_per_s"] == pytest.approx(1256 / 4.865e-3)
+    unused = dict(zip(report.TREE_COLUMNS, rows[3]))
+    assert unused["time_ms"] is None and unused["time_pct"] is None and unused["flops_per_s"] is None
+    text = report.format_rows(report.TREE_COLUMNS, rows)
+    assert text[0][3:] == ["137", "100.00%", "560", "100.00%", "1.26 K", "4.86 ms", "100.00%", "258 K"]
+    assert text[3][-3:] == ["-", "-", "-"]
+
+
+def test_format_helpers() -> None:
+    assert report.format_count(4_089_184_256, "MACs") == "4.09 GMACs"
+    assert report.format_count(25_557_032) == "25.6 M"
+    assert report.format_time_ms(3.2) == "3.20 ms"
+    assert report.format_percent(1, 8) == "12.50%"
+    assert report.format_percent(None, 8) == report.format_percent(1, 0) == "-"
+
+
+def test_rows_for_each_grouping() -> None:
+    p = hand_profile()
+    columns, rows = report.rows_for(p, "operator")
+    assert columns == report.OPERATOR_COLUMNS
+    assert rows[0] == ["Linear", 3, 1176, 560, 4.0, 0]
+    columns, rows = report.rows_for(p, "module")
+    assert columns == report.MODULE_COLUMNS
+    assert rows[-1] == ["unused", "Linear", 1, 0, 5, 5, 0, 0, None, 0]
+    assert report.rows_for(p, "node") == (report.NODE_COLUMNS, report.node_rows(p.records))
+
+
+# ---------------------------------------------------------------------- JSON
+_RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status", "time_ms",
+                "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note"}
+_MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported"}
+_SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
+                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported"}
+
+
+def _check_schema(doc: dict[str, Any]) -> None:
+    """The documented schema of ``torch_flops.profile`` version 1."""
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 1
+    assert isinstance(doc["settings"], dict)
+    assert set(doc["summary"]) == _SUMMARY_KEYS
+    for r in doc["records"]:
+        assert set(r) == _RECORD_KEYS
+        assert r["status"] in ("counted", "zero", "ignored", "unsupported")
+        assert r["flops"] is None or isinstance(r["flops"], int)
+        assert r["time_ms"] is None or isinstance(r["time_ms"], float)
+        assert isinstance(r["module_stack"], list)
+    assert "" in doc["modules"]
+    for m in doc["modules"].values():
+        assert set(m) == _MODULE_KEYS
+
+
+def test_json_round_trips_through_its_schema(tmp_path: Any) -> None:
+    p = hand_profile()
+    path = tmp_path / "profile.json"
+    text = report.profile_to_json(p, path)
+    doc = json.loads(path.read_text())
+    assert doc == json.loads(text)
+    _check_schema(doc)
+    assert doc["summary"]["max_memory"] == 3 * MiB and doc["summary"]["unsupported_nodes"] == 1
+    back = report.profile_from_json(path)
+    assert back.records == p.records and back == p
+    assert report.profile_from_json(text) == p
+
+
+def test_json_of_a_real_model(tmp_path: Any) -> None:
+    counter = TorchFLOPsByFX(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5)))
+    counter.propagate(torch.randn(2, 3, 8, 8))
+    text = counter.to_json(str(tmp_path / "p.json"))
+    doc = json.loads(text)
+    _check_schema(doc)
+    assert doc["summary"]["flops"] == counter.total_flops and doc["summary"]["batch_size"] == 2
+    back = Profile.from_json(tmp_path / "p.json")
+    assert back.records == counter.records
+    assert back.by_module() == counter.profile.by_module()
+
+
+# ---------------------------------------------------------------------- chrome trace
+def _x_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def _check_nesting(events: list[dict[str, Any]]) -> None:
+    """Any two slices of the thread are disjoint or one contains the other."""
+    spans = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events]
+    for i, (a0, a1) in enumerate(spans):
+        for b0, b1 in spans[i + 1:]:
+            assert a1 <= b0 or b1 <= a0 or (a0 <= b0 and b1 <= a1) or (b0 <= a0 and a1 <= b1)
+
+
+def test_chrome_trace_of_injected_times(tmp_path: Any) -> None:
+    p = hand_profile()
+    path = tmp_path / "trace.json"
+    report.write_chrome_trace(p, path)
+    trace = json.loads(path.read_text())
+    assert trace["displayTimeUnit"] == "ms"
+    events = _x_events(trace)
+    nodes = [e for e in events if e["cat"] == "node"]
+    assert [e["name"] for e in nodes] == [r.name for r in p.records]  # one per timed node, in order
+    # laid end to end: x 10 us, encoder_0 2000 us, encoder_1 500 us, add 100 us, head 1000 us, ...
+    assert [(e["ts"], e["dur"]) for e in nodes[:5]] == [(0, 10), (10, 2000), (2010, 500), (2510, 100), (2610, 1000)]
+    assert nodes[1]["args"]["flops"] == 840 and nodes[1]["args"]["macs"] == 400
+    assert nodes[1]["args"]["target"] == "Linear" and nodes[1]["args"]["output_shape"] == "(4, 10)"
+    modules = [(e["name"], e["ts"], e["dur"]) for e in events if e["cat"] == "module"]
+    # the root spans everything; "head" runs twice, around the root-level "mystery": two slices
+    assert modules == [("Net", 0, 4865), ("encoder", 10, 2500), ("encoder.0", 10, 2000), ("encoder.1", 2010, 500),
+                       ("head", 2610, 1000), ("head", 3860, 1000)]
+    _check_nesting(events)
+
+
+def test_chrome_trace_needs_times() -> None:
+    with pytest.raises(ValueError, match="needs measured times"):
+        report.chrome_trace(hand_profile(timed=False))
+
+
+def test_chrome_trace_of_a_real_model(tmp_path: Any) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(self.body(x) + x).softmax(-1)
+
+    counter = TorchFLOPsByFX(Net())
+    counter.propagate(torch.randn(3, 8))
+    path = tmp_path / "trace.json"
+    counter.export_chrome_trace(str(path))
+    events = _x_events(json.loads(path.read_text()))
+    timed = [r for r in counter.records if r.time_ms is not None]
+    assert len([e for e in events if e["cat"] == "node"]) == len(timed) == len(counter.records)
+    assert all(e["dur"] >= 0 for e in events)
+    _check_nesting(events)
+    (root,) = [e for e in events if e["cat"] == "module" and e["args"]["path"] == ""]
+    assert root["dur"] == pytest.approx(counter.total_time_ms * 1000, abs=0.01)
+
+
+# ---------------------------------------------------------------------- pandas
+def test_to_dataframe() -> None:
+    pytest.importorskip("pandas")
+    p = hand_profile()
+    df = report.to_dataframe(p)
+    assert list(df.columns) == list(report.NODE_COLUMNS) and len(df) == len(p.records)
+    df = report.to_dataframe(p, "module")
+    assert df.set_index("module").loc["encoder", "flops"] == 880
+    assert report.to_dataframe(p, "operator")["calls"].sum() == len(p.records)
+
+
+def test_to_dataframe_without_pandas(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match="pip install pandas"):
+        report.to_dataframe(hand_profile())
+
+
+# ---------------------------------------------------------------------- facade wrappers
+@pytest.fixture(scope="module")
+def counter() -> TorchFLOPsByFX:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.Tanh()), nn.Linear(8, 2))
+    c = TorchFLOPsByFX(model)
+    c.propagate(torch.randn(5, 4))
+    return c
+
+
+def test_print_result_table_group_by(counter: TorchFLOPsByFX, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = counter.print_result_table()
+    assert rows == report.node_rows(counter.records)
+    assert capsys.readouterr().out.strip() == report.node_table(counter.records).strip()
+    rows = counter.print_result_table(group_by="module")
+    assert capsys.readouterr().out.strip() == report.module_table(counter.profile).strip()
+    by_path = {r[0]: dict(zip(report.MODULE_COLUMNS, r)) for r in rows}
+    assert by_path[""]["flops"] == counter.total_flops
+    assert by_path["2"]["flops"] == by_path["2.0"]["flops"] + by_path["2.1"]["flops"]
+    rows = counter.print_result_table(show=False, group_by="operator", as_string=True)
+    assert capsys.readouterr().out == ""
+    # Linear 4->8, 8->8, 8->2 on 5 rows: 160 + 320 + 80 = 560 MACs; FLOPs 2*560 + bias 40+40+10 = 1210
+    assert rows[0][:4] == ["Linear", 3, "1.21 K", "560"]
+    with pytest.raises(ValueError, match="group_by"):
+        counter.print_result_table(show=False, group_by="layer")  # type: ignore[arg-type]
+
+
+def test_print_model_profile(counter: TorchFLOPsByFX, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = counter.print_model_profile(depth=1, top_modules=2)
+    out = capsys.readouterr().out
+    assert out.startswith("torch_flops profile\n") and "Top 2 modules at depth 1:" in out
+    assert "Tracer:      fx" in out and "Batch size:  5" in out
+    assert [r[0] for r in rows] == ["", "0", "1", "2", "3"]
+    # Linear layers 1210 (as above) + ReLU 5*8 + Tanh 5*8 (one FLOP per element each)
+    assert rows[0][report.TREE_COLUMNS.index("flops")] == 1210 + 40 + 40
+    strings = counter.print_model_profile(show=False, as_string=True)
+    assert capsys.readouterr().out == ""
+    assert strings[0][report.TREE_COLUMNS.index("flops")] == "1.29 K"
+    assert len(strings) == 7  # root, 0, 1, 2, 2.0, 2.1, 3
+
+
+def test_markdown_and_csv_wrappers(counter: TorchFLOPsByFX, tmp_path: Any) -> None:
+    text = counter.to_markdown(group_by="operator")
+    assert text.startswith("**torch_flops profile**") and "| Linear" in text
+    counter.save_result_to_csv(str(tmp_path / "nodes.csv"))
+    rows = list(csv.reader((tmp_path / "nodes.csv").open()))
+    assert rows[0] == counter.result_header and len(rows) == 1 + len(counter.records)
+    pytest.importorskip("pandas")
+    assert len(counter.to_dataframe(group_by="module")) == len(counter.profile.by_module())

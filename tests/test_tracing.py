@@ -1,0 +1,147 @@
+"""Tests for ``torch_flops.tracing``: TracingError messages, leaf modules (by class and by path),
+concrete_args, GraphModules passed through, and matching propagate's inputs to placeholders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import fx, nn
+
+from torch_flops import Status, TorchFLOPsByFX, TracingError
+from torch_flops.tracing import bind_inputs, split_leaf_modules, trace_fx
+
+
+def test_untraceable_model_names_cause_and_remedies(models: Any) -> None:
+    with pytest.raises(TracingError) as info:
+        TorchFLOPsByFX(models.DataDependent(), tracer="fx")
+    message = str(info.value)
+    assert "DataDependent" in message
+    assert "control flow" in message  # fx's own reason, kept
+    assert "leaf_modules" in message and "concrete_args" in message
+    assert isinstance(info.value.__cause__, Exception)
+
+
+def test_untraceable_submodule_is_located(models: Any) -> None:
+    with pytest.raises(TracingError, match=r"inside module 'gate' \(DataDependent\)"):
+        trace_fx(models.WithUntraceable())
+
+
+@pytest.mark.parametrize("leaf", ["class", "path"])
+def test_leaf_modules_make_the_model_traceable(models: Any, leaf: str) -> None:
+    leaves = (models.DataDependent,) if leaf == "class" else ("gate",)
+    gm = trace_fx(models.WithUntraceable(), leaf_modules=leaves)
+    nodes = [(n.op, str(n.target)) for n in gm.graph.nodes]
+    # the whole untraceable submodule is one call_module node; nothing of its inside is traced
+    assert nodes == [("placeholder", "x"), ("call_module", "fc1"), ("call_module", "gate"),
+                     ("call_module", "fc2"), ("output", "output")]
+
+
+def test_leaf_path_only_affects_that_module(models: Any) -> None:
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = models.CountingLeaf()
+            self.b = models.CountingLeaf()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    gm = trace_fx(Two(), leaf_modules=("a",))
+    ops = [(n.op, str(n.target)) for n in gm.graph.nodes]
+    # a stays whole; b is traced through (its x * 2 becomes an operator.mul node)
+    assert ops[1] == ("call_module", "a")
+    assert ("call_function", "<built-in function mul>") in ops
+    assert ("call_module", "b") not in ops
+
+
+def test_split_leaf_modules_rejects_other_entries() -> None:
+    assert split_leaf_modules((nn.ReLU, "a.b")) == ((nn.ReLU,), frozenset({"a.b"}))
+    with pytest.raises(TypeError, match="leaf_modules"):
+        split_leaf_modules((nn.ReLU(),))  # type: ignore[arg-type]  # an instance, not a class
+    with pytest.raises(TypeError, match="leaf_modules"):
+        split_leaf_modules((int,))
+
+
+def test_graph_module_is_returned_unchanged(models: Any) -> None:
+    gm = fx.symbolic_trace(models.MixedModel())
+    assert trace_fx(gm) is gm
+
+
+def test_auto_tracer_uses_fx_when_it_works(models: Any) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel())  # tracer="auto"
+    assert counter.tracer_used == "fx"
+    assert isinstance(counter.graph_module, fx.GraphModule)
+    counter.propagate(torch.randn(4, 16))
+    assert counter.profile.tracer == "fx"
+
+
+def test_tracing_leaves_the_model_alone(models: Any, capture_state: Any) -> None:
+    model = models.WithUntraceable()
+    check = capture_state(model)
+    counter = TorchFLOPsByFX(model, leaf_modules=("gate",))
+    assert counter.graph_module is not None and counter.graph_module is not model
+    # the GraphModule calls the user's own submodules (no copies): parameters are the same objects
+    assert counter.graph_module.get_submodule("fc1") is model.fc1
+    check()
+
+
+class Flagged(nn.Module):
+    def forward(self, x: torch.Tensor, double: bool = False) -> torch.Tensor:
+        if double:
+            return x * 2
+        return torch.relu(x)
+
+
+def test_concrete_args_fix_a_python_flag() -> None:
+    with pytest.raises(TracingError):  # a Proxy cannot be used as a Python bool
+        TorchFLOPsByFX(Flagged(), tracer="fx")
+    counter = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": True})
+    assert counter.graph_module is not None
+    assert not any("relu" in str(n.target) for n in counter.graph_module.graph.nodes)  # branch fixed
+    x = torch.randn(3, 4)
+    assert torch.equal(counter.propagate(x, True), x * 2)  # the value passed again, by position
+    rec = [r for r in counter.records if r.status is Status.COUNTED and r.flops]
+    assert [(r.target, r.flops) for r in rec] == [("operator.mul", 12)]  # 3*4 products
+
+
+@pytest.mark.parametrize("how", ["omitted", "keyword"])
+def test_concrete_args_need_not_be_passed_again(how: str) -> None:
+    counter = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": True})
+    x = torch.randn(3, 4)
+    out = counter.propagate(x) if how == "omitted" else counter.propagate(x, double=True)
+    assert torch.equal(out, x * 2)
+
+
+# --------------------------------------------------------------------------- bind_inputs
+
+
+def _gm_with_inputs() -> fx.GraphModule:
+    class Net(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+            return (x + y) * scale
+
+    return fx.symbolic_trace(Net())
+
+
+def test_bind_inputs_positional_keyword_default() -> None:
+    gm = _gm_with_inputs()
+    x, y = torch.ones(1), torch.zeros(1)
+    assert bind_inputs(gm, (x, y), {}) == [x, y, 2.0]  # default from the graph
+    assert bind_inputs(gm, (x,), {"y": y, "scale": 5.0}) == [x, y, 5.0]
+    assert bind_inputs(gm, (), {"scale": 1.0, "y": y, "x": x}) == [x, y, 1.0]  # placeholder order
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((1, 2, 3, 4), {}, "takes 3 input"),
+        ((1,), {"x": 1, "y": 2}, "'x' given both"),
+        ((1,), {}, "missing input 'y'"),
+        ((1, 2), {"z": 3}, r"unexpected keyword input\(s\) \['z'\]"),
+    ],
+)
+def test_bind_inputs_errors_name_the_input(args: tuple[Any, ...], kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        bind_inputs(_gm_with_inputs(), args, kwargs)

@@ -1,0 +1,327 @@
+"""``torch-flops`` / ``python -m torch_flops``: profile a model from the command line.
+
+::
+
+    torch-flops resnet50 --input-shape 1,3,224,224            # summary + module tree
+    torch-flops gpt2 --meta --tokens 1,1024 --depth 2 --top 5  # no weights allocated, no timing
+    torch-flops mypkg.models:build_net --input-shape 8,3,32,32 --format json --output net.json
+    torch-flops path/to/config.json --meta --tokens 1,4096     # a transformers config
+    torch-flops --list                                         # the zoo
+
+MODEL is a zoo name, an import path ``package.module:factory`` (a callable returning the model,
+or the model object itself) or a transformers ``config.json`` (or its directory). This module
+only parses arguments, builds the model and its inputs, and calls the public API
+(:func:`torch_flops.profile` and :mod:`torch_flops.report`). Errors are one line on stderr and a
+non-zero exit: 2 for bad arguments, 1 when building or profiling the model fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import inspect
+import os
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+import torch
+from torch import nn
+
+from torch_flops import report, zoo
+from torch_flops.api import profile
+
+__all__ = ["main"]
+
+_FORMATS = ("tree", "table", "json", "csv", "markdown")
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+_DEFAULT_TOKENS = (1, 128)
+
+
+class CLIError(Exception):
+    """A problem to report as one line; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise CLIError(message, code=2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="torch-flops",
+        description="FLOPs, MACs, parameters, latency and memory of a PyTorch model: per node, per module, "
+                    "per operator and in total.",
+        epilog="MODEL: a zoo name (see --list), an import path package.module:factory, or a transformers "
+               "config.json (or its directory).",
+    )
+    p.add_argument("model", nargs="?", metavar="MODEL", help="what to profile")
+    p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--input-shape", metavar="B,C,H,W", help="one float input of this shape")
+    shape.add_argument("--tokens", metavar="B,S", help="token ids (batch, sequence length) for token models")
+    p.add_argument("--dtype", choices=tuple(_DTYPES), default="float32", help="model and float input dtype")
+    p.add_argument("--device", default=None, help="torch device for the model and inputs (default: cpu)")
+    p.add_argument("--meta", action="store_true",
+                   help="build the model and inputs on the meta device: counts only, nothing timed or allocated")
+    p.add_argument("--tracer", choices=("auto", "fx", "export"), default="auto", help="graph front end")
+    p.add_argument("--format", choices=_FORMATS, default="tree", help="output (default: tree)")
+    p.add_argument("--group-by", choices=report.GROUP_BY, default="node",
+                   help="rows of --format table/csv/markdown (default: node)")
+    p.add_argument("--depth", type=int, default=-1, help="module tree depth, 0 = root, -1 = all (default)")
+    p.add_argument("--top", type=int, default=3, metavar="K",
+                   help="list the top K modules at --depth (-1: innermost) in text formats; 0 = none")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default: 1)")
+    p.add_argument("--repeat", type=int, default=1, help="timed runs, median per node (default: 1)")
+    p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
+    p.add_argument("--chrome-trace", metavar="FILE", help="also write a chrome://tracing / Perfetto trace")
+    p.add_argument("--traceback", action="store_true", help="show the full traceback on errors")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return p
+
+
+def _version() -> str:
+    from torch_flops import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    try:
+        ns = parser.parse_args(argv)
+    except CLIError as e:
+        print(f"torch-flops: error: {e}", file=sys.stderr)
+        return e.code
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+    if ns.list:
+        print(_zoo_listing())
+        return 0
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return _run(ns)
+        except KeyboardInterrupt:
+            print("torch-flops: interrupted", file=sys.stderr)
+            return 130
+        except Exception as e:
+            if ns.traceback:
+                raise
+            code = e.code if isinstance(e, CLIError) else 1
+            print(f"torch-flops: error: {_one_line(e)}", file=sys.stderr)
+            return code
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    print(f"torch-flops: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _one_line(e: BaseException | str) -> str:
+    if isinstance(e, KeyError) and e.args:
+        text = str(e.args[0])
+    else:
+        text = str(e)
+        if isinstance(e, BaseException) and not isinstance(e, CLIError):
+            text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else text
+
+
+def _zoo_listing() -> str:
+    width = max(len(name) for name in zoo.ZOO)
+    return "\n".join(f"{name:<{width}}  {entry.description}" for name, entry in sorted(zoo.ZOO.items()))
+
+
+# ---------------------------------------------------------------------- running
+def _run(ns: argparse.Namespace) -> int:
+    if ns.model is None:
+        raise CLIError("MODEL is required (a zoo name, package.module:factory or config.json), or --list", 2)
+    for name in ("warmup", "repeat", "top", "depth"):
+        value, low = getattr(ns, name), (1 if name == "repeat" else -1 if name == "depth" else 0)
+        if value < low:
+            raise CLIError(f"--{name} must be >= {low}, got {value}", 2)
+    if ns.meta and ns.device not in (None, "meta"):
+        raise CLIError("--meta and --device are exclusive (--meta puts everything on the meta device)", 2)
+    input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape else None
+    tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens else None
+    device = torch.device("meta") if ns.meta else _device(ns.device or "cpu")
+    dtype = _DTYPES[ns.dtype]
+
+    model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens)
+    model.eval()
+    result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat, **kwargs)
+
+    if ns.format == "tree":
+        text = report.model_profile_text(result, depth=ns.depth, top=ns.top)
+    elif ns.format == "table":
+        parts = [report.summary_text(result), report.table_text(result, ns.group_by)]
+        if ns.top:
+            parts.append(report.top_modules_text(result, ns.top, ns.depth))
+        text = "\n\n".join(parts)
+    elif ns.format == "json":
+        text = report.profile_to_json(result)
+    elif ns.format == "csv":
+        text = report.csv_text(result, ns.group_by).rstrip("\n")
+    else:
+        text = report.markdown(result, ns.group_by)
+    if ns.chrome_trace:
+        report.write_chrome_trace(result, ns.chrome_trace)
+    if ns.output:
+        with open(ns.output, "w", newline="") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int, ...]:
+    example = "1,128" if length == 2 else "1,3,224,224"
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if not dims or any(d <= 0 for d in dims) or (length is not None and len(dims) != length):
+        what = f"{length} " if length else ""
+        raise CLIError(f"bad {option} {text!r}: expected {what}comma-separated positive integers like {example}", 2)
+    return dims
+
+
+def _device(name: str) -> torch.device:
+    try:
+        return torch.device(name)
+    except RuntimeError as e:
+        raise CLIError(f"bad --device {name!r}: {e}", 2) from None
+
+
+@contextlib.contextmanager
+def _on(device: torch.device) -> Iterator[None]:
+    """Build on the meta device directly (no weights allocated); elsewhere build, then move."""
+    if device.type == "meta":
+        with torch.device("meta"):
+            yield
+    else:
+        yield
+
+
+def _build(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
+           tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    if spec in zoo.ZOO:
+        return _build_zoo(spec, device, dtype, input_shape, tokens)
+    if spec.endswith(".json") or os.path.isdir(spec):
+        return _build_transformers(spec, device, dtype, input_shape, tokens)
+    if ":" in spec:
+        return _build_import(spec, device, dtype, input_shape, tokens)
+    close = difflib.get_close_matches(spec, zoo.ZOO, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise CLIError(f"unknown model {spec!r}{hint}: not a zoo name ({', '.join(sorted(zoo.ZOO))}), an import path "
+                   "package.module:factory, or a transformers config.json")
+
+
+def _finish(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    if device.type != "meta":
+        model = model.to(device)
+    return model.to(dtype)
+
+
+def _float_input(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    if device.type == "meta":
+        return torch.empty(shape, device=device, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+
+
+def _build_zoo(name: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
+               tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    entry = zoo.get(name)
+    takes_tokens = "seq_len" in inspect.signature(entry.example_inputs).parameters
+    if tokens is not None and not takes_tokens:
+        raise CLIError(f"--tokens is for token models; {name} takes images: use --input-shape B,C,H,W", 2)
+    if input_shape is not None and takes_tokens:
+        raise CLIError(f"{name} takes token ids: use --tokens B,S instead of --input-shape", 2)
+    with _on(device):
+        model = entry.build()
+    model = _finish(model, device, dtype)
+    if tokens is not None:
+        args = entry.example_inputs(batch_size=tokens[0], device=device, seq_len=tokens[1])
+    elif input_shape is not None:
+        args = (_float_input(input_shape, device, dtype),)
+    else:
+        args = entry.example_inputs(batch_size=1, device=device)
+    args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    return model, args, {}
+
+
+def _build_import(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
+                  tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CLIError(f"bad import path {spec!r}: expected package.module:factory", 2)
+    if input_shape is None and tokens is None:
+        raise CLIError(f"{spec} needs its input: give --input-shape B,C,H,W or --tokens B,S", 2)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules in the current directory import
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise CLIError(f"cannot import {module_name!r} (from {spec!r}): {e}") from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CLIError(f"{module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, nn.Module):
+        model = obj.to(device) if device.type != "meta" else obj
+    elif callable(obj):
+        with _on(device):
+            model = obj()
+        if not isinstance(model, nn.Module):
+            raise CLIError(f"{spec}() returned {type(model).__name__}, not a torch.nn.Module")
+    else:
+        raise CLIError(f"{spec} is a {type(obj).__name__}: expected a model factory or a torch.nn.Module")
+    model = _finish(model, device, dtype)
+    if tokens is not None:
+        return model, (torch.zeros(tokens, dtype=torch.long, device=device),), {}
+    return model, (_float_input(input_shape, device, dtype),), {}  # type: ignore[arg-type]
+
+
+def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
+                        tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    if not os.path.exists(spec):
+        raise CLIError(f"no such config file: {spec}")
+    try:
+        import transformers
+    except ImportError:
+        raise CLIError("a config.json model needs transformers: pip install transformers") from None
+    config = transformers.AutoConfig.from_pretrained(spec)
+    architectures = getattr(config, "architectures", None) or []
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
+    with _on(device):
+        model = auto.from_config(config)
+    model = _finish(model, device, dtype)
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False  # no cache object in the output: nothing to carry through a graph
+    main_input = getattr(model, "main_input_name", "input_ids")
+    if input_shape is not None:
+        return model, (), {main_input: _float_input(input_shape, device, dtype)}
+    if main_input != "input_ids":
+        raise CLIError(f"{type(model).__name__} takes {main_input!r}: give --input-shape", 2)
+    batch, seq = tokens or _DEFAULT_TOKENS
+    vocab = int(getattr(config, "vocab_size", 0) or 1)
+    if device.type == "meta":
+        ids = torch.empty((batch, seq), dtype=torch.long, device=device)
+    else:
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(device)
+    return model, (), {"input_ids": ids}
