@@ -541,3 +541,19 @@ def test_module_stack_consistent_between_node_kinds() -> None:
     assert rec["relu"].module_path == "blocks.0" and rec["relu"].module_type == "Block"
     # "every enclosing module path, outermost first, ending with module_path"
     assert rec["relu"].module_stack == ("blocks", "blocks.0")
+
+
+def test_registered_module_class_is_kept_whole_and_counted_by_its_formula(clean_tables: None) -> None:
+    from torch_flops import MODULE_FLOPs_MAPPING
+
+    class Scaler(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 3 + 1
+
+    MODULE_FLOPs_MAPPING["Scaler"] = lambda module, out, x: 7 * out.numel()  # user's own count
+    model = nn.Sequential(nn.Linear(4, 4), Scaler())
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(torch.randn(2, 4))
+    scaler = [r for r in counter.records if r.module_path == "1"]
+    # one call_module node counted by the user's formula: 7 x 8 outputs, not mul + add = 16
+    assert [(r.op, r.target, r.flops) for r in scaler] == [("call_module", "Scaler", 56)]

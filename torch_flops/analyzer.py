@@ -59,7 +59,8 @@ class TorchFLOPsByFX:
         strict: raise :class:`UnsupportedOpError` for nodes without a formula instead of warning.
         warmup: untimed runs before measuring.
         repeat: timed runs; each node's time is the median over them. FLOPs come from one run.
-        leaf_modules: module classes or paths kept as single nodes by the fx tracer.
+        leaf_modules: module classes or paths kept as single nodes by the fx tracer. Classes whose
+            name the user registered in ``MODULE_FLOPs_MAPPING`` are kept whole automatically.
         concrete_args: arguments fixed while tracing (``torch.fx.symbolic_trace``'s own).
         tracer: ``"fx"`` (symbolic tracing), ``"export"`` (``torch.export``, traced on the first
             ``propagate``) or ``"auto"`` (fx, falling back to export with a warning).
@@ -117,7 +118,11 @@ class TorchFLOPsByFX:
         self._profile: Profile | None = None
         if tracer in ("fx", "auto"):
             try:
-                self.graph_module = trace_fx(model, leaf_modules=leaf_modules, concrete_args=concrete_args)
+                # A module class the user gave a formula of its own is counted by it: keep it whole.
+                registered = [name for name, formula in self.tables.modules.items()
+                              if formula is not formulas.DEFAULT_MODULE_FORMULAS.get(name)]
+                self.graph_module = trace_fx(model, leaf_modules=leaf_modules, concrete_args=concrete_args,
+                                             leaf_class_names=registered)
                 self.tracer_used = "graph_module" if isinstance(model, fx.GraphModule) else "fx"
             except TracingError as e:
                 if tracer == "fx":

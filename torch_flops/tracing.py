@@ -33,15 +33,17 @@ _FX_HINTS = (
 class _LeafTracer(fx.Tracer):
     """fx's tracer with extra leaf modules, given by class or by dotted path."""
 
-    def __init__(self, leaf_types: tuple[type, ...], leaf_paths: frozenset[str]) -> None:
+    def __init__(self, leaf_types: tuple[type, ...], leaf_paths: frozenset[str],
+                 leaf_names: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self._leaf_types = leaf_types
         self._leaf_paths = leaf_paths
+        self._leaf_names = leaf_names
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if self._leaf_types and isinstance(m, self._leaf_types):
             return True
-        if module_qualified_name in self._leaf_paths:
+        if module_qualified_name in self._leaf_paths or type(m).__name__ in self._leaf_names:
             return True
         return super().is_leaf_module(m, module_qualified_name)
 
@@ -60,12 +62,17 @@ def split_leaf_modules(leaf_modules: Iterable[type | str]) -> tuple[tuple[type, 
 
 
 def trace_fx(model: nn.Module, *, leaf_modules: Iterable[type | str] = (),
-             concrete_args: Mapping[str, Any] | None = None) -> fx.GraphModule:
-    """Symbolically trace ``model``; an existing GraphModule is returned as it is."""
+             concrete_args: Mapping[str, Any] | None = None,
+             leaf_class_names: Iterable[str] = ()) -> fx.GraphModule:
+    """Symbolically trace ``model``; an existing GraphModule is returned as it is.
+
+    ``leaf_class_names``: classes (by exact name) kept as one node, e.g. those a user registered a
+    module formula for.
+    """
     if isinstance(model, fx.GraphModule):
         return model
     leaf_types, leaf_paths = split_leaf_modules(leaf_modules)
-    tracer = _LeafTracer(leaf_types, leaf_paths)
+    tracer = _LeafTracer(leaf_types, leaf_paths, frozenset(leaf_class_names))
     try:
         graph = tracer.trace(model, concrete_args=dict(concrete_args) if concrete_args else None)
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...

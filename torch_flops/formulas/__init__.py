@@ -150,3 +150,6 @@ from torch_flops.formulas import (  # noqa: E402,F401
     zero,
 )
 from torch_flops.formulas import aten  # noqa: E402,F401  (last: it reuses the function formulas)
+
+#: the package's own module formulas, to tell entries users added or replaced from the defaults
+DEFAULT_MODULE_FORMULAS: dict[str, Formula] = dict(MODULE_FLOPs_MAPPING)
