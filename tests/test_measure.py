@@ -10,7 +10,14 @@ import torch
 from torch import nn
 
 from torch_flops import Status, TorchFLOPsByFX
-from torch_flops.measure import LiveTensors, NullTimer, PerfCounterTimer, make_memory_reader, make_timer
+from torch_flops.measure import (
+    LiveTensors,
+    NullTimer,
+    PerfCounterTimer,
+    make_memory_reader,
+    make_timer,
+    storage_entries,
+)
 
 # --------------------------------------------------------------------------- live tensor bytes
 
@@ -90,9 +97,9 @@ def test_values_without_users_are_freed_at_once() -> None:
 def test_live_tensors_counts_storages_once() -> None:
     live = LiveTensors()
     t = torch.zeros(4, 8)  # 128 B
-    live.hold("a", t)
-    live.hold("b", t.view(32))  # same storage
-    live.hold("c", (t[0], torch.zeros(2, dtype=torch.float64)))  # view + a new 16 B storage
+    live.hold("a", storage_entries(t))
+    live.hold("b", storage_entries(t.view(32)))  # same storage
+    live.hold("c", storage_entries((t[0], torch.zeros(2, dtype=torch.float64))))  # view + a new 16 B storage
     assert live.bytes == 128 + 16
     live.release("a")
     live.release("b")
@@ -106,10 +113,10 @@ def test_live_tensors_counts_storages_once() -> None:
 def test_live_tensors_excludes_parameters() -> None:
     fc = nn.Linear(4, 4)
     live = LiveTensors(LiveTensors.storage_keys(fc.parameters()))
-    live.hold("w", fc.weight)
-    live.hold("wt", fc.weight.t())
+    live.hold("w", storage_entries(fc.weight))
+    live.hold("wt", storage_entries(fc.weight.t()))
     assert live.bytes == 0
-    live.hold("x", torch.zeros(3))  # 12 B
+    live.hold("x", storage_entries(torch.zeros(3)))  # 12 B
     assert live.bytes == 12
 
 

@@ -116,6 +116,8 @@ class TorchFLOPsByFX:
         self._model_storages: frozenset[int] = frozenset()
         self._plans: dict[fx.Node, NodePlan] | None = None
         self._profile: Profile | None = None
+        self._pending: tuple[Any, ...] | None = None
+        self._modules: list[nn.Module] = []
         if tracer in ("fx", "auto"):
             try:
                 # A module class the user gave a formula of its own is counted by it: keep it whole.
@@ -138,6 +140,7 @@ class TorchFLOPsByFX:
             prefix = EXPORT_ROOT if self.tracer_used == "export" else ""
             self._module_types = _module_types(self.model)
             self._module_params = _module_params(self.model)
+            self._modules = list(self.model.modules())
             self._plans = plan_graph(gm, self.tables, self.ignore_ops, self._module_types, prefix)
             self._model_storages = LiveTensors.storage_keys([*gm.parameters(), *gm.buffers()])
         plans = self._plans
@@ -147,12 +150,11 @@ class TorchFLOPsByFX:
         device = _input_device(args, kwargs, self.model)
         timer = make_timer(device)
         reader = make_memory_reader(device, self.mem_func_name)
-        live = LiveTensors(self._model_storages)
-        interp = FlopsInterpreter(gm, plans, timer, live, reader, self.strict,
+        interp = FlopsInterpreter(gm, plans, timer, self._model_storages, reader, self.strict,
                                   skip_unneeded_failures=device.type == "meta")
         timed = device.type != "meta"
         runs: list[list[float | None]] = []
-        state = _ModelState(self.model)
+        state = _ModelState(self._modules)
         try:
             interp.count = False
             for _ in range(self.warmup if timed else 0):
@@ -169,10 +171,10 @@ class TorchFLOPsByFX:
                 runs.append([timer.elapsed_ms(s, e) for s, e in zip(interp.starts, interp.ends)])
         finally:
             state.restore()
-        times = [_median(col) for col in zip(*runs)]
-        records = build_records(plans, interp, times)
-        self._profile = Profile(
-            records=records, device=str(device), tracer=self.tracer_used or "fx",
+        interp.env.clear()  # drop the run's last values; the measurements stay in interp's lists
+        times = runs[0] if len(runs) == 1 else [_median(col) for col in zip(*runs)]
+        facts = dict(
+            device=str(device), tracer=self.tracer_used or "fx",
             memory_source=f"cuda.{self.mem_func_name}" if reader is not None else "live_tensors",
             module_types=self._module_types, module_params=self._module_params,
             batch_size=_batch_size(args, kwargs),
@@ -180,7 +182,11 @@ class TorchFLOPsByFX:
                       "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name,
                       "tracer": self.tracer},
         )
-        warn_unsupported(records)
+        # Everything is measured now; the NodeRecord objects are assembled on first access
+        # (self.profile), so a caller that only wants the output pays nothing more here.
+        self._profile = None
+        self._pending = (plans, interp, times, facts)
+        warn_unsupported(plans, interp)
         return output
 
     def _graph_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fx.GraphModule:
@@ -222,8 +228,13 @@ class TorchFLOPsByFX:
     # ------------------------------------------------------------------ results
     @property
     def profile(self) -> Profile:
+        """The immutable result of the last ``propagate`` (records and roll-ups)."""
         if self._profile is None:
-            raise RuntimeError("no results yet: call propagate(*inputs) first")
+            if self._pending is None:
+                raise RuntimeError("no results yet: call propagate(*inputs) first")
+            plans, interp, times, facts = self._pending
+            self._profile = Profile(records=build_records(plans, interp, times), **facts)
+            self._pending = None
         return self._profile
 
     @property
@@ -368,12 +379,13 @@ class _ModelState:
     """What propagate must give back unchanged: every module's training flag and, for modules in
     training mode, their buffers (BatchNorm running statistics move on every training forward)."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self._flags = [(m, m.training) for m in model.modules()]
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self._flags = [(m, m.training) for m in modules]
         self._buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
         if any(flag for _, flag in self._flags):
             with torch.no_grad():
-                self._buffers = [(b, b.clone()) for b in model.buffers() if b.device.type != "meta"]
+                self._buffers = [(b, b.clone()) for m in modules for b in m.buffers(recurse=False)
+                                 if b.device.type != "meta"]
 
     def restore(self) -> None:
         for module, flag in self._flags:

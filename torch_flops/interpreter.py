@@ -18,7 +18,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops.formulas import Formula, zero_flops
-from torch_flops.measure import LiveTensors, Timer
+from torch_flops.measure import LiveTensors, StorageEntries, Timer, storage_entries
 from torch_flops.records import NodeRecord, Status
 
 __all__ = [
@@ -69,6 +69,13 @@ class NodePlan(NamedTuple):
     module_stack: tuple[str, ...]
     #: the graph's output depends on this node (False for checks such as export's assertions)
     needed: bool = True
+    #: values no later node reads once this node has run (as fx.Interpreter frees them), and
+    #: this node's own value when nothing reads it
+    frees: tuple[fx.Node, ...] = ()
+    #: whether the node's value is held by the graph (every node but the output)
+    holds: bool = True
+    #: ``frees`` as node indices
+    frees_index: tuple[int, ...] = ()
 
 
 def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
@@ -158,6 +165,7 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
     """Decide, for every node, which formula counts it (or why none does)."""
     ignored = set(ignore_ops)
     needed = _output_ancestors(gm.graph)
+    frees = _last_uses(gm.graph)
     plans: dict[fx.Node, NodePlan] = {}
     for index, node in enumerate(gm.graph.nodes):
         module = None
@@ -195,8 +203,24 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
         else:
             module_type = _stack_type(node) if path else type(gm).__name__
         plans[node] = NodePlan(index, kind, formula, module, readable_target(node, gm), key, path,
-                               module_type, stack, node in needed)
-    return plans
+                               module_type, stack, node in needed, frees.get(node, ()), node.op != "output")
+    index_of = {node: plan.index for node, plan in plans.items()}
+    return {node: plan._replace(frees_index=tuple(index_of[d] for d in plan.frees)) for node, plan in plans.items()}
+
+
+def _last_uses(graph: fx.Graph) -> dict[fx.Node, tuple[fx.Node, ...]]:
+    """For each node, the values whose last reader it is (fx.Interpreter's own rule), plus the
+    node itself when nothing reads its value."""
+    seen: set[fx.Node] = set()
+    frees: dict[fx.Node, list[fx.Node]] = {}
+    for node in reversed(graph.nodes):
+        for parent in node.all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                frees.setdefault(node, []).append(parent)
+        if not node.users and node.op != "output":
+            frees.setdefault(node, []).append(node)
+    return {node: tuple(values) for node, values in frees.items()}
 
 
 def _output_ancestors(graph: fx.Graph) -> set[fx.Node]:
@@ -260,14 +284,15 @@ class FlopsInterpreter(fx.Interpreter):
     """
 
     def __init__(self, gm: fx.GraphModule, plans: Mapping[fx.Node, NodePlan], timer: Timer,
-                 live: LiveTensors, memory_reader: Callable[[], int] | None, strict: bool,
+                 model_storages: frozenset[int], memory_reader: Callable[[], int] | None, strict: bool,
                  skip_unneeded_failures: bool = False) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.extra_traceback = False  # our own error names the node
         self._plans = plans
         self._timer = timer
         self._tick = timer.tick
-        self._live = live
+        self._model_storages = model_storages
+        self.reads_device_memory = memory_reader is not None
         self._memory_reader = memory_reader
         self._strict = strict
         n = len(plans)
@@ -279,6 +304,8 @@ class FlopsInterpreter(fx.Interpreter):
         self.mem_before: list[int | None] = [None] * n
         self.mem_after: list[int | None] = [None] * n
         self.shapes: list[Any] = [None] * n
+        #: storages behind each node's value, captured during the counting run
+        self.storages: list[StorageEntries] = [None] * n
         self.errors: dict[int, str] = {}
         #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
         #: only allowed for nodes the output does not depend on
@@ -286,76 +313,83 @@ class FlopsInterpreter(fx.Interpreter):
         self._skip_unneeded = skip_unneeded_failures
 
     def run_node(self, n: fx.Node) -> Any:
-        # Same steps as fx.Interpreter.run_node (set the current node, fetch args, dispatch on
-        # n.op), inlined so the fetched args can also feed the formula without fetching twice.
+        # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
+        # fetched args also feed the formula without a second fetch. fx's _set_current_node
+        # context (metadata for re-tracing through an interpreter) is left out: nothing is traced
+        # here, and it cost about 2 us a node.
         plan = self._plans[n]
         i = plan.index
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        reader = self._memory_reader
+        if reader is not None and self.count:
+            self.mem_before[i] = reader()
         tick = self._tick
-        with self._set_current_node(n):
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
-            if self.count:
-                reader = self._memory_reader
-                self.mem_before[i] = self._live.bytes if reader is None else reader()
-            start = tick()
-            try:
-                out = getattr(self, n.op)(n.target, args, kwargs)
-            except Exception as e:
-                if self._skip_unneeded and not plan.needed:
-                    self.skipped[i] = f"not run ({type(e).__name__}: {_first_line(e)}); the output does not need it"
-                    return None
-                raise NodeExecutionError(
-                    f"running node '{n.name}' ({plan.target}"
-                    f"{f' in module {plan.module_path!r}' if plan.module_path else ''}) failed "
-                    f"with inputs ({_describe_inputs(args)}): {type(e).__name__}: {e}\n"
-                    f"  node: {n.format_node()}"
-                ) from e
-            end = tick()
+        start = tick()
+        try:
+            out = getattr(self, n.op)(n.target, args, kwargs)
+        except Exception as e:
+            return self._failed(n, plan, args, e)
+        end = tick()
         self.starts[i] = start
         self.ends[i] = end
-        if self.count:
-            self._account(n, plan, out, args, kwargs)
-        return out
-
-    def _account(self, n: fx.Node, plan: NodePlan, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        # The hot path of a counting run: keep it to plain local lookups.
-        i = plan.index
-        live = self._live
-        if n.op != "output":
-            live.hold(n, out)
-        reader = self._memory_reader
-        self.mem_after[i] = live.bytes if reader is None else reader()
-        for dead in self.user_to_last_uses.get(n, ()):
-            live.release(dead)
-        if not n.users:  # a value nothing reads (a discarded in-place result, dead code) dies at once
-            live.release(n)
+        if not self.count:
+            return out
+        # A counting run also records memory, the output shape and the node's FLOPs.
+        if reader is not None:
+            self.mem_after[i] = reader()
+        if plan.holds:
+            self.storages[i] = storage_entries(out)
         self.shapes[i] = out.shape if type(out) is torch.Tensor else output_shape(out)
         kind = plan.kind
-        if kind >= ZERO:
-            return
+        if kind < ZERO:
+            try:
+                if kind == MODULE:
+                    result = plan.formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
+                else:
+                    result = plan.formula(out, *args, **kwargs)  # type: ignore[misc]
+                if type(result) is tuple:
+                    self.flops[i] = int(result[0])
+                    self.macs[i] = int(result[1])
+                else:
+                    self.flops[i] = int(result)  # type: ignore[call-overload]
+                    self.macs[i] = 0
+            except Exception as e:
+                self._formula_failed(n, plan, e)
+        return out
+
+    def live_bytes(self) -> tuple[list[int], list[int]]:
+        """Live tensor bytes before and after every node of the counting run, replayed in order."""
+        live = LiveTensors(self._model_storages)
+        plans = self._plans.values()
+        return live.timeline((p.index, self.storages[p.index], p.frees_index) for p in plans)
+
+    def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:
+        if self._skip_unneeded and not plan.needed:
+            self.skipped[plan.index] = f"not run ({type(e).__name__}: {_first_line(e)}); the output does not need it"
+            return None
+        raise NodeExecutionError(
+            f"running node '{n.name}' ({plan.target}"
+            f"{f' in module {plan.module_path!r}' if plan.module_path else ''}) failed "
+            f"with inputs ({_describe_inputs(args)}): {type(e).__name__}: {e}\n"
+            f"  node: {n.format_node()}"
+        ) from e
+
+    def _formula_failed(self, n: fx.Node, plan: NodePlan, e: Exception) -> None:
         formula = plan.formula
-        try:
-            if kind == MODULE:
-                result = formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
-            else:
-                result = formula(out, *args, **kwargs)  # type: ignore[misc]
-            if type(result) is tuple:
-                self.flops[i] = int(result[0])
-                self.macs[i] = int(result[1])
-            else:
-                self.flops[i] = int(result)  # type: ignore[call-overload]
-                self.macs[i] = 0
-        except Exception as e:
-            message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
-            if self._strict:
-                raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
-            self.errors[i] = message
+        message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
+        if self._strict:
+            raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
+        self.errors[plan.index] = message
 
 
 def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
                   times: list[float | None]) -> tuple[NodeRecord, ...]:
     records = []
     flops_of, macs_of, shapes = interp.flops, interp.macs, interp.shapes
-    befores, afters = interp.mem_before, interp.mem_after
+    if interp.reads_device_memory:
+        befores, afters = interp.mem_before, interp.mem_after
+    else:
+        befores, afters = interp.live_bytes()
     errors, skipped = interp.errors, interp.skipped
     counted, zero, ignored, unsupported = Status.COUNTED, Status.ZERO, Status.IGNORED, Status.UNSUPPORTED
     for node, plan in plans.items():
@@ -387,16 +421,18 @@ def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
     return tuple(records)
 
 
-def warn_unsupported(records: Iterable[NodeRecord]) -> None:
+def warn_unsupported(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter) -> None:
     """One warning per unsupported target, with its node count and the nodes' names."""
-    by_target: dict[str, list[NodeRecord]] = {}
-    for r in records:
-        if r.status is Status.UNSUPPORTED:
-            by_target.setdefault(r.target, []).append(r)
-    for target, recs in by_target.items():
-        names = ", ".join(r.name for r in recs[:5]) + (", ..." if len(recs) > 5 else "")
+    by_target: dict[str, list[tuple[str, str]]] = {}
+    for node, plan in plans.items():
+        if plan.kind == UNSUPPORTED:
+            by_target.setdefault(plan.target, []).append((node.name, f"no formula for {plan.key!r}"))
+        elif plan.index in interp.errors:
+            by_target.setdefault(plan.target, []).append((node.name, interp.errors[plan.index]))
+    for target, nodes in by_target.items():
+        names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
         warnings.warn(
-            f"torch_flops: no FLOPs formula for {target} ({len(recs)} node(s): {names}; {recs[0].note}); "
+            f"torch_flops: no FLOPs formula for {target} ({len(nodes)} node(s): {names}; {nodes[0][1]}); "
             "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
             "register_method/register_module, or pass ignore_ops / strict=True.",
             UnsupportedOpWarning, stacklevel=4,

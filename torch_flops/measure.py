@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Union
 
 import torch
 
-__all__ = ["DeviceTimer", "LiveTensors", "NullTimer", "PerfCounterTimer", "make_memory_reader", "make_timer"]
+__all__ = ["DeviceTimer", "LiveTensors", "StorageEntries", "storage_entries", "NullTimer", "PerfCounterTimer", "make_memory_reader", "make_timer"]
 
 Tensor = torch.Tensor
 
@@ -126,12 +126,29 @@ def tensors_of(value: Any) -> list[Tensor]:
     return [leaf for leaf in _pytree.tree_leaves(value) if isinstance(leaf, Tensor)]
 
 
+#: what a node's value holds: one (storage key, bytes) pair, several, or None (no tensor)
+StorageEntries = Union[tuple[int, int], tuple[tuple[int, int], ...], None]
+
+
+def storage_entries(value: Any) -> StorageEntries:
+    """The storages behind a node's value, captured while it is alive (cheap for one tensor)."""
+    if type(value) is Tensor:
+        return _storage_key(value)
+    tensors = tensors_of(value)
+    if not tensors:
+        return None
+    return tuple(_storage_key(t) for t in tensors)
+
+
 class LiveTensors:
     """Bytes of tensor storage held by the graph's live values.
 
-    ``hold(key, value)`` adds the storages of a new value (a storage already held, e.g. by a view or
-    an in-place result, is not added twice); ``release(key)`` drops one value. Storages of the
-    model's parameters and buffers are never counted: they are the model, not the run.
+    ``hold(key, entries)`` adds the storages of a new value (a storage already held, e.g. by a view
+    or an in-place result, is not added twice); ``release(key)`` drops one value. Storages of the
+    model's parameters and buffers are never counted: they are the model, not the run. The
+    interpreter captures each value's :func:`storage_entries` during the run and replays holds and
+    releases in node order afterwards (:meth:`timeline`), which gives the same bytes as counting
+    live but keeps the run itself lean.
     """
 
     __slots__ = ("bytes", "_held", "_by_value", "_excluded")
@@ -139,7 +156,7 @@ class LiveTensors:
     def __init__(self, excluded_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
         self._held: dict[int, list[int]] = {}  # storage key -> [nbytes, holders]
-        self._by_value: dict[Any, int | tuple[int, ...]] = {}
+        self._by_value: dict[Any, tuple[int, ...]] = {}
         self._excluded = excluded_keys
 
     @staticmethod
@@ -147,26 +164,13 @@ class LiveTensors:
         """Keys of the storages behind ``tensors`` (e.g. a model's parameters and buffers), to exclude."""
         return frozenset(_storage_key(t)[0] for t in tensors)
 
-    def hold(self, key: Any, value: Any) -> None:
-        if type(value) is Tensor:  # the common case, kept to a few dict operations
-            skey, nbytes = _storage_key(value)
-            if skey in self._excluded:
-                return
-            entry = self._held.get(skey)
-            if entry is None:
-                self._held[skey] = [nbytes, 1]
-                self.bytes += nbytes
-            else:
-                entry[1] += 1
-            self._by_value[key] = skey
+    def hold(self, key: Any, entries: StorageEntries) -> None:
+        if entries is None:
             return
-        tensors = tensors_of(value)
-        if not tensors:
-            return
+        pairs = (entries,) if type(entries[0]) is int else entries
         keys = []
         held = self._held
-        for t in tensors:
-            skey, nbytes = _storage_key(t)
+        for skey, nbytes in pairs:  # type: ignore[misc]
             if skey in self._excluded:
                 continue
             entry = held.get(skey)
@@ -184,9 +188,20 @@ class LiveTensors:
         if keys is None:
             return
         held = self._held
-        for skey in (keys,) if type(keys) is int else keys:
+        for skey in keys:
             entry = held[skey]
             entry[1] -= 1
             if entry[1] == 0:
                 self.bytes -= entry[0]
                 del held[skey]
+
+    def timeline(self, steps: Iterable[tuple[Any, StorageEntries, Iterable[Any]]]) -> tuple[list[int], list[int]]:
+        """Replay ``(key, entries, keys freed after it)`` per node: live bytes before and after each."""
+        before, after = [], []
+        for key, entries, frees in steps:
+            before.append(self.bytes)
+            self.hold(key, entries)
+            after.append(self.bytes)
+            for dead in frees:
+                self.release(dead)
+        return before, after
