@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from torch_flops.formulas import ATEN_FLOPs_MAPPING, FUNCTION_FLOPs_MAPPING, zero_flops
 

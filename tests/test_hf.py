@@ -23,7 +23,8 @@ from torch_flops.tracing import bind_inputs
 T = pytest.importorskip("transformers")
 T.logging.set_verbosity_error()
 
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100)
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+         "vocab_size": 100}
 BATCH, SEQ = 2, 8
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import fx, nn
@@ -27,7 +27,7 @@ from torch_flops.interpreter import (
 )
 from torch_flops.measure import MEMORY_FUNCTIONS, LiveTensors, make_memory_reader, make_timer, tensors_of
 from torch_flops.records import NodeRecord, Profile
-from torch_flops.tracing import EXPORT_ROOT, TracingError, split_leaf_modules, bind_inputs, trace_export, trace_fx
+from torch_flops.tracing import EXPORT_ROOT, TracingError, bind_inputs, split_leaf_modules, trace_export, trace_fx
 
 __all__ = ["DroppedOutputWarning", "TorchFLOPsByFX", "TracerFallbackWarning"]
 
@@ -67,7 +67,7 @@ class TorchFLOPsByFX:
     """
 
     #: column names of :meth:`print_result_table`'s rows and of the CSV file
-    result_header: list[str] = list(report.NODE_COLUMNS)
+    result_header: ClassVar[list[str]] = list(report.NODE_COLUMNS)
 
     def __init__(self, model: nn.Module, *, ignore_ops: Iterable[str] = (),
                  mem_func_name: str = "memory_allocated", strict: bool = False, warmup: int = 0,
@@ -173,15 +173,15 @@ class TorchFLOPsByFX:
             state.restore()
         interp.env.clear()  # drop the run's last values; the measurements stay in interp's lists
         times = runs[0] if len(runs) == 1 else [_median(col) for col in zip(*runs)]
-        facts = dict(
-            device=str(device), tracer=self.tracer_used or "fx",
-            memory_source=f"cuda.{self.mem_func_name}" if reader is not None else "live_tensors",
-            module_types=self._module_types, module_params=self._module_params,
-            batch_size=_batch_size(args, kwargs),
-            settings={"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
-                      "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name,
-                      "tracer": self.tracer},
-        )
+        facts: dict[str, Any] = {
+            "device": str(device), "tracer": self.tracer_used or "fx",
+            "memory_source": f"cuda.{self.mem_func_name}" if reader is not None else "live_tensors",
+            "module_types": self._module_types, "module_params": self._module_params,
+            "batch_size": _batch_size(args, kwargs),
+            "settings": {"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
+                         "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name,
+                         "tracer": self.tracer},
+        }
         # Everything is measured now; the NodeRecord objects are assembled on first access
         # (self.profile), so a caller that only wants the output pays nothing more here.
         self._profile = None

@@ -58,7 +58,7 @@ class FormulaTables:
 
 
 class NodePlan(NamedTuple):
-    index: int
+    position: int  # the node's place in the graph (index into the interpreter's lists)
     kind: int
     formula: Formula | None
     module: nn.Module | None
@@ -204,7 +204,7 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
             module_type = _stack_type(node) if path else type(gm).__name__
         plans[node] = NodePlan(index, kind, formula, module, readable_target(node, gm), key, path,
                                module_type, stack, node in needed, frees.get(node, ()), node.op != "output")
-    index_of = {node: plan.index for node, plan in plans.items()}
+    index_of = {node: plan.position for node, plan in plans.items()}
     return {node: plan._replace(frees_index=tuple(index_of[d] for d in plan.frees)) for node, plan in plans.items()}
 
 
@@ -318,7 +318,7 @@ class FlopsInterpreter(fx.Interpreter):
         # context (metadata for re-tracing through an interpreter) is left out: nothing is traced
         # here, and it cost about 2 us a node.
         plan = self._plans[n]
-        i = plan.index
+        i = plan.position
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         reader = self._memory_reader
         if reader is not None and self.count:
@@ -327,7 +327,7 @@ class FlopsInterpreter(fx.Interpreter):
         start = tick()
         try:
             out = getattr(self, n.op)(n.target, args, kwargs)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any op failure is reported with the node that raised it)
             return self._failed(n, plan, args, e)
         end = tick()
         self.starts[i] = start
@@ -351,9 +351,9 @@ class FlopsInterpreter(fx.Interpreter):
                     self.flops[i] = int(result[0])
                     self.macs[i] = int(result[1])
                 else:
-                    self.flops[i] = int(result)  # type: ignore[call-overload]
+                    self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001  (a broken formula marks its node unsupported, never stops the run)
                 self._formula_failed(n, plan, e)
         return out
 
@@ -361,12 +361,12 @@ class FlopsInterpreter(fx.Interpreter):
         """Live tensor bytes before and after every node of the counting run, replayed in order."""
         live = LiveTensors(self._model_storages)
         plans = self._plans.values()
-        return live.timeline((p.index, self.storages[p.index], p.frees_index) for p in plans)
+        return live.timeline((p.position, self.storages[p.position], p.frees_index) for p in plans)
 
     def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:
         if self._skip_unneeded and not plan.needed:
-            self.skipped[plan.index] = f"not run ({type(e).__name__}: {_first_line(e)}); the output does not need it"
-            return None
+            self.skipped[plan.position] = f"not run ({type(e).__name__}: {_first_line(e)}); the output does not need it"
+            return
         raise NodeExecutionError(
             f"running node '{n.name}' ({plan.target}"
             f"{f' in module {plan.module_path!r}' if plan.module_path else ''}) failed "
@@ -379,13 +379,15 @@ class FlopsInterpreter(fx.Interpreter):
         message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
         if self._strict:
             raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
-        self.errors[plan.index] = message
+        self.errors[plan.position] = message
 
 
 def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
                   times: list[float | None]) -> tuple[NodeRecord, ...]:
     records = []
     flops_of, macs_of, shapes = interp.flops, interp.macs, interp.shapes
+    befores: list[int | None] | list[int]
+    afters: list[int | None] | list[int]
     if interp.reads_device_memory:
         befores, afters = interp.mem_before, interp.mem_after
     else:
@@ -393,7 +395,7 @@ def build_records(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter,
     errors, skipped = interp.errors, interp.skipped
     counted, zero, ignored, unsupported = Status.COUNTED, Status.ZERO, Status.IGNORED, Status.UNSUPPORTED
     for node, plan in plans.items():
-        i = plan.index
+        i = plan.position
         note = ""
         kind = plan.kind
         if kind == UNSUPPORTED:
@@ -427,8 +429,8 @@ def warn_unsupported(plans: Mapping[fx.Node, NodePlan], interp: FlopsInterpreter
     for node, plan in plans.items():
         if plan.kind == UNSUPPORTED:
             by_target.setdefault(plan.target, []).append((node.name, f"no formula for {plan.key!r}"))
-        elif plan.index in interp.errors:
-            by_target.setdefault(plan.target, []).append((node.name, interp.errors[plan.index]))
+        elif plan.position in interp.errors:
+            by_target.setdefault(plan.target, []).append((node.name, interp.errors[plan.position]))
     for target, nodes in by_target.items():
         names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
         warnings.warn(

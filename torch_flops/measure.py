@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Union
+from typing import Any
 
 import torch
 
-__all__ = ["DeviceTimer", "LiveTensors", "StorageEntries", "storage_entries", "NullTimer", "PerfCounterTimer", "make_memory_reader", "make_timer"]
+__all__ = ["DeviceTimer", "LiveTensors", "NullTimer", "PerfCounterTimer", "StorageEntries", "make_memory_reader", "make_timer", "storage_entries"]
 
 Tensor = torch.Tensor
 
@@ -127,7 +127,7 @@ def tensors_of(value: Any) -> list[Tensor]:
 
 
 #: what a node's value holds: one (storage key, bytes) pair, several, or None (no tensor)
-StorageEntries = Union[tuple[int, int], tuple[tuple[int, int], ...], None]
+StorageEntries = tuple[int, int] | tuple[tuple[int, int], ...] | None
 
 
 def storage_entries(value: Any) -> StorageEntries:
@@ -151,7 +151,7 @@ class LiveTensors:
     live but keeps the run itself lean.
     """
 
-    __slots__ = ("bytes", "_held", "_by_value", "_excluded")
+    __slots__ = ("_by_value", "_excluded", "_held", "bytes")
 
     def __init__(self, excluded_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0

@@ -156,7 +156,7 @@ def trace_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
         for m, flag in was_training:
             m.training = flag
     gm = program.module()
-    gm._torch_flops_input_names = _forward_names(model)  # for error messages that name inputs
+    setattr(gm, "_torch_flops_input_names", _forward_names(model))  # for errors that name inputs  # noqa: B010
     return gm, list(dict.fromkeys(dropped))
 
 
@@ -228,7 +228,6 @@ def _source_name(placeholder: str, concrete: Mapping[str, Any]) -> str:
 def _bind_exported(gm: fx.GraphModule, in_spec: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
     forward_names: Sequence[str] = getattr(gm, "_torch_flops_input_names", ())
     import torch.fx._pytree as fx_pytree
-
     from torch.utils import _pytree
 
     try:
@@ -243,12 +242,12 @@ def _bind_exported(gm: fx.GraphModule, in_spec: Any, args: tuple[Any, ...], kwar
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, value, name in zip(placeholders, flat, names):
         expected = node.meta.get("val")
-        if isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor):
-            if tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype:
-                raise ValueError(
-                    f"input {name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
-                    f"exported for {tuple(expected.shape)} {expected.dtype}"
-                )
+        if (isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor)
+                and (tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype)):
+            raise ValueError(
+                f"input {name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
+                f"exported for {tuple(expected.shape)} {expected.dtype}"
+            )
     return list(flat)
 
 

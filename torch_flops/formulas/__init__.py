@@ -40,15 +40,15 @@ Formulas that are 0 *by definition* (views, copies, shape queries) are registere
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 __all__ = [
     "ATEN_FLOPs_MAPPING",
-    "Formula",
     "FUNCTION_FLOPs_MAPPING",
+    "FlopCount",
+    "Formula",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
-    "FlopCount",
     "register_aten",
     "register_function",
     "register_method",
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 #: What a formula returns: ``(flops, macs)``, or a bare int meaning ``(flops, 0)``.
-FlopCount = Union[int, tuple[int, int]]
+FlopCount = int | tuple[int, int]
 Formula = Callable[..., FlopCount]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -135,8 +135,9 @@ def _aten_key(op: Any) -> Any:
     return getattr(op, "overloadpacket", op)
 
 
-# The families register themselves on import. Order does not matter: keys never overlap.
-from torch_flops.formulas import (  # noqa: E402,F401
+# The families register themselves on import. Order does not matter among them (keys never
+# overlap); the aten table comes after them because it reuses their function formulas.
+from torch_flops.formulas import (  # noqa: F401
     activation,
     attention,
     conv,
@@ -149,7 +150,9 @@ from torch_flops.formulas import (  # noqa: E402,F401
     resample,
     zero,
 )
-from torch_flops.formulas import aten  # noqa: E402,F401  (last: it reuses the function formulas)
+
+# isort: split
+from torch_flops.formulas import aten  # noqa: F401
 
 #: the package's own module formulas, to tell entries users added or replaced from the defaults
 DEFAULT_MODULE_FORMULAS: dict[str, Formula] = dict(MODULE_FLOPs_MAPPING)

@@ -15,6 +15,7 @@ __all__ = [
     "as_tuple",
     "conv_macs",
     "einsum_macs",
+    "first_output",
     "float_numel",
     "is_float",
     "matmul_macs",
@@ -39,6 +40,13 @@ def as_tuple(value: Any, n: int) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)):
         return tuple(int(v) for v in value)
     return (int(value),) * n
+
+
+def first_output(out: Any) -> Any:
+    """The values of an op that may also return indices: ``out[0]`` of a tuple, else ``out``."""
+    if isinstance(out, (tuple, list)):
+        return out[0] if out else None
+    return out
 
 
 def is_float(t: Any) -> bool:
@@ -142,12 +150,12 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
 
     extra = 0
     operands = [set(t) for t in terms]
-    for i, term in enumerate(operands):
+    for i, indices in enumerate(operands):
         needed = set(out).union(*(o for j, o in enumerate(operands) if j != i))
-        lone = term - needed
+        lone = indices - needed
         if lone and len(operands) > 1:
-            extra += prod(sizes[c] for c in term)
-            operands[i] = term - lone
+            extra += prod(sizes[c] for c in indices)
+            operands[i] = indices - lone
     if len(operands) == 1:
         # one operand: a transpose/diagonal is free; summing indices out is one add per element
         return 0, (prod(sizes[c] for c in operands[0]) if operands[0] - set(out) else 0)

@@ -101,7 +101,7 @@ def _lookup(cls: type) -> Any:
     return None
 
 
-def _activation(layer: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+def _activation(layer: Any, x: torch.Tensor) -> tuple[int, int]:
     act = layer.activation
     if isinstance(act, nn.Module):
         return _sub(act, x)
@@ -118,7 +118,7 @@ def _add(*counts: tuple[int, int]) -> tuple[int, int]:
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def _ffn(layer: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+def _ffn(layer: Any, x: torch.Tensor) -> tuple[int, int]:
     # linear1 -> activation -> dropout -> linear2 (-> dropout2), + the residual add
     hidden = x.new_empty((*x.shape[:-1], layer.linear1.out_features))
     return _add(_sub(layer.linear1, hidden), _activation(layer, hidden), _sub(layer.dropout, hidden),

@@ -13,7 +13,7 @@ Adaptive pools (``torch.nn.AdaptiveAvgPool2d`` docs; the windows are those of AT
 ``start_index = floor(i * I / O)``, ``end_index = ceil((i + 1) * I / O)``) have windows whose size
 varies along each dim; since a window is the product of one window per dim, the total of window
 sizes over all outputs factorises to ``prod_d S_d`` with ``S_d`` the sum of window lengths along
-dim ``d`` (:func:`_adaptive_window_sum`). Per leading ``(N, C)`` slice:
+dim ``d`` (:func:`_shapes.adaptive_window_total`). Per leading ``(N, C)`` slice:
 adaptive avg = ``prod_d S_d`` (``K_i - 1`` adds + 1 div per window), adaptive max =
 ``prod_d S_d - prod_d O_d`` (``K_i - 1`` comparisons per window).
 
@@ -29,18 +29,13 @@ from typing import Any
 import torch
 
 from torch_flops.formulas import register_function, register_module, zero_flops
-from torch_flops.formulas._shapes import arg, as_tuple, float_numel, is_float, prod
+from torch_flops.formulas._shapes import adaptive_window_total, arg, as_tuple, first_output, float_numel, is_float, prod
 
 __all__: list[str] = []
 
 Tensor = torch.Tensor
 
 
-def _values(out: Any) -> Any:
-    """The pooled values of ``out`` (``out[0]`` when indices were returned too)."""
-    if isinstance(out, (tuple, list)):
-        return out[0] if out else None
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,32 +46,18 @@ def _window_pool_flops(out: Any, x: Any, kernel_size: Any, n: int, kind: str) ->
     """FLOPs of a fixed-window ``n``-d pool of kind ``"max"``, ``"avg"`` or ``"lp"``."""
     k = prod(as_tuple(kernel_size, n))
     per_output = {"max": k - 1, "avg": k, "lp": 2 * k + 1}[kind]
-    return (per_output * float_numel(_values(out), x), 0)
-
-
-def _adaptive_window_sum(in_size: int, out_size: int) -> int:
-    """Sum of the lengths of the ``out_size`` adaptive windows over a dim of ``in_size``.
-
-    Window ``i`` spans ``[floor(i * I / O), ceil((i + 1) * I / O))``.
-    """
-    in_size, out_size = int(in_size), int(out_size)
-    total = 0
-    for i in range(out_size):
-        start = (i * in_size) // out_size
-        end = -((-(i + 1) * in_size) // out_size)  # ceil division
-        total += end - start
-    return total
+    return (per_output * float_numel(first_output(out), x), 0)
 
 
 def _adaptive_pool_flops(out: Any, x: Any, n: int, kind: str) -> tuple[int, int]:
     """FLOPs of an adaptive ``n``-d pool of kind ``"avg"`` or ``"max"`` (see the module doc)."""
-    values = _values(out)
+    values = first_output(out)
     if not (isinstance(values, Tensor) and isinstance(x, Tensor) and is_float(x)):
         return (0, 0)
     in_spatial = tuple(x.shape[-n:])
     out_spatial = tuple(values.shape[-n:])
     lead = prod(x.shape[:-n])  # N * C, or C when unbatched
-    windows = prod(_adaptive_window_sum(i, o) for i, o in zip(in_spatial, out_spatial))
+    windows = prod(adaptive_window_total(int(i), int(o)) for i, o in zip(in_spatial, out_spatial))
     if kind == "avg":
         return (lead * windows, 0)
     return (lead * (windows - prod(out_spatial)), 0)

@@ -20,23 +20,18 @@ from typing import Any
 import torch
 
 from torch_flops.formulas import register_function, register_method
-from torch_flops.formulas._shapes import arg, float_numel, is_float, numel
+from torch_flops.formulas._shapes import arg, first_output, float_numel, is_float, numel
 
 __all__: list[str] = []
 
 Tensor = torch.Tensor
 
 
-def _values(out: Any) -> Any:
-    """The result values of ``out``: the first element of a tuple / named tuple result."""
-    if isinstance(out, (tuple, list)):
-        return out[0] if out else None
-    return out
 
 
 def _reduction_flops(out: Any, x: Any, per_input: int, per_output: int = 0) -> tuple[int, int]:
     """``per_input * I + per_output * O`` FLOPs (0 unless the input or the values are floating)."""
-    values = _values(out)
+    values = first_output(out)
     if not (is_float(x) or is_float(values)):
         return (0, 0)
     return (per_input * numel(x) + per_output * numel(values), 0)
