@@ -109,3 +109,19 @@ def test_get_model_profile_on_meta() -> None:
 def test_get_model_profile_checks_arguments(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         get_model_profile(MLP(), print_profile=False, **kwargs)
+
+
+def test_get_model_profile_ignores_a_user_module_class_as_one_node() -> None:
+    class Costly(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * 2
+
+    model = nn.Sequential(nn.Linear(8, 8), Costly())
+    flops, macs, _ = get_model_profile(model, input_shape=(2, 8), print_profile=False, as_string=False,
+                                       ignore_modules=[Costly])
+    # only the first Linear counts: 2*8*8 = 128 MACs, flops 2*128 + 16 bias
+    assert (flops, macs) == (272, 128)

@@ -54,7 +54,7 @@ class TorchFLOPsByFX:
     Args:
         model: an ``nn.Module`` (traced with ``torch.fx.symbolic_trace``) or a ``fx.GraphModule``.
         ignore_ops: module class names, module paths, function or method names whose nodes get
-            status ``ignored`` and 0 FLOPs.
+            status ``ignored`` and 0 FLOPs (a module class named here is kept as one node).
         mem_func_name: on CUDA, ``"memory_allocated"`` or ``"max_memory_allocated"``.
         strict: raise :class:`UnsupportedOpError` for nodes without a formula instead of warning.
         warmup: untimed runs before measuring.
@@ -121,8 +121,10 @@ class TorchFLOPsByFX:
         if tracer in ("fx", "auto"):
             try:
                 # A module class the user gave a formula of its own is counted by it: keep it whole.
+                # A class named in ignore_ops is likewise one (ignored) node.
                 registered = [name for name, formula in self.tables.modules.items()
                               if formula is not formulas.DEFAULT_MODULE_FORMULAS.get(name)]
+                registered += self.ignore_ops
                 self.graph_module = trace_fx(model, leaf_modules=leaf_modules, concrete_args=concrete_args,
                                              leaf_class_names=registered)
                 self.tracer_used = "graph_module" if isinstance(model, fx.GraphModule) else "fx"
