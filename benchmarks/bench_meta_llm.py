@@ -89,10 +89,12 @@ def main() -> None:
               f"{process_s:>10.2f} {r['peak_rss_mb']:>12.0f} {r['flops'] / 1e12:>9.2f} {r['analytic_flops'] / 1e12:>16.2f} "
               f"{2 * r['macs'] / r['analytic_flops']:>16.4f}")
     if len(rows) > 1:
+        # trace + propagate is the profiler's own work; building the model is torch's
         base = rows[0]
+        base_s = base["trace_s"] + base["propagate_s"]
         for r in rows[1:]:
-            print(f"time ratio {r['layers']}/{base['layers']} layers: {r['total_s'] / base['total_s']:.2f} "
-                  f"(depth ratio {r['layers'] / base['layers']:.2f})")
+            print(f"{r['layers']}/{base['layers']} layers: depth x{r['layers'] / base['layers']:.2f}, nodes "
+                  f"x{r['nodes'] / base['nodes']:.2f}, trace+propagate time x{(r['trace_s'] + r['propagate_s']) / base_s:.2f}")
 
 
 if __name__ == "__main__":

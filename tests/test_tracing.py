@@ -145,3 +145,19 @@ def test_bind_inputs_positional_keyword_default() -> None:
 def test_bind_inputs_errors_name_the_input(args: tuple[Any, ...], kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(TypeError, match=match):
         bind_inputs(_gm_with_inputs(), args, kwargs)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_trace_fx_gives_exactly_fx_symbolic_trace_graph(name: str) -> None:
+    # Our tracer finds parameter paths by a dict lookup instead of fx's scan of named_parameters();
+    # the graph must be identical, shared (tied) parameters included (gpt2's head is wte.weight).
+    from torch_flops import zoo
+    from torch_flops.tracing import trace_fx
+
+    build = {"llama": lambda: zoo.llama(num_layers=2), "gpt2": lambda: zoo.gpt2(n_layer=2, n_embd=64, n_head=4)}
+    with torch.device("meta"):
+        model = build[name]()
+    ours = trace_fx(model)
+    reference = torch.fx.symbolic_trace(model)
+    assert str(ours.graph) == str(reference.graph)
+    assert ours.code == reference.code

@@ -39,6 +39,28 @@ class _LeafTracer(fx.Tracer):
         self._leaf_types = leaf_types
         self._leaf_paths = leaf_paths
         self._leaf_names = leaf_names
+        self._tensor_paths: tuple[nn.Module, dict[int, str]] | None = None
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        # fx finds the path of a parameter (or buffer) read in forward by scanning all of the root's
+        # named_parameters() on every read: O(parameters) a read, quadratic in depth for a deep
+        # model whose own modules read `self.weight`. Look the path up once instead; same first
+        # name for a shared tensor, same get_attr node, same cache.
+        if isinstance(attr_val, torch.Tensor) and not self.param_shapes_constant:
+            if self._tensor_paths is None or self._tensor_paths[0] is not self.root:
+                paths: dict[int, str] = {}
+                for name, t in self.root.named_parameters():
+                    paths.setdefault(id(t), name)
+                if self.proxy_buffer_attributes:
+                    for name, t in self.root.named_buffers():
+                        paths.setdefault(id(t), name)
+                self._tensor_paths = (self.root, paths)
+            path = self._tensor_paths[1].get(id(attr_val))
+            if path is not None:
+                if path not in parameter_proxy_cache:
+                    parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {})
+                return parameter_proxy_cache[path]
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if self._leaf_types and isinstance(m, self._leaf_types):
