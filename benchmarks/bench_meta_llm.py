@@ -50,6 +50,7 @@ def run_one(layers: int, tokens: int) -> dict[str, float]:
     counter = TorchFLOPsByFX(model, tracer="fx")
     t2 = time.perf_counter()
     counter.propagate(*ids)
+    _ = counter.records  # the records are assembled on first access: count that too
     t3 = time.perf_counter()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     estimate = analytic_flops(layers, config.hidden_size, config.num_heads, config.num_kv_heads,
