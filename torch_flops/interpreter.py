@@ -69,13 +69,11 @@ class NodePlan(NamedTuple):
     module_stack: tuple[str, ...]
     #: the graph's output depends on this node (False for checks such as export's assertions)
     needed: bool = True
-    #: values no later node reads once this node has run (as fx.Interpreter frees them), and
-    #: this node's own value when nothing reads it
-    frees: tuple[fx.Node, ...] = ()
+    #: positions of the values no later node reads once this node has run (as fx.Interpreter
+    #: frees them), and this node's own when nothing reads its value
+    frees: tuple[int, ...] = ()
     #: whether the node's value is held by the graph (every node but the output)
     holds: bool = True
-    #: ``frees`` as node indices
-    frees_index: tuple[int, ...] = ()
 
 
 def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
@@ -204,22 +202,22 @@ def plan_graph(gm: fx.GraphModule, tables: FormulaTables, ignore_ops: Iterable[s
             module_type = _stack_type(node) if path else type(gm).__name__
         plans[node] = NodePlan(index, kind, formula, module, readable_target(node, gm), key, path,
                                module_type, stack, node in needed, frees.get(node, ()), node.op != "output")
-    index_of = {node: plan.position for node, plan in plans.items()}
-    return {node: plan._replace(frees_index=tuple(index_of[d] for d in plan.frees)) for node, plan in plans.items()}
+    return plans
 
 
-def _last_uses(graph: fx.Graph) -> dict[fx.Node, tuple[fx.Node, ...]]:
-    """For each node, the values whose last reader it is (fx.Interpreter's own rule), plus the
-    node itself when nothing reads its value."""
+def _last_uses(graph: fx.Graph) -> dict[fx.Node, tuple[int, ...]]:
+    """For each node, the positions of the values whose last reader it is (fx.Interpreter's own
+    rule), plus its own position when nothing reads its value."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
     seen: set[fx.Node] = set()
-    frees: dict[fx.Node, list[fx.Node]] = {}
+    frees: dict[fx.Node, list[int]] = {}
     for node in reversed(graph.nodes):
         for parent in node.all_input_nodes:
             if parent not in seen:
                 seen.add(parent)
-                frees.setdefault(node, []).append(parent)
+                frees.setdefault(node, []).append(position[parent])
         if not node.users and node.op != "output":
-            frees.setdefault(node, []).append(node)
+            frees.setdefault(node, []).append(position[node])
     return {node: tuple(values) for node, values in frees.items()}
 
 
@@ -361,7 +359,7 @@ class FlopsInterpreter(fx.Interpreter):
         """Live tensor bytes before and after every node of the counting run, replayed in order."""
         live = LiveTensors(self._model_storages)
         plans = self._plans.values()
-        return live.timeline((p.position, self.storages[p.position], p.frees_index) for p in plans)
+        return live.timeline((p.position, self.storages[p.position], p.frees) for p in plans)
 
     def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:
         if self._skip_unneeded and not plan.needed:

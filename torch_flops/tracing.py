@@ -49,11 +49,11 @@ class _LeafTracer(fx.Tracer):
         if isinstance(attr_val, torch.Tensor) and not self.param_shapes_constant:
             if self._tensor_paths is None or self._tensor_paths[0] is not self.root:
                 paths: dict[int, str] = {}
-                for name, t in self.root.named_parameters():
-                    paths.setdefault(id(t), name)
+                for name, param in self.root.named_parameters():
+                    paths.setdefault(id(param), name)
                 if self.proxy_buffer_attributes:
-                    for name, t in self.root.named_buffers():
-                        paths.setdefault(id(t), name)
+                    for name, buffer in self.root.named_buffers():
+                        paths.setdefault(id(buffer), name)
                 self._tensor_paths = (self.root, paths)
             path = self._tensor_paths[1].get(id(attr_val))
             if path is not None:
