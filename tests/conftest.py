@@ -147,15 +147,11 @@ def _seed() -> None:
 @pytest.fixture
 def clean_tables() -> Iterator[None]:
     """Give the global formula tables back exactly as they were after a test that edits them."""
-    tables = (formulas.MODULE_FLOPs_MAPPING, formulas.FUNCTION_FLOPs_MAPPING,
-              formulas.METHOD_FLOPs_MAPPING, formulas.ATEN_FLOPs_MAPPING)
-    saved = [dict(t) for t in tables]
+    saved = formulas.FORMULAS.copy()
     try:
         yield
     finally:
-        for table, copy in zip(tables, saved, strict=True):
-            table.clear()
-            table.update(copy)
+        formulas.FORMULAS.restore(saved)
 
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",

@@ -16,6 +16,7 @@ from torch import fx, nn
 
 from torch_flops import (
     FUNCTION_FLOPs_MAPPING,
+    DuplicateFormulaError,
     MODULE_FLOPs_MAPPING,
     NodeExecutionError,
     Status,
@@ -369,12 +370,12 @@ def test_register_duplicate_key_needs_override() -> None:
 
     register_function("foo")(first)
     register_function("foo")(first)  # the same function again is not a conflict
-    with pytest.raises(KeyError, match="override=True"):
+    with pytest.raises(DuplicateFormulaError, match="override=True"):
         register_function("foo")(second)
     assert FUNCTION_FLOPs_MAPPING["foo"] is first
     register_function("foo", override=True)(second)
     assert FUNCTION_FLOPs_MAPPING["foo"] is second
-    with pytest.raises(KeyError, match="'relu'"):  # a built-in entry is protected the same way
+    with pytest.raises(DuplicateFormulaError, match="'relu'"):  # a built-in entry is protected the same way
         register_function("relu")(second)
 
 

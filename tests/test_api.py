@@ -100,7 +100,7 @@ def test_get_model_profile_on_meta() -> None:
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({}, ValueError, "give input_shape or args"),
     ({"input_shape": (2, 6), "args": [torch.randn(2, 6)]}, ValueError, "either input_shape or args"),
-    ({"input_shape": "2,6"}, ValueError, "input_shape must be"),
+    ({"input_shape": "2,6"}, TypeError, "input_shape must be"),
     ({"input_shape": (2, 0)}, ValueError, "input_shape must be"),
     ({"input_shape": (2, 6), "module_depth": -2}, ValueError, "module_depth"),
     ({"input_shape": (2, 6), "top_modules": -1}, ValueError, "top_modules"),

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import TorchFLOPsByFX
-from torch_flops.measure import DeviceTimer, make_memory_reader, make_timer
+from torch_flops.measure import DeviceTimer, make_memory_probe, make_timer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -51,8 +51,9 @@ class BigLinear(nn.Module):
 
 def test_cuda_timer_and_memory_reader_chosen(cuda: torch.device) -> None:
     assert isinstance(make_timer(cuda), DeviceTimer)
-    reader = make_memory_reader(cuda, "memory_allocated")
-    assert reader is not None and reader() == torch.cuda.memory_allocated()
+    probe = make_memory_probe(cuda, "memory_allocated")
+    assert probe.read is not None and probe.read() == torch.cuda.memory_allocated()
+    assert probe.source == "cuda.memory_allocated"
 
 
 def test_event_times_for_every_call_node(cuda: torch.device) -> None:

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import Status, TorchFLOPsByFX, TracingError, zoo
-from torch_flops.analyzer import TracerFallbackWarning
+from torch_flops import TracerFallbackWarning
 
 
 class DataDependent(nn.Module):
@@ -142,7 +142,7 @@ def test_meta_skips_data_dependent_checks_the_output_does_not_need() -> None:
     assert out.shape == (3, 4) and out.device.type == "meta"
     skipped = [r for r in counter.records if r.note.startswith("not run")]
     assert any(r.target == "aten.item" for r in skipped)
-    assert all(r.status is Status.ZERO for r in skipped)
+    assert all(r.status is Status.SKIPPED and (r.flops, r.macs) == (0, 0) for r in skipped)
     # gt: 12 (float compare), sum of bools: 0, linear: 2*3*4*4 + 12 = 108, mul: 12
     assert counter.total_flops == 12 + 0 + 108 + 12
     assert counter.total_time_ms is None
@@ -181,11 +181,11 @@ def test_export_wrong_input_name_names_it() -> None:
 
 
 def test_export_binding_rejects_wrong_dtype_naming_the_input() -> None:
-    from torch_flops.tracing import bind_inputs, trace_export
+    from torch_flops.capture import capture_export
 
-    gm, _ = trace_export(DataDependent(), (torch.randn(2, 8),), {})
+    capture = capture_export(DataDependent(), (torch.randn(2, 8),), {})
     with pytest.raises(ValueError, match="'x'.*float64"):
-        bind_inputs(gm, (torch.randn(2, 8, dtype=torch.float64),), {})
+        capture.graphs[0].bind((torch.randn(2, 8, dtype=torch.float64),), {})
 
 
 def test_tracer_export_on_a_model_fx_can_trace_gives_the_same_totals() -> None:

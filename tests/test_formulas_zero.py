@@ -4,7 +4,6 @@ decorators that fill the tables (torch_flops/formulas/__init__.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_flops import formulas
+from torch_flops import DuplicateFormulaError, formulas
 from torch_flops.formulas import (
     ATEN_FLOPs_MAPPING,
     FUNCTION_FLOPs_MAPPING,
@@ -144,48 +143,36 @@ def test_embedding_bag_positional_mode_and_weights() -> None:
 # registry
 # --------------------------------------------------------------------------- #
 
-@pytest.fixture
-def restore_tables() -> Iterator[None]:
-    """Snapshot the four global tables and put them back, whatever the test registered."""
-    tables = (MODULE_FLOPs_MAPPING, FUNCTION_FLOPs_MAPPING, METHOD_FLOPs_MAPPING, ATEN_FLOPs_MAPPING)
-    saved = [dict(t) for t in tables]
-    try:
-        yield
-    finally:
-        for table, copy in zip(tables, saved):
-            table.clear()
-            table.update(copy)
-
-
 def _mine(*args: Any, **kwargs: Any) -> tuple[int, int]:
     return (1, 0)
 
 
-def test_duplicate_registration_raises(restore_tables: None) -> None:
+def test_duplicate_registration_raises(clean_tables: None) -> None:
     before = FUNCTION_FLOPs_MAPPING["add"]
-    with pytest.raises(KeyError, match="override=True"):
+    with pytest.raises(DuplicateFormulaError, match="override=True"):
         register_function("add")(_mine)
     assert FUNCTION_FLOPs_MAPPING["add"] is before
-    with pytest.raises(KeyError, match="METHOD_FLOPs_MAPPING"):
+    with pytest.raises(DuplicateFormulaError, match="METHOD_FLOPs_MAPPING"):
         register_method("view")(_mine)
-    with pytest.raises(KeyError, match="MODULE_FLOPs_MAPPING"):
+    with pytest.raises(DuplicateFormulaError, match="MODULE_FLOPs_MAPPING"):
         register_module(nn.Linear)(_mine)
+    assert issubclass(DuplicateFormulaError, ValueError)
 
 
-def test_override_replaces(restore_tables: None) -> None:
+def test_override_replaces(clean_tables: None) -> None:
     assert register_function("add", override=True)(_mine) is _mine  # the decorator returns the function
     assert FUNCTION_FLOPs_MAPPING["add"] is _mine
     register_module(nn.Linear, override=True)(_mine)
     assert MODULE_FLOPs_MAPPING["Linear"] is _mine  # a class is keyed by its name
 
 
-def test_registering_the_same_function_again_is_allowed(restore_tables: None) -> None:
+def test_registering_the_same_function_again_is_allowed(clean_tables: None) -> None:
     register_function("my_new_op", "my_other_op")(_mine)
     register_function("my_new_op")(_mine)  # same object: not a conflict
     assert FUNCTION_FLOPs_MAPPING["my_new_op"] is FUNCTION_FLOPs_MAPPING["my_other_op"] is _mine
 
 
-def test_register_keys_from_callables(restore_tables: None) -> None:
+def test_register_keys_from_callables(clean_tables: None) -> None:
     def my_function() -> None: ...
 
     register_function(my_function)(_mine)
@@ -196,11 +183,11 @@ def test_register_keys_from_callables(restore_tables: None) -> None:
         register_method()
 
 
-def test_register_aten_keys_by_overload_packet(restore_tables: None) -> None:
+def test_register_aten_keys_by_overload_packet(clean_tables: None) -> None:
     ATEN_FLOPs_MAPPING.pop(torch.ops.aten.mm, None)
     register_aten(torch.ops.aten.mm.default)(_mine)
     assert ATEN_FLOPs_MAPPING[torch.ops.aten.mm] is _mine
-    with pytest.raises(KeyError):
+    with pytest.raises(DuplicateFormulaError):
         register_aten(torch.ops.aten.mm)(zero_flops)
     register_aten(torch.ops.aten.mm, override=True)(zero_flops)
     assert ATEN_FLOPs_MAPPING[torch.ops.aten.mm] is zero_flops

@@ -17,8 +17,8 @@ from torch import fx
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import TorchFLOPsByFX
-from torch_flops.analyzer import DroppedOutputWarning, TracerFallbackWarning
-from torch_flops.tracing import bind_inputs
+from torch_flops import DroppedOutputWarning, TracerFallbackWarning
+from torch_flops.capture import CapturedGraph
 
 T = pytest.importorskip("transformers")
 T.logging.set_verbosity_error()
@@ -63,19 +63,19 @@ def _main_output(out: Any) -> torch.Tensor:
     raise AssertionError(f"unexpected output {type(out)}")
 
 
-def _flop_counter_total(gm: fx.GraphModule, kwargs: dict[str, torch.Tensor]) -> int:
+def _flop_counter_total(graph: CapturedGraph, kwargs: dict[str, torch.Tensor]) -> int:
     custom = {}
     grouped = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
     if grouped is not None:
         custom[grouped] = _grouped_mm_reference
-    flat = bind_inputs(gm, (), kwargs)
+    flat = graph.bind((), kwargs)
     with FlopCounterMode(display=False, custom_mapping=custom) as counter:
-        fx.Interpreter(gm).run(*flat)
+        fx.Interpreter(graph.graph_module).run(*flat)
     return counter.get_total_flops()
 
 
 @pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.filterwarnings("ignore::torch_flops.analyzer.DroppedOutputWarning")  # causal LMs' caches
+@pytest.mark.filterwarnings("ignore::torch_flops.DroppedOutputWarning")  # causal LMs' caches
 def test_meta_profile_matches_flop_counter(name: str) -> None:
     build, inputs = CASES[name]
     with torch.device("meta"):
@@ -87,7 +87,7 @@ def test_meta_profile_matches_flop_counter(name: str) -> None:
     assert counter.tracer_used == "export"
     assert counter.unsupported == {}
     assert counter.total_macs > 0
-    assert 2 * counter.total_macs == _flop_counter_total(counter.graph_module, kwargs)
+    assert 2 * counter.total_macs == _flop_counter_total(counter.capture.graphs[0], kwargs)
     assert counter.total_time_ms is None  # nothing is timed on meta
     assert counter.max_memory is not None and counter.max_memory > 0
 
@@ -110,7 +110,7 @@ def test_cpu_output_equals_model_output(name: str) -> None:
     assert all(r.time_ms is not None for r in counter.records if r.op == "call_function")
 
 
-@pytest.mark.filterwarnings("ignore::torch_flops.analyzer.DroppedOutputWarning")
+@pytest.mark.filterwarnings("ignore::torch_flops.DroppedOutputWarning")
 def test_llama_module_attribution_and_gqa_attention() -> None:
     # Every linear of the first layer is attributed to its own nn.Linear, as fx would do.
     with torch.device("meta"):

@@ -19,7 +19,7 @@ from torch_flops import (
     UnsupportedOpWarning,
     register_module,
 )
-from torch_flops.interpreter import readable_target
+from torch_flops.plan import readable_target
 
 
 def _records(counter: TorchFLOPsByFX) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from torch_flops.measure import (
     LiveTensors,
     NullTimer,
     PerfCounterTimer,
-    make_memory_reader,
+    make_memory_probe,
     make_timer,
     storage_entries,
 )
@@ -150,8 +150,8 @@ def test_meta_has_no_time(models: Any, capsys: Any) -> None:
 def test_timer_choice() -> None:
     assert isinstance(make_timer(torch.device("cpu")), PerfCounterTimer)
     assert isinstance(make_timer(torch.device("meta")), NullTimer)
-    assert make_memory_reader(torch.device("cpu"), "memory_allocated") is None
-    assert make_memory_reader(torch.device("meta"), "max_memory_allocated") is None
+    assert make_memory_probe(torch.device("cpu"), "memory_allocated").read is None  # live tensors
+    assert make_memory_probe(torch.device("meta"), "max_memory_allocated").source == "live_tensors"
     timer = PerfCounterTimer()
     assert timer.elapsed_ms(1_000_000, 3_500_000) == 2.5  # ns -> ms
 
@@ -217,14 +217,21 @@ class _ScriptedTimer:
         return self.per_run_ms[run]
 
 
-def test_time_is_the_median_over_repeats(models: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3)
-    assert counter.graph_module is not None
-    n_nodes = len(counter.graph_module.graph.nodes)  # 6
+@pytest.mark.parametrize("as_factory", [False, True])
+def test_time_is_the_median_over_repeats(models: Any, as_factory: bool) -> None:
+    n_nodes = 6  # MixedModel: x, fc, relu, sum_1, view, output
     # run 0 is the warmup (never used); runs 1..3 are timed: 1, 2, 9 ms per node
     timer = _ScriptedTimer([100.0, 1.0, 2.0, 9.0], ticks_per_run=2 * n_nodes)
-    monkeypatch.setattr("torch_flops.analyzer.make_timer", lambda device: timer)
+    seen: list[torch.device] = []
+
+    def factory(device: torch.device) -> _ScriptedTimer:
+        seen.append(device)
+        return timer
+
+    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3, timer=factory if as_factory else timer)
     counter.propagate(torch.randn(4, 16))
+    assert len(counter.records) == n_nodes
+    assert seen == ([torch.device("cpu")] if as_factory else [])
     assert timer.ticks == 4 * 2 * n_nodes  # 4 runs of 6 nodes, 2 ticks each
     # median(1, 2, 9) = 2 (the mean would be 4, the first 1, the last 9)
     assert [r.time_ms for r in counter.records] == [2.0] * n_nodes

@@ -141,12 +141,13 @@ def test_top_modules_known_answers() -> None:
     assert p.top_modules(0) == []
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"k": -1}, "k must be"), ({"k": 1.5}, "k must be"), ({"depth": -2}, "depth must be"),
-    ({"by": "latency"}, "by must be one of"),
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"k": -1}, ValueError, "k must be"), ({"k": 1.5}, TypeError, "k must be"),
+    ({"depth": -2}, ValueError, "depth must be"), ({"by": "latency"}, ValueError, "by must be one of"),
 ])
-def test_top_modules_rejects_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_top_modules_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    # a value of the wrong type is a TypeError, a value out of range a ValueError (torch_flops._validate)
+    with pytest.raises(error, match=match):
         hand_profile().top_modules(**kwargs)
 
 
@@ -276,7 +277,7 @@ def test_roll_ups_agree_with_records(p: Profile) -> None:
 def test_to_dict_round_trip_hand_profile() -> None:
     p = hand_profile()
     doc = p.to_dict()
-    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 1)
+    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 2)
     assert set(doc) == {"schema", "version", "settings", "summary", "records", "modules"}
     assert doc["summary"]["flops"] == 1256 and doc["summary"]["unsupported"] == {"torch.mystery": 1}
     assert doc["modules"]["head"] == {"module_type": "Linear", "depth": 1, "params": 22, "own_params": 22,
@@ -301,8 +302,8 @@ def test_from_dict_refuses_other_documents() -> None:
     doc = hand_profile().to_dict()
     with pytest.raises(ValueError, match="not a torch_flops profile"):
         Profile.from_dict({**doc, "schema": "something.else"})
-    with pytest.raises(ValueError, match="unsupported torch_flops profile version 2"):
-        Profile.from_dict({**doc, "version": 2})
+    with pytest.raises(ValueError, match="unsupported torch_flops profile version 3"):
+        Profile.from_dict({**doc, "version": 3})
     # readers ignore unknown keys
     doc["records"][0]["future_field"] = 1
     assert Profile.from_dict({**doc, "extra": True}).records == hand_profile().records

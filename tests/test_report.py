@@ -271,6 +271,7 @@ def test_rows_for_each_grouping() -> None:
 
 # ---------------------------------------------------------------------- JSON
 _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status", "time_ms",
+                "phase", "dtype", "graph",
                 "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note"}
 _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
@@ -278,13 +279,15 @@ _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memor
 
 
 def _check_schema(doc: dict[str, Any]) -> None:
-    """The documented schema of ``torch_flops.profile`` version 1."""
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 1
+    """The documented schema of ``torch_flops.profile`` version 2."""
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 2
     assert isinstance(doc["settings"], dict)
     assert set(doc["summary"]) == _SUMMARY_KEYS
     for r in doc["records"]:
         assert set(r) == _RECORD_KEYS
-        assert r["status"] in ("counted", "zero", "ignored", "unsupported")
+        assert r["status"] in ("counted", "zero", "ignored", "unsupported", "skipped")
+        assert r["phase"] == "forward" and isinstance(r["graph"], int)
+        assert r["dtype"] is None or isinstance(r["dtype"], str)
         assert r["flops"] is None or isinstance(r["flops"], int)
         assert r["time_ms"] is None or isinstance(r["time_ms"], float)
         assert isinstance(r["module_stack"], list)

@@ -1,4 +1,4 @@
-"""Tests for ``torch_flops.tracing``: TracingError messages, leaf modules (by class and by path),
+"""Tests for ``torch_flops.capture``: TracingError messages, leaf modules (by class and by path),
 concrete_args, GraphModules passed through, and matching propagate's inputs to placeholders."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops import Status, TorchFLOPsByFX, TracingError
-from torch_flops.tracing import bind_inputs, split_leaf_modules, trace_fx
+from torch_flops.capture import bind_inputs, split_leaf_modules, trace_fx
 
 
 def test_untraceable_model_names_cause_and_remedies(models: Any) -> None:
@@ -152,7 +152,7 @@ def test_trace_fx_gives_exactly_fx_symbolic_trace_graph(name: str) -> None:
     # Our tracer finds parameter paths by a dict lookup instead of fx's scan of named_parameters();
     # the graph must be identical, shared (tied) parameters included (gpt2's head is wte.weight).
     from torch_flops import zoo
-    from torch_flops.tracing import trace_fx
+    from torch_flops.capture import trace_fx
 
     build = {"llama": lambda: zoo.llama(num_layers=2), "gpt2": lambda: zoo.gpt2(n_layer=2, n_embd=64, n_head=4)}
     with torch.device("meta"):

@@ -4,39 +4,57 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 
 from torch_flops.analyzer import TorchFLOPsByFX
 from torch_flops.api import get_model_profile, profile
+from torch_flops.errors import (
+    DroppedOutputWarning,
+    DuplicateFormulaError,
+    NodeExecutionError,
+    TorchFlopsError,
+    TracerFallbackWarning,
+    TracingError,
+    UnsupportedOpError,
+    UnsupportedOpWarning,
+)
 from torch_flops.formulas import (
     ATEN_FLOPs_MAPPING,
+    FORMULAS,
     FUNCTION_FLOPs_MAPPING,
     METHOD_FLOPs_MAPPING,
     MODULE_FLOPs_MAPPING,
+    register,
     register_aten,
     register_function,
     register_method,
     register_module,
     zero_flops,
 )
-from torch_flops.interpreter import NodeExecutionError, UnsupportedOpError, UnsupportedOpWarning
+from torch_flops.measure import Timer
 from torch_flops.records import NodeRecord, Profile, Status
-from torch_flops.tracing import TracingError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ATEN_FLOPs_MAPPING",
+    "FORMULAS",
     "FUNCTION_FLOPs_MAPPING",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
+    "DroppedOutputWarning",
+    "DuplicateFormulaError",
     "NodeExecutionError",
     "NodeRecord",
     "Profile",
     "Status",
+    "Timer",
     "TorchFLOPsByFX",
+    "TorchFlopsError",
+    "TracerFallbackWarning",
     "TracingError",
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "__version__",
     "get_model_profile",
     "profile",
+    "register",
     "register_aten",
     "register_function",
     "register_method",

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torch_flops import report
+from torch_flops import _validate, report
 from torch_flops.analyzer import TorchFLOPsByFX, TracerName
 from torch_flops.records import Profile
 
@@ -79,14 +79,13 @@ def get_model_profile(
     if input_shape is None and not args and not kwargs:
         raise ValueError("give input_shape or args/kwargs: the model needs inputs to be profiled")
     if input_shape is not None:
-        if isinstance(input_shape, (str, bytes)) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape):
+        if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Sequence):
+            raise TypeError(f"input_shape must be a sequence of positive ints, got {input_shape!r}")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape):
             raise ValueError(f"input_shape must be a sequence of positive ints, got {input_shape!r}")
         args = (_tensor_like_model(model, tuple(input_shape)),)
-    if isinstance(module_depth, bool) or not isinstance(module_depth, int) or module_depth < -1:
-        raise ValueError(f"module_depth must be an int >= 0, or -1, got {module_depth!r}")
-    if isinstance(top_modules, bool) or not isinstance(top_modules, int) or top_modules < 0:
-        raise ValueError(f"top_modules must be an int >= 0, got {top_modules!r}")
+    _validate.check_depth("module_depth", module_depth)
+    _validate.check_int("top_modules", top_modules, 0)
     ignore: list[str] = []
     for item in ignore_modules or ():
         if isinstance(item, type):

@@ -1,29 +1,58 @@
 """Timers and memory probes, chosen once per run from the device the inputs live on.
 
-A timer is ``tick() -> token`` (cheap, called right before and after a node) and
-``elapsed_ms(start, end)`` (called after ``finish()``, which waits for the device once).
+A :class:`Timer` is ``tick() -> token`` (cheap, called right before and after every node) and
+``elapsed_ms(start, end)`` (called after ``finish()``, which waits for the device once per run).
+Pass your own to ``TorchFLOPsByFX(timer=...)`` (an object, or a function of the device).
 
 * CPU: ``time.perf_counter_ns`` tokens.
 * CUDA and other accelerators with events: one start/end event pair per node recorded on the
   current stream, no synchronisation between nodes, one synchronisation at the end of the run.
 * meta: no time (``None``).
 
-Memory: :class:`LiveTensors` counts the bytes of tensors the graph holds (storages counted once,
-released when the interpreter drops a value after its last use); on CUDA the allocator's own
-counter (``torch.cuda.memory_allocated`` or ``max_memory_allocated``) is read instead.
+Memory (:class:`MemoryProbe`): on CUDA the allocator's own counter
+(``torch.cuda.memory_allocated`` or ``max_memory_allocated``) is read before and after every node;
+everywhere else :class:`LiveTensors` counts the bytes of tensors the graph holds (storages counted
+once, released when the interpreter drops a value after its last use), replayed from the storages
+each node's value holds.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
-__all__ = ["DeviceTimer", "LiveTensors", "NullTimer", "PerfCounterTimer", "StorageEntries", "make_memory_reader", "make_timer", "storage_entries"]
+__all__ = [
+    "MEMORY_FUNCTIONS",
+    "DeviceTimer",
+    "LiveTensors",
+    "MemoryProbe",
+    "NullTimer",
+    "PerfCounterTimer",
+    "input_device",
+    "StorageEntries",
+    "Timer",
+    "make_memory_probe",
+    "make_timer",
+    "storage_entries",
+    "tensors_of",
+]
 
 Tensor = torch.Tensor
+
+
+class Timer(Protocol):
+    """What the interpreter needs of a timer (see the module docstring)."""
+
+    def tick(self) -> Any: ...
+
+    def finish(self) -> None: ...
+
+    def elapsed_ms(self, start: Any, end: Any) -> float | None: ...
 
 
 class PerfCounterTimer:
@@ -76,10 +105,8 @@ class DeviceTimer:
         return float(start.elapsed_time(end))
 
 
-Timer = PerfCounterTimer | NullTimer | DeviceTimer
-
-
 def make_timer(device: torch.device) -> Timer:
+    """The right timer for tensors on ``device``."""
     if device.type == "meta":
         return NullTimer()
     if device.type == "cpu":
@@ -90,16 +117,41 @@ def make_timer(device: torch.device) -> Timer:
     return PerfCounterTimer()  # an accelerator without events: host time (documented fallback)
 
 
+# ---------------------------------------------------------------------------------------------
+# memory
+# ---------------------------------------------------------------------------------------------
+
 MEMORY_FUNCTIONS = ("memory_allocated", "max_memory_allocated")
 
 
-def make_memory_reader(device: torch.device, mem_func_name: str) -> Callable[[], int] | None:
-    """The allocator counter for CUDA devices; None elsewhere (live-tensor accounting is used)."""
-    if device.type != "cuda":
-        return None
-    fn = getattr(torch.cuda, mem_func_name)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return lambda: int(fn(index))
+@dataclass(frozen=True)
+class MemoryProbe:
+    """How a run measures memory: ``read`` (the allocator's counter, read before and after every
+    node) or, when it is None, live-tensor accounting excluding the ``model_storages``."""
+
+    source: str  #: "cuda.memory_allocated", "cuda.max_memory_allocated" or "live_tensors"
+    read: Callable[[], int] | None = None
+    model_storages: frozenset[int] = frozenset()
+
+
+def make_memory_probe(device: torch.device, mem_func_name: str,
+                      model_storages: frozenset[int] = frozenset()) -> MemoryProbe:
+    """The allocator counter for CUDA devices; elsewhere live-tensor accounting that leaves out
+    ``model_storages`` (:meth:`LiveTensors.storage_keys` of the model's parameters and buffers)."""
+    if device.type == "cuda":
+        fn = getattr(torch.cuda, mem_func_name)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return MemoryProbe(f"cuda.{mem_func_name}", read=lambda: int(fn(index)))
+    return MemoryProbe("live_tensors", model_storages=model_storages)
+
+
+def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
+    """Where a run happens: the first input tensor's device, else the model's, else the CPU."""
+    for t in tensors_of(inputs):
+        return t.device
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        return t.device
+    return torch.device("cpu")
 
 
 def _storage_key(t: Tensor) -> tuple[int, int]:

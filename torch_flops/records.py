@@ -1,23 +1,36 @@
-"""Immutable results of one profile: a :class:`NodeRecord` per graph node and the :class:`Profile`
-that holds them with what is needed to roll them up (module structure, parameters, settings).
-Everything here is data; roll-ups are pure functions of the records and never re-run a model."""
+"""Immutable results of one profile: a :class:`NodeRecord` per executed graph node and the
+:class:`Profile` that holds them with what is needed to roll them up (module structure,
+parameters, settings). Everything here is data; roll-ups are pure functions of the records and
+never re-run a model.
+
+Adding a per-node number (bytes moved, backward FLOPs, ...) means: a field on :class:`NodeRecord`
+(with a default, at the end), the one place that measures it, :meth:`Profile.from_measurements`
+copying it over, and a column in :mod:`torch_flops.report`.
+"""
 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from torch_flops._validate import check_choice, check_depth, check_int
+from torch_flops.paths import ancestors, depth, module_chain
+
+if TYPE_CHECKING:
+    from torch_flops.interpreter import Measurements
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "OperatorStats", "Profile", "Status"]
 
 #: ``"schema"`` and ``"version"`` of :meth:`Profile.to_dict` (the schema is described in :mod:`torch_flops.report`)
 SCHEMA_NAME = "torch_flops.profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 TopBy = Literal["flops", "macs", "params", "time"]
 _TOP_BY = ("flops", "macs", "params", "time")
@@ -31,14 +44,14 @@ class Status(str, enum.Enum):
     ZERO = "zero"  #: 0 by definition (views, copies, placeholders, get_attr, output)
     IGNORED = "ignored"  #: the user asked to ignore this op (``ignore_ops``): 0
     UNSUPPORTED = "unsupported"  #: no formula: excluded from totals, warned about
+    SKIPPED = "skipped"  #: not run on meta tensors (a check the output does not need): 0, see ``note``
 
     def __str__(self) -> str:
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """What happened at one node of the traced graph.
+class NodeRecord(NamedTuple):
+    """What happened at one executed graph node. Immutable; read its fields by name.
 
     ``flops``/``macs`` are None only for unsupported nodes. ``time_ms`` is None where time is not
     measured (meta tensors). ``mem_*`` are bytes: ``torch.cuda.memory_allocated`` (or the function
@@ -47,11 +60,11 @@ class NodeRecord:
     counted once); None where not measured.
     """
 
-    index: int
-    name: str
-    op: str
-    target: str
-    module_path: str
+    index: int  #: position in the profile (execution order)
+    name: str  #: the graph node's name (unique within its graph)
+    op: str  #: placeholder, get_attr, call_module, call_function, call_method, output
+    target: str  #: readable target: ``Linear``, ``torch.relu``, ``Tensor.view``, ``aten.mm``
+    module_path: str  #: innermost module ("" = the root)
     module_type: str
     flops: int | None
     macs: int | None
@@ -60,49 +73,43 @@ class NodeRecord:
     mem_before: int | None
     mem_after: int | None
     mem_delta: int | None
-    output_shape: tuple[Any, ...] | None
+    output_shape: tuple[Any, ...] | None  #: nested for tuple/dict outputs
     #: every enclosing module path, outermost first, ending with ``module_path`` ("" excluded)
     module_stack: tuple[str, ...] = ()
-    #: why a node is unsupported (no formula, or the formula's error)
+    #: why a node is unsupported (no formula, or the formula's error) or skipped
     note: str = ""
+    #: "forward" (later: "backward", "optimizer")
+    phase: str = "forward"
+    #: dtype of the node's (first) output tensor, e.g. "float32"; None when it has no tensor
+    dtype: str | None = None
+    #: which captured graph the node belongs to (0 for single-graph front ends)
+    graph: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index, "name": self.name, "op": self.op, "target": self.target,
-            "module_path": self.module_path, "module_type": self.module_type, "flops": self.flops,
-            "macs": self.macs, "status": self.status.value, "time_ms": self.time_ms,
-            "mem_before": self.mem_before, "mem_after": self.mem_after, "mem_delta": self.mem_delta,
-            "output_shape": _jsonable_shape(self.output_shape), "module_stack": list(self.module_stack),
-            "note": self.note,
-        }
+        data = self._asdict()
+        data["status"] = self.status.value
+        data["output_shape"] = _jsonable_shape(self.output_shape)
+        data["module_stack"] = list(self.module_stack)
+        return data
 
     @property
     def module_chain(self) -> tuple[str, ...]:
-        """Every module the node runs inside, outermost first, root ("") excluded.
-
-        ``module_stack`` with the missing dotted prefixes filled in: fx does not list containers
-        that are iterated rather than called (``h`` of ``h.0.attn``), so ``("h.0", "h.0.attn")``
-        becomes ``("h", "h.0", "h.0.attn")``.
-        """
-        chain: list[str] = []
-        for path in self.module_stack or ((self.module_path,) if self.module_path else ()):
-            parts = path.split(".")
-            for i in range(1, len(parts) + 1):
-                prefix = ".".join(parts[:i])
-                if prefix not in chain:
-                    chain.append(prefix)
-        return tuple(chain)
+        """Every module the node runs inside, outermost first, root ("") excluded: ``module_stack``
+        with any missing dotted prefix filled in (records from older files may lack them)."""
+        return module_chain(self.module_stack or (self.module_path,))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NodeRecord:
-        """Inverse of :meth:`as_dict` (unknown keys are ignored)."""
+        """Inverse of :meth:`as_dict` (unknown keys are ignored; fields added since version 1
+        take their defaults)."""
         return cls(
             index=int(data["index"]), name=data["name"], op=data["op"], target=data["target"],
             module_path=data["module_path"], module_type=data["module_type"], flops=data["flops"],
             macs=data["macs"], status=Status(data["status"]), time_ms=data["time_ms"],
             mem_before=data["mem_before"], mem_after=data["mem_after"], mem_delta=data["mem_delta"],
             output_shape=_tuple_shape(data["output_shape"]), module_stack=tuple(data.get("module_stack", ())),
-            note=data.get("note", ""),
+            note=data.get("note", ""), phase=data.get("phase", "forward"), dtype=data.get("dtype"),
+            graph=int(data.get("graph", 0)),
         )
 
 
@@ -112,22 +119,41 @@ def _tuple_shape(shape: Any) -> Any:
     return shape
 
 
-def _path_depth(path: str) -> int:
-    return 0 if path == "" else path.count(".") + 1
+def _jsonable_shape(shape: Any) -> Any:
+    if isinstance(shape, tuple):
+        return [_jsonable_shape(s) for s in shape]
+    return shape
 
 
-def _ancestors(path: str) -> list[str]:
-    """``"a.b.c" -> ["", "a", "a.b", "a.b.c"]``."""
-    if path == "":
-        return [""]
-    parts = path.split(".")
-    return [""] + [".".join(parts[: i + 1]) for i in range(len(parts))]
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: Any) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def _add_time(total: float | None, t: float | None) -> float | None:
-    if t is None:
-        return total
-    return t if total is None else total + t
+# ---------------------------------------------------------------------------------------------
+# roll-ups
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Sums:
+    """What a roll-up adds up over its nodes."""
+
+    flops: int = 0  #: unsupported nodes excluded
+    macs: int = 0
+    time_ms: float | None = None  #: None while no node was timed
+    nodes: int = 0
+    unsupported: int = 0
+
+    def add(self, r: NodeRecord) -> None:
+        if r.flops is not None:
+            self.flops += r.flops
+        if r.macs is not None:
+            self.macs += r.macs
+        if r.time_ms is not None:
+            self.time_ms = r.time_ms if self.time_ms is None else self.time_ms + r.time_ms
+        self.nodes += 1
+        if r.status is Status.UNSUPPORTED:
+            self.unsupported += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +203,6 @@ class OperatorStats:
                 "time_ms": self.time_ms, "unsupported": self.unsupported}
 
 
-def _jsonable_shape(shape: Any) -> Any:
-    if isinstance(shape, tuple):
-        return [_jsonable_shape(s) for s in shape]
-    return shape
-
-
 @dataclass(frozen=True)
 class Profile:
     """All records of one ``propagate`` plus the model facts the roll-ups need."""
@@ -202,24 +222,75 @@ class Profile:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "records", tuple(self.records))
         object.__setattr__(self, "module_types", MappingProxyType(dict(self.module_types)))
         object.__setattr__(self, "module_params", MappingProxyType(dict(self.module_params)))
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
 
+    @classmethod
+    def from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],
+                          module_params: Mapping[str, int], batch_size: int | None,
+                          settings: Mapping[str, Any]) -> Profile:
+        """The records of every executed node, in execution order, from what a run measured."""
+        records: list[NodeRecord] = []
+        counted, zero, ignored = Status.COUNTED, Status.ZERO, Status.IGNORED
+        unsupported, skipped_status = Status.UNSUPPORTED, Status.SKIPPED
+        statuses = {"counted": counted, "zero": zero, "ignored": ignored, "unsupported": unsupported}
+        for graph_index, graph_run in enumerate(measurements.runs):
+            flops_of, macs_of, times = graph_run.flops, graph_run.macs, graph_run.time_ms
+            befores, afters = graph_run.mem_before, graph_run.mem_after
+            shapes, dtypes = graph_run.shapes, graph_run.dtypes
+            errors, skipped = graph_run.errors, graph_run.skipped
+            for p in graph_run.plan.nodes:
+                i = p.position
+                note = ""
+                status = statuses[p.kind.value]
+                if status is counted:
+                    flops, macs = flops_of[i], macs_of[i]
+                    if i in errors:
+                        status, note = unsupported, errors[i]
+                elif status is unsupported:
+                    flops, macs, note = None, None, f"no formula for {p.key!r}"
+                else:
+                    flops, macs = 0, 0
+                if i in skipped:
+                    status, flops, macs, note = skipped_status, 0, 0, skipped[i]
+                before, after = befores[i], afters[i]
+                location = p.location
+                node = p.node
+                records.append(NodeRecord(
+                    index=len(records), name=node.name, op=node.op, target=p.target, module_path=location.path,
+                    module_type=location.module_type, flops=flops, macs=macs, status=status, time_ms=times[i],
+                    mem_before=before, mem_after=after,
+                    mem_delta=after - before if before is not None and after is not None else None,
+                    output_shape=shapes[i], module_stack=location.chain, note=note,
+                    dtype=_dtype_name(dtypes[i]), graph=graph_index,
+                ))
+        return cls(records=tuple(records), device=measurements.device, tracer=tracer,
+                   memory_source=measurements.memory_source, module_types=module_types,
+                   module_params=module_params, batch_size=batch_size, settings=settings)
+
+    # ------------------------------------------------------------------ totals
+    @functools.cached_property
+    def _totals(self) -> _Sums:
+        sums = _Sums()
+        for r in self.records:
+            sums.add(r)
+        return sums
+
     @property
     def total_flops(self) -> int:
-        return sum(r.flops for r in self.records if r.flops is not None)
+        return self._totals.flops
 
     @property
     def total_macs(self) -> int:
-        return sum(r.macs for r in self.records if r.macs is not None)
+        return self._totals.macs
 
     @property
     def total_time_ms(self) -> float | None:
-        times = [r.time_ms for r in self.records if r.time_ms is not None]
-        return sum(times) if times else None
+        return self._totals.time_ms
 
-    @property
+    @functools.cached_property
     def max_memory(self) -> int | None:
         values = [m for r in self.records for m in (r.mem_before, r.mem_after) if m is not None]
         return max(values) if values else None
@@ -249,40 +320,28 @@ class Profile:
         parameters and zero nodes; paths seen only in the records come last.
         """
         types = dict(self.module_types)
-        order: dict[str, None] = {"": None}
-        order.update(dict.fromkeys(types))
-        acc: dict[str, list[Any]] = {}  # path -> [flops, macs, time, nodes, unsupported]
+        sums: dict[str, _Sums] = {path: _Sums() for path in ("", *types)}
         seen_type: dict[str, str] = {}
         for r in self.records:
             for path in ("", *r.module_chain):
-                a = acc.get(path)
-                if a is None:
-                    a = acc[path] = [0, 0, None, 0, 0]
-                    if path not in order:
-                        order[path] = None
-                if r.flops is not None:
-                    a[0] += r.flops
-                if r.macs is not None:
-                    a[1] += r.macs
-                a[2] = _add_time(a[2], r.time_ms)
-                a[3] += 1
-                if r.status is Status.UNSUPPORTED:
-                    a[4] += 1
+                s = sums.get(path)
+                if s is None:
+                    s = sums[path] = _Sums()
+                s.add(r)
             if r.module_path and r.module_path not in types:
                 seen_type.setdefault(r.module_path, r.module_type)
-        params = dict.fromkeys(order, 0)
+        params = dict.fromkeys(sums, 0)
         for path, n in self.module_params.items():
-            for ancestor in _ancestors(path):
+            for ancestor in ancestors(path):
                 params[ancestor] = params.get(ancestor, 0) + n
-        result: dict[str, ModuleStats] = {}
-        for path in order:
-            flops, macs, time_ms, nodes, unsupported = acc.get(path, (0, 0, None, 0, 0))
-            result[path] = ModuleStats(
-                path=path, module_type=types.get(path, seen_type.get(path, "")), depth=_path_depth(path),
-                params=params.get(path, 0), own_params=self.module_params.get(path, 0), flops=flops,
-                macs=macs, time_ms=time_ms, nodes=nodes, unsupported=unsupported,
+        return {
+            path: ModuleStats(
+                path=path, module_type=types.get(path, seen_type.get(path, "")), depth=depth(path),
+                params=params.get(path, 0), own_params=self.module_params.get(path, 0), flops=s.flops,
+                macs=s.macs, time_ms=s.time_ms, nodes=s.nodes, unsupported=s.unsupported,
             )
-        return result
+            for path, s in sums.items()
+        }
 
     def by_operator(self) -> dict[str, OperatorStats]:
         """Operator -> :class:`OperatorStats`, most FLOPs first (ties: first run first).
@@ -291,34 +350,25 @@ class Profile:
         ``aten.mm``); placeholder, get_attr and output nodes are grouped under their op name, so
         the operators' sums equal the totals.
         """
-        acc: dict[str, list[Any]] = {}
+        sums: dict[str, _Sums] = {}
         for r in self.records:
             key = r.op if r.op in _NON_OPERATOR_OPS else r.target
-            a = acc.get(key)
-            if a is None:
-                a = acc[key] = [0, 0, 0, None, 0]
-            if r.flops is not None:
-                a[0] += r.flops
-            if r.macs is not None:
-                a[1] += r.macs
-            a[2] += 1
-            a[3] = _add_time(a[3], r.time_ms)
-            if r.status is Status.UNSUPPORTED:
-                a[4] += 1
-        stats = [OperatorStats(k, *v) for k, v in acc.items()]
-        stats.sort(key=lambda s: -s.flops)  # stable: ties keep first-run order
-        return {s.operator: s for s in stats}
+            s = sums.get(key)
+            if s is None:
+                s = sums[key] = _Sums()
+            s.add(r)
+        stats = [OperatorStats(operator=k, flops=s.flops, macs=s.macs, calls=s.nodes, time_ms=s.time_ms,
+                               unsupported=s.unsupported) for k, s in sums.items()]
+        stats.sort(key=lambda o: -o.flops)  # stable: ties keep first-run order
+        return {o.operator: o for o in stats}
 
     def top_modules(self, k: int = 3, depth: int = -1, by: TopBy = "flops") -> list[ModuleStats]:
         """The ``k`` modules with the most ``by`` among those at ``depth`` (0 = the root, 1 = its
         children, ...; -1 = the innermost modules, those without submodules). Ties keep the
         model's order; with ``by="time"`` untimed modules come last."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k must be an int >= 0, got {k!r}")
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < -1:
-            raise ValueError(f"depth must be an int >= 0, or -1 for the innermost modules, got {depth!r}")
-        if by not in _TOP_BY:
-            raise ValueError(f"by must be one of {_TOP_BY}, got {by!r}")
+        check_int("k", k, 0)
+        check_depth("depth", depth)
+        check_choice("by", by, _TOP_BY)
         modules = self.by_module()
         if depth == -1:
             parents = {p.rpartition(".")[0] if "." in p else "" for p in modules if p}
@@ -355,8 +405,8 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Profile:
-        """Rebuild a profile from :meth:`to_dict`'s document; ``ValueError`` for another schema or
-        a newer version."""
+        """Rebuild a profile from :meth:`to_dict`'s document (any version up to this one's);
+        ``ValueError`` for another schema or a newer version."""
         if not isinstance(data, Mapping) or data.get("schema") != SCHEMA_NAME:
             raise ValueError(f"not a torch_flops profile: expected \"schema\": \"{SCHEMA_NAME}\"")
         version = data.get("version")

@@ -1,28 +1,24 @@
-"""Turns records into text and files. Computes nothing about the model; never runs it.
+"""Turns a :class:`~torch_flops.records.Profile` into text and files. Computes nothing about the
+model; never runs it.
 
-Numbers are shown readable (``4.09 G``, ``25.6 M``, ``3.21 ms``, ``1.50 MiB``); every function
-that returns rows returns raw numbers, formatting happens only in the ``*_table``/``*_text`` ones
-(and in :func:`format_rows`, for callers that want the strings).
+Every view (per node, per module, per operator, the module tree) is one tuple of :class:`Column`
+specs: a name (the raw key of rows, CSV, dataframes), a header (the text tables'), a getter, a
+formatter and an alignment. The same spec feeds :func:`rows_for` (raw numbers), the text tables
+(:func:`table_text`, :func:`module_tree`), :func:`markdown`, :func:`csv_text` / :func:`write_csv`,
+:func:`to_dataframe` and :func:`format_rows`. Numbers are shown readable (``4.09 G``, ``25.6 M``,
+``3.21 ms``, ``1.50 MiB``); raw rows keep them as numbers.
 
-Views of one :class:`~torch_flops.records.Profile`:
+Files are written atomically: to a temporary file in the same directory, then renamed over the
+target, so a failed write leaves an earlier file intact.
 
-* per node: :func:`node_rows`, :func:`node_table`, :func:`write_csv`
-* per module: :func:`module_rows`, :func:`module_table`; as a tree: :func:`tree_rows`,
-  :func:`module_tree`, with :func:`summary_text` above it in :func:`model_profile_text`
-* per operator: :func:`operator_rows`, :func:`operator_table`
-* top-k modules at a depth: :func:`top_modules_text`
-* exports: :func:`profile_to_json` / :func:`profile_from_json`, :func:`markdown`,
-  :func:`to_dataframe` (needs pandas), :func:`csv_text`, :func:`chrome_trace` /
-  :func:`write_chrome_trace`
-
-JSON schema ``torch_flops.profile``, version 1
+JSON schema ``torch_flops.profile``, version 2
 ----------------------------------------------
 
 One object::
 
     {
       "schema": "torch_flops.profile",   # always this string
-      "version": 1,                      # int; readers refuse versions newer than they know
+      "version": 2,                      # int; readers refuse versions newer than they know
       "settings": {...},                 # the analyzer's options: warmup, repeat, strict,
                                          #   ignore_ops, mem_func_name, tracer (free-form object)
       "summary": {
@@ -33,13 +29,17 @@ One object::
         "nodes": int, "unsupported_nodes": int,
         "unsupported": {target: node count}
       },
-      "records": [                       # one per graph node, in execution order
+      "records": [                       # one per executed graph node, in execution order
         {"index": int, "name": str, "op": str, "target": str, "module_path": str,
          "module_type": str, "flops": int | null, "macs": int | null,
-         "status": "counted" | "zero" | "ignored" | "unsupported", "time_ms": float | null,
+         "status": "counted" | "zero" | "ignored" | "unsupported" | "skipped",
+         "time_ms": float | null,
          "mem_before": int | null, "mem_after": int | null, "mem_delta": int | null,
          "output_shape": [int, ...] | [shape | null, ...] | null,   # nested for tuple outputs
-         "module_stack": [str, ...], "note": str}
+         "module_stack": [str, ...], "note": str,
+         "phase": "forward",             # since version 2 (later also "backward", "optimizer")
+         "dtype": str | null,            # since version 2: the output's dtype, e.g. "float32"
+         "graph": int}                   # since version 2: which captured graph (0 for one graph)
       ],
       "modules": {                       # every module path ("" = root), in the model's order
         path: {"module_type": str, "depth": int, "params": int, "own_params": int,
@@ -50,8 +50,11 @@ One object::
 
 ``summary`` and ``modules`` are derived from ``records`` (plus the parameter counts in
 ``modules[*].own_params``) and are there for readers that do not want to recompute them.
-Adding keys does not change the version; removing or redefining one does. Readers ignore
-unknown keys.
+
+How the schema grows: a new field is added with a default that describes documents written
+before it (``phase`` "forward", ``dtype`` null, ``graph`` 0) and the version goes up by one;
+readers fill the default in for older documents and ignore keys they do not know. Removing or
+redefining a field is a new schema name, never a new version.
 
 Chrome trace
 ------------
@@ -69,11 +72,14 @@ import csv
 import io
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from tabulate import tabulate
 
+from torch_flops._validate import check_depth
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, Status
 
 __all__ = [
@@ -84,6 +90,7 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "TREE_COLUMNS",
+    "Column",
     "chrome_trace",
     "csv_text",
     "format_bytes",
@@ -94,12 +101,10 @@ __all__ = [
     "markdown",
     "max_memory_text",
     "model_profile_text",
-    "module_rows",
     "module_table",
     "module_tree",
     "node_rows",
     "node_table",
-    "operator_rows",
     "operator_table",
     "profile_from_json",
     "profile_to_json",
@@ -111,6 +116,7 @@ __all__ = [
     "total_flops_text",
     "total_time_text",
     "tree_rows",
+    "write_atomic",
     "write_chrome_trace",
     "write_csv",
 ]
@@ -118,19 +124,7 @@ __all__ = [
 GroupBy = Literal["node", "module", "operator"]
 GROUP_BY: tuple[str, ...] = ("node", "module", "operator")
 
-NODE_COLUMNS: tuple[str, ...] = (
-    "node", "op", "target", "module_path", "module_type", "status", "flops", "macs", "time_ms",
-    "mem_before", "mem_after", "mem_delta", "output_shape",
-)
-MODULE_COLUMNS: tuple[str, ...] = (
-    "module", "module_type", "depth", "nodes", "params", "own_params", "flops", "macs", "time_ms", "unsupported",
-)
-OPERATOR_COLUMNS: tuple[str, ...] = ("operator", "calls", "flops", "macs", "time_ms", "unsupported")
-TREE_COLUMNS: tuple[str, ...] = (
-    "module", "module_type", "depth", "params", "params_pct", "macs", "macs_pct", "flops", "time_ms",
-    "time_pct", "flops_per_s",
-)
-
+# ---------------------------------------------------------------------- number formats
 _SUFFIXES = ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
 
 
@@ -178,90 +172,9 @@ def format_time_ms(ms: float | None) -> str:
     return f"{_three_digits(ms * 1000)} us"
 
 
-def _shape_text(shape: Any) -> str:
-    if shape is None:
-        return "-"
-    if all(isinstance(s, int) for s in shape):
-        return "(" + ", ".join(str(s) for s in shape) + ")"
-    return "[" + ", ".join(_shape_text(s) for s in shape) + "]"
-
-
-def node_rows(records: Iterable[NodeRecord]) -> list[list[Any]]:
-    """One list per node, in ``NODE_COLUMNS`` order, raw values."""
-    return [
-        [r.name, r.op, r.target, r.module_path, r.module_type, r.status.value, r.flops, r.macs, r.time_ms,
-         r.mem_before, r.mem_after, r.mem_delta, r.output_shape]
-        for r in records
-    ]
-
-
-def node_table(records: Sequence[NodeRecord]) -> str:
-    """The per-node table as text, with readable numbers and a total row."""
-    headers, rows, colalign = _node_view(records)
-    return tabulate(rows, headers=headers, disable_numparse=True, colalign=colalign)
-
-
-_View = tuple[list[str], list[list[str]], tuple[str, ...]]
-
-
-def _node_view(records: Sequence[NodeRecord]) -> _View:
-    headers = ["node", "target", "module", "status", "FLOPs", "MACs", "time", "mem after", "mem delta",
-               "output shape"]
-    rows = [
-        [r.name, r.target, r.module_path or "-", r.status.value if r.status is not Status.COUNTED else "",
-         format_count(r.flops), format_count(r.macs), format_time_ms(r.time_ms), format_bytes(r.mem_after),
-         format_bytes(r.mem_delta), _shape_text(r.output_shape)]
-        for r in records
-    ]
-    flops = sum(r.flops for r in records if r.flops is not None)
-    macs = sum(r.macs for r in records if r.macs is not None)
-    times = [r.time_ms for r in records if r.time_ms is not None]
-    rows.append(["total", "", "", "", format_count(flops), format_count(macs),
-                 format_time_ms(sum(times) if times else None), "", "", ""])
-    return headers, rows, ("left", "left", "left", "left", "right", "right", "right", "right", "right", "left")
-
-
-def total_flops_text(profile: Profile) -> str:
-    text = (f"Total FLOPs: {profile.total_flops:,} ({format_count(profile.total_flops, 'FLOPs')}), "
-            f"MACs: {profile.total_macs:,} ({format_count(profile.total_macs, 'MACs')})")
-    unsupported = profile.unsupported
-    if unsupported:
-        nodes = sum(unsupported.values())
-        listed = ", ".join(f"{t} x{c}" for t, c in sorted(unsupported.items()))
-        text += f"\n{nodes} unsupported node(s) excluded from the total: {listed}"
-    return text
-
-
-def total_time_text(profile: Profile) -> str:
-    t = profile.total_time_ms
-    if t is None:
-        return f"Total time: not measured (device {profile.device})"
-    return f"Total time: {t:.3f} ms ({format_time_ms(t)}) on {profile.device}"
-
-
-def max_memory_text(profile: Profile) -> str:
-    m = profile.max_memory
-    if m is None:
-        return "Max memory: not measured"
-    return f"Max memory: {m:,} bytes ({format_bytes(m)}, {profile.memory_source})"
-
-
-def write_csv(records: Iterable[NodeRecord], path: str | os.PathLike[str], mode: str = "w") -> None:
-    append = mode == "a" and os.path.exists(path) and os.path.getsize(path) > 0
-    with open(path, mode, newline="") as f:
-        writer = csv.writer(f)
-        if not append:
-            writer.writerow(NODE_COLUMNS)
-        for row in node_rows(records):
-            writer.writerow(["" if v is None else v for v in row])
-
-
-# ---------------------------------------------------------------------- rows and formatting
 def format_percent(part: float | None, whole: float | None) -> str:
     """``(1, 8) -> '12.50%'``; ``'-'`` when either is None or the whole is 0."""
-    if part is None or not whole:
-        return "-"
-    return f"{100 * part / whole:.2f}%"
+    return _format_pct(_percent(part, whole))
 
 
 def _percent(part: float | None, whole: float | None) -> float | None:
@@ -270,13 +183,233 @@ def _percent(part: float | None, whole: float | None) -> float | None:
     return 100 * part / whole
 
 
+def _format_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}%"
+
+
+def _shape_text(shape: Any) -> str:
+    if shape is None:
+        return "-"
+    if all(isinstance(s, int) for s in shape):
+        return "(" + ", ".join(str(s) for s in shape) + ")"
+    return "[" + ", ".join(_shape_text(s) for s in shape) + "]"
+
+
+def _blank_zero(n: int | None) -> str:
+    return str(n) if n else ""
+
+
+def _unsupported_list(unsupported: Mapping[str, int]) -> str:
+    """``"torch.mystery x1, Foo x2"``: the one way unsupported targets are listed."""
+    return ", ".join(f"{target} x{count}" for target, count in sorted(unsupported.items()))
+
+
+# ---------------------------------------------------------------------- column specs
+@dataclass(frozen=True)
+class Column:
+    """One column of one view."""
+
+    name: str  #: raw key: rows_for / CSV / dataframe column, format_rows key
+    header: str | None  #: text-table header; None: a raw-only column
+    get: Callable[[Any, Any], Any]  #: (row item, view context) -> raw value
+    fmt: Callable[[Any], str] = str  #: raw value -> table text
+    align: Literal["left", "right"] = "right"
+    raw: bool = True  #: part of the raw rows (False: a text-only column such as "% time")
+    optional: bool = False  #: left out of text tables when empty in every row
+
+
+def _attr(name: str) -> Callable[[Any, Any], Any]:
+    return lambda item, _ctx: getattr(item, name)
+
+
+def _pct_of_root(name: str) -> Callable[[Any, Any], Any]:
+    return lambda m, root: _percent(getattr(m, name), getattr(root, name))
+
+
+def _pct_of_total(name: str) -> Callable[[Any, Any], Any]:
+    return lambda o, total: _percent(getattr(o, name), total[name])
+
+
+NODE_VIEW: tuple[Column, ...] = (
+    Column("node", "node", _attr("name"), align="left"),
+    Column("op", None, _attr("op")),
+    Column("target", "target", _attr("target"), align="left"),
+    Column("module_path", "module", _attr("module_path"), lambda p: p or "-", "left"),
+    Column("module_type", None, _attr("module_type")),
+    Column("status", "status", lambda r, _c: r.status.value, lambda s: "" if s == Status.COUNTED.value else s, "left"),
+    Column("flops", "FLOPs", _attr("flops"), format_count),
+    Column("macs", "MACs", _attr("macs"), format_count),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
+    Column("mem_before", None, _attr("mem_before"), format_bytes),
+    Column("mem_after", "mem after", _attr("mem_after"), format_bytes),
+    Column("mem_delta", "mem delta", _attr("mem_delta"), format_bytes),
+    Column("output_shape", "output shape", _attr("output_shape"), _shape_text, "left"),
+    Column("phase", None, _attr("phase")),
+    Column("dtype", None, _attr("dtype")),
+)
+MODULE_VIEW: tuple[Column, ...] = (
+    Column("module", "module", _attr("path"), lambda p: p or "(root)", "left"),
+    Column("module_type", "type", _attr("module_type"), align="left"),
+    Column("depth", None, _attr("depth")),
+    Column("nodes", "nodes", _attr("nodes")),
+    Column("params", "params", _attr("params"), format_count),
+    Column("own_params", None, _attr("own_params"), format_count),
+    Column("flops", "FLOPs", _attr("flops"), format_count),
+    Column("macs", "MACs", _attr("macs"), format_count),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
+    Column("time_pct", "% time", _pct_of_root("time_ms"), _format_pct, raw=False),
+    Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
+)
+OPERATOR_VIEW: tuple[Column, ...] = (
+    Column("operator", "operator", _attr("operator"), align="left"),
+    Column("calls", "calls", _attr("calls")),
+    Column("flops", "FLOPs", _attr("flops"), format_count),
+    Column("flops_pct", "% FLOPs", _pct_of_total("flops"), _format_pct, raw=False),
+    Column("macs", "MACs", _attr("macs"), format_count),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
+    Column("time_pct", "% time", _pct_of_total("time_ms"), _format_pct, raw=False),
+    Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
+)
+
+
+@dataclass(frozen=True)
+class _TreeRow:
+    module: ModuleStats
+    label: str  #: indented name and type, as the tree shows it
+
+
+TREE_VIEW: tuple[Column, ...] = (
+    Column("label", "module", lambda t, _root: t.label, align="left", raw=False),
+    Column("module", None, lambda t, _root: t.module.path),
+    Column("module_type", None, lambda t, _root: t.module.module_type),
+    Column("depth", None, lambda t, _root: t.module.depth),
+    Column("params", "params", lambda t, _root: t.module.params, format_count),
+    Column("params_pct", "% params", lambda t, root: _percent(t.module.params, root.params), _format_pct),
+    Column("macs", "MACs", lambda t, _root: t.module.macs, format_count),
+    Column("macs_pct", "% MACs", lambda t, root: _percent(t.module.macs, root.macs), _format_pct),
+    Column("flops", "FLOPs", lambda t, _root: t.module.flops, format_count),
+    Column("time_ms", "latency", lambda t, _root: t.module.time_ms, format_time_ms),
+    Column("time_pct", "% latency", lambda t, root: _percent(t.module.time_ms, root.time_ms), _format_pct),
+    Column("flops_per_s", "FLOP/s", lambda t, _root: t.module.flops_per_s, format_count),
+)
+
+
+def _raw_names(view: Sequence[Column]) -> tuple[str, ...]:
+    return tuple(c.name for c in view if c.raw)
+
+
+NODE_COLUMNS: tuple[str, ...] = _raw_names(NODE_VIEW)
+MODULE_COLUMNS: tuple[str, ...] = _raw_names(MODULE_VIEW)
+OPERATOR_COLUMNS: tuple[str, ...] = _raw_names(OPERATOR_VIEW)
+TREE_COLUMNS: tuple[str, ...] = _raw_names(TREE_VIEW)
+
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
-    **dict.fromkeys(("flops", "macs", "params", "own_params", "flops_per_s"), format_count),
-    "time_ms": format_time_ms,
-    **dict.fromkeys(("mem_before", "mem_after", "mem_delta"), format_bytes),
-    **dict.fromkeys(("params_pct", "macs_pct", "time_pct"), lambda v: "-" if v is None else f"{v:.2f}%"),
-    "output_shape": lambda v: _shape_text(v),
+    c.name: c.fmt for view in (TREE_VIEW, OPERATOR_VIEW, MODULE_VIEW, NODE_VIEW) for c in view
+    if c.fmt is not str and c.name not in ("module", "module_path", "status", "unsupported")
 }
+
+
+# ---------------------------------------------------------------------- one dispatcher
+@dataclass(frozen=True)
+class _Table:
+    """A view's items, its columns and the context their getters need, plus an optional total row
+    (raw values by column name)."""
+
+    columns: tuple[Column, ...]
+    items: list[Any]
+    context: Any = None
+    total: Mapping[str, Any] | None = None
+
+    def raw_rows(self) -> list[list[Any]]:
+        columns = [c for c in self.columns if c.raw]
+        ctx = self.context
+        return [[c.get(item, ctx) for c in columns] for item in self.items]
+
+    def text(self) -> tuple[list[str], list[list[str]], list[str]]:
+        """(headers, formatted rows with the total row, alignments) of the text columns."""
+        columns = [c for c in self.columns if c.header is not None]
+        ctx = self.context
+        rows = [[c.fmt(c.get(item, ctx)) for c in columns] for item in self.items]
+        if self.total is not None:
+            total = self.total
+            rows.append([c.fmt(total[c.name]) if c.name in total else "" for c in columns])
+        keep = [i for i, c in enumerate(columns) if not c.optional or any(row[i] for row in rows)]
+        return ([columns[i].header for i in keep], [[row[i] for i in keep] for row in rows],  # type: ignore[misc]
+                [columns[i].align for i in keep])
+
+
+def _node_table(records: Sequence[NodeRecord]) -> _Table:
+    flops = sum(r.flops for r in records if r.flops is not None)
+    macs = sum(r.macs for r in records if r.macs is not None)
+    times = [r.time_ms for r in records if r.time_ms is not None]
+    total = {"node": "total", "flops": flops, "macs": macs, "time_ms": sum(times) if times else None}
+    return _Table(NODE_VIEW, list(records), total=total)
+
+
+def _module_table(profile: Profile) -> _Table:
+    modules = profile.by_module()
+    return _Table(MODULE_VIEW, list(modules.values()), context=modules[""])
+
+
+def _operator_table(profile: Profile) -> _Table:
+    ops = profile.by_operator()
+    total = {"operator": "total", "calls": len(profile.records), "flops": profile.total_flops,
+             "macs": profile.total_macs, "time_ms": profile.total_time_ms,
+             "unsupported": sum(o.unsupported for o in ops.values())}
+    return _Table(OPERATOR_VIEW, list(ops.values()), context=total, total=total)
+
+
+def _tree_table(profile: Profile, depth: int) -> _Table:
+    check_depth("depth", depth)
+    modules = profile.by_module()
+    rows = []
+    for path, parent, level in _tree_order(modules):
+        m = modules[path]
+        if depth >= 0 and m.depth > depth:
+            continue
+        if path == "":
+            label = m.module_type or "(root)"
+        else:
+            name = path[len(parent) + 1:] if parent else path
+            label = f"{name} ({m.module_type})" if m.module_type else name
+        rows.append(_TreeRow(m, "  " * level + label))
+    return _Table(TREE_VIEW, rows, context=modules[""])
+
+
+def _table_for(profile: Profile, group_by: GroupBy) -> _Table:
+    """The one ``group_by`` dispatcher."""
+    if group_by == "node":
+        return _node_table(profile.records)
+    if group_by == "module":
+        return _module_table(profile)
+    if group_by == "operator":
+        return _operator_table(profile)
+    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+
+
+def _tabulated(table: _Table, tablefmt: str = "simple", escape: bool = False) -> str:
+    headers, rows, aligns = table.text()
+    if escape:
+        rows = [[cell.replace("|", "\\|") for cell in row] for row in rows]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=aligns)
+
+
+# ---------------------------------------------------------------------- rows
+def rows_for(profile: Profile, group_by: GroupBy = "node") -> tuple[tuple[str, ...], list[list[Any]]]:
+    """``(columns, raw rows)`` of one grouping: ``"node"``, ``"module"`` or ``"operator"``."""
+    table = _table_for(profile, group_by)
+    return _raw_names(table.columns), table.raw_rows()
+
+
+def node_rows(records: Sequence[NodeRecord]) -> list[list[Any]]:
+    """One list per node, in ``NODE_COLUMNS`` order, raw values."""
+    return _node_table(records).raw_rows()
+
+
+def tree_rows(profile: Profile, depth: int = -1) -> list[list[Any]]:
+    """The module tree (``TREE_COLUMNS``, raw values; percentages of the root as 0-100 floats,
+    None where undefined), depth first, down to ``depth`` (0 = root only, -1 = all)."""
+    return _tree_table(profile, depth).raw_rows()
 
 
 def format_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[list[Any]]:
@@ -286,30 +419,28 @@ def format_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[l
     return [[f(v) if f is not None else v for f, v in zip(formatters, row)] for row in rows]
 
 
-def module_rows(profile: Profile) -> list[list[Any]]:
-    """One list per module (``MODULE_COLUMNS``, raw values), in the model's order."""
-    return [[m.path, m.module_type, m.depth, m.nodes, m.params, m.own_params, m.flops, m.macs, m.time_ms,
-             m.unsupported] for m in profile.by_module().values()]
+# ---------------------------------------------------------------------- tables and text
+def node_table(records: Sequence[NodeRecord]) -> str:
+    """The per-node table as text, with readable numbers and a total row."""
+    return _tabulated(_node_table(records))
 
 
-def operator_rows(profile: Profile) -> list[list[Any]]:
-    """One list per operator (``OPERATOR_COLUMNS``, raw values), most FLOPs first."""
-    return [[o.operator, o.calls, o.flops, o.macs, o.time_ms, o.unsupported]
-            for o in profile.by_operator().values()]
+def module_table(profile: Profile) -> str:
+    """One row per module (full paths, the model's order), each including its submodules."""
+    return _tabulated(_module_table(profile))
 
 
-def rows_for(profile: Profile, group_by: GroupBy = "node") -> tuple[tuple[str, ...], list[list[Any]]]:
-    """``(columns, raw rows)`` of one grouping: ``"node"``, ``"module"`` or ``"operator"``."""
-    if group_by == "node":
-        return NODE_COLUMNS, node_rows(profile.records)
-    if group_by == "module":
-        return MODULE_COLUMNS, module_rows(profile)
-    if group_by == "operator":
-        return OPERATOR_COLUMNS, operator_rows(profile)
-    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+def operator_table(profile: Profile) -> str:
+    """One row per operator, most FLOPs first, with a total row."""
+    return _tabulated(_operator_table(profile))
 
 
-def _tree_order(modules: dict[str, ModuleStats]) -> list[tuple[str, str, int]]:
+def table_text(profile: Profile, group_by: GroupBy = "node") -> str:
+    """:func:`node_table`, :func:`module_table` or :func:`operator_table`."""
+    return _tabulated(_table_for(profile, group_by))
+
+
+def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]]:
     """``(path, parent, level)`` depth first in the model's order; a path's parent is its longest
     dotted prefix that is a module ("" when none)."""
     children: dict[str, list[str]] = {}
@@ -333,60 +464,41 @@ def _tree_order(modules: dict[str, ModuleStats]) -> list[tuple[str, str, int]]:
     return order
 
 
-def tree_rows(profile: Profile, depth: int = -1) -> list[list[Any]]:
-    """The module tree (``TREE_COLUMNS``, raw values; percentages of the root as 0-100 floats,
-    None where undefined), depth first, down to ``depth`` (0 = root only, -1 = all)."""
-    _check_depth(depth)
-    modules = profile.by_module()
-    root = modules[""]
-    rows = []
-    for path, _, _ in _tree_order(modules):
-        m = modules[path]
-        if depth >= 0 and m.depth > depth:
-            continue
-        rows.append([m.path, m.module_type, m.depth, m.params, _percent(m.params, root.params), m.macs,
-                     _percent(m.macs, root.macs), m.flops, m.time_ms, _percent(m.time_ms, root.time_ms),
-                     m.flops_per_s])
-    return rows
-
-
-def _check_depth(depth: int) -> None:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < -1:
-        raise ValueError(f"depth must be an int >= 0, or -1 for all levels, got {depth!r}")
-
-
-def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: str) -> str:
-    """A plain table (``tabulate``'s "simple" look) that keeps leading spaces, for the tree."""
+def module_tree(profile: Profile, depth: int = -1) -> str:
+    """The module tree in the model's structure: per module its parameters, MACs, FLOPs and
+    latency with their share of the whole model, and the achieved FLOP/s."""
+    headers, rows, aligns = _tree_table(profile, depth).text()
+    # a plain table (tabulate's "simple" look) that keeps the labels' leading spaces
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)).rstrip()
+        return "  ".join(c.ljust(w) if a == "left" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def module_tree(profile: Profile, depth: int = -1) -> str:
-    """The module tree in the model's structure: per module its parameters, MACs, FLOPs and
-    latency with their share of the whole model, and the achieved FLOP/s."""
-    _check_depth(depth)
-    modules = profile.by_module()
-    root = modules[""]
-    rows = []
-    for path, parent, level in _tree_order(modules):
-        m = modules[path]
-        if depth >= 0 and m.depth > depth:
-            continue
-        if path == "":
-            label = m.module_type or "(root)"
-        else:
-            name = path[len(parent) + 1:] if parent else path
-            label = f"{name} ({m.module_type})" if m.module_type else name
-        rows.append(["  " * level + label, format_count(m.params), format_percent(m.params, root.params),
-                     format_count(m.macs), format_percent(m.macs, root.macs), format_count(m.flops),
-                     format_time_ms(m.time_ms), format_percent(m.time_ms, root.time_ms),
-                     format_count(m.flops_per_s)])
-    headers = ["module", "params", "% params", "MACs", "% MACs", "FLOPs", "latency", "% latency", "FLOP/s"]
-    return _aligned(headers, rows, "lrrrrrrrr")
+def total_flops_text(profile: Profile) -> str:
+    text = (f"Total FLOPs: {profile.total_flops:,} ({format_count(profile.total_flops, 'FLOPs')}), "
+            f"MACs: {profile.total_macs:,} ({format_count(profile.total_macs, 'MACs')})")
+    unsupported = profile.unsupported
+    if unsupported:
+        text += (f"\n{sum(unsupported.values())} unsupported node(s) excluded from the total: "
+                 f"{_unsupported_list(unsupported)}")
+    return text
+
+
+def total_time_text(profile: Profile) -> str:
+    t = profile.total_time_ms
+    if t is None:
+        return f"Total time: not measured (device {profile.device})"
+    return f"Total time: {t:.3f} ms ({format_time_ms(t)}) on {profile.device}"
+
+
+def max_memory_text(profile: Profile) -> str:
+    m = profile.max_memory
+    if m is None:
+        return "Max memory: not measured"
+    return f"Max memory: {m:,} bytes ({format_bytes(m)}, {profile.memory_source})"
 
 
 def summary_text(profile: Profile) -> str:
@@ -406,15 +518,16 @@ def summary_text(profile: Profile) -> str:
         ("Device", profile.device),
         ("Tracer", profile.tracer),
         ("Nodes", str(len(profile.records))),
-        ("Unsupported", str(n_unsupported) if not n_unsupported else
-         f"{n_unsupported} node(s), excluded: " + ", ".join(f"{k} x{v}" for k, v in sorted(unsupported.items()))),
+        ("Unsupported", f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"
+         if n_unsupported else "0"),
     ]
     width = max(len(k) for k, _ in lines) + 2
     title = "torch_flops profile"
     return "\n".join([title, "=" * len(title), *(f"{k + ':':<{width}}{v}" for k, v in lines)])
 
 
-_TOP_METRICS = (("flops", "FLOPs"), ("macs", "MACs"), ("params", "params"), ("time", "latency"))
+_TOP_METRICS = (("flops", "FLOPs", format_count), ("macs", "MACs", format_count), ("params", "params", format_count),
+                ("time_ms", "latency", format_time_ms))
 
 
 def top_modules_text(profile: Profile, k: int = 3, depth: int = -1) -> str:
@@ -423,16 +536,12 @@ def top_modules_text(profile: Profile, k: int = 3, depth: int = -1) -> str:
     root = profile.by_module()[""]
     where = "innermost modules" if depth == -1 else f"modules at depth {depth}"
     lines = [f"Top {k} {where}:"]
-    for by, title in _TOP_METRICS:
-        if by == "time" and root.time_ms is None:
+    for attr, title, fmt in _TOP_METRICS:
+        if attr == "time_ms" and root.time_ms is None:
             continue
-        top = profile.top_modules(k, depth, by)  # type: ignore[arg-type]
-        fmt = format_time_ms if by == "time" else format_count
-        items = []
-        for m in top:
-            value = m.time_ms if by == "time" else getattr(m, by)
-            whole = root.time_ms if by == "time" else getattr(root, by)
-            items.append(f"{m.path or '(root)'} ({m.module_type}) {fmt(value)} {format_percent(value, whole)}")
+        top = profile.top_modules(k, depth, "time" if attr == "time_ms" else attr)  # type: ignore[arg-type]
+        items = [f"{m.path or '(root)'} ({m.module_type}) {fmt(getattr(m, attr))} "
+                 f"{format_percent(getattr(m, attr), getattr(root, attr))}" for m in top]
         lines.append(f"  by {title + ':':<9} " + (", ".join(items) if items else "-"))
     return "\n".join(lines)
 
@@ -446,90 +555,43 @@ def model_profile_text(profile: Profile, depth: int = -1, top: int = 0) -> str:
     return "\n\n".join(parts)
 
 
-# ---------------------------------------------------------------------- grouped tables
-def _module_view(profile: Profile) -> _View:
-    modules = profile.by_module()
-    total = modules[""].time_ms
-    rows = [[m.path or "(root)", m.module_type, str(m.nodes), format_count(m.params), format_count(m.flops),
-             format_count(m.macs), format_time_ms(m.time_ms), format_percent(m.time_ms, total),
-             str(m.unsupported) if m.unsupported else ""] for m in modules.values()]
-    headers = ["module", "type", "nodes", "params", "FLOPs", "MACs", "time", "% time", "unsupported"]
-    return _drop_empty_last((headers, rows, ("left", "left", "right", "right", "right", "right", "right", "right",
-                                             "right")))
-
-
-def _drop_empty_last(view: _View) -> _View:
-    """Leave the trailing "unsupported" column out when no row has anything in it."""
-    headers, rows, colalign = view
-    if any(row[-1] for row in rows):
-        return view
-    return headers[:-1], [row[:-1] for row in rows], colalign[:-1]
-
-
-def _operator_view(profile: Profile) -> _View:
-    ops = profile.by_operator()
-    flops, time_ms = profile.total_flops, profile.total_time_ms
-    rows = [[o.operator, str(o.calls), format_count(o.flops), format_percent(o.flops, flops), format_count(o.macs),
-             format_time_ms(o.time_ms), format_percent(o.time_ms, time_ms),
-             str(o.unsupported) if o.unsupported else ""] for o in ops.values()]
-    unsupported = sum(o.unsupported for o in ops.values())
-    rows.append(["total", str(len(profile.records)), format_count(flops), "", format_count(profile.total_macs),
-                 format_time_ms(time_ms), "", str(unsupported) if unsupported else ""])
-    headers = ["operator", "calls", "FLOPs", "% FLOPs", "MACs", "time", "% time", "unsupported"]
-    return _drop_empty_last((headers, rows, ("left", "right", "right", "right", "right", "right", "right", "right")))
-
-
-def _view(profile: Profile, group_by: GroupBy) -> _View:
-    if group_by == "node":
-        return _node_view(profile.records)
-    if group_by == "module":
-        return _module_view(profile)
-    if group_by == "operator":
-        return _operator_view(profile)
-    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
-
-
-def module_table(profile: Profile) -> str:
-    """One row per module (full paths, the model's order), each including its submodules."""
-    headers, rows, colalign = _module_view(profile)
-    return tabulate(rows, headers=headers, disable_numparse=True, colalign=colalign)
-
-
-def operator_table(profile: Profile) -> str:
-    """One row per operator, most FLOPs first, with a total row."""
-    headers, rows, colalign = _operator_view(profile)
-    return tabulate(rows, headers=headers, disable_numparse=True, colalign=colalign)
-
-
-def table_text(profile: Profile, group_by: GroupBy = "node") -> str:
-    """:func:`node_table`, :func:`module_table` or :func:`operator_table`."""
-    headers, rows, colalign = _view(profile, group_by)
-    return tabulate(rows, headers=headers, disable_numparse=True, colalign=colalign)
-
-
 # ---------------------------------------------------------------------- exports
 def markdown(profile: Profile, group_by: GroupBy = "node") -> str:
     """A one-line summary and the ``group_by`` table as GitHub-flavoured Markdown."""
-    headers, rows, colalign = _view(profile, group_by)
     t = profile.total_time_ms
     summary = (f"**torch_flops profile**: {format_count(profile.total_params)} params, "
                f"{format_count(profile.total_macs, 'MACs')}, {format_count(profile.total_flops, 'FLOPs')}, "
                f"latency {format_time_ms(t) if t is not None else 'not measured'} on {profile.device} "
                f"(tracer {profile.tracer}, {sum(profile.unsupported.values())} unsupported node(s))")
-    rows = [[c.replace("|", "\\|") for c in row] for row in rows]
-    return summary + "\n\n" + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
-                                       colalign=colalign)
+    return summary + "\n\n" + _tabulated(_table_for(profile, group_by), tablefmt="github", escape=True)
+
+
+def _csv(columns: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if columns is not None:
+        writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+    return buffer.getvalue()
 
 
 def csv_text(profile: Profile, group_by: GroupBy = "node") -> str:
     """The raw rows of one grouping as CSV text (header first; None as an empty cell)."""
     columns, rows = rows_for(profile, group_by)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
-    return buffer.getvalue()
+    return _csv(columns, rows)
+
+
+def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode: str = "w") -> None:
+    """The node rows as CSV; ``mode="a"`` appends to an existing file without a second header."""
+    existing = ""
+    if mode == "a" and os.path.exists(path):
+        with open(path, newline="") as f:
+            existing = f.read()
+    text = _csv(None if existing else NODE_COLUMNS, node_rows(records))
+    if existing and not existing.endswith("\n"):
+        existing += "\n"
+    write_atomic(path, existing + text)
 
 
 def to_dataframe(profile: Profile, group_by: GroupBy = "node") -> Any:
@@ -542,13 +604,30 @@ def to_dataframe(profile: Profile, group_by: GroupBy = "node") -> Any:
     return pd.DataFrame(rows, columns=list(columns))
 
 
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then rename it over ``path``: a
+    failure leaves whatever was at ``path`` untouched and no partial file behind."""
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
     """The profile as a ``torch_flops.profile`` JSON document (schema above); also written to
     ``path`` when given."""
     text = json.dumps(profile.to_dict(), indent=indent, default=str)
     if path is not None:
-        with open(path, "w") as f:
-            f.write(text + "\n")
+        write_atomic(path, text + "\n")
     return text
 
 
@@ -612,6 +691,4 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
 
 def write_chrome_trace(profile: Profile, path: str | os.PathLike[str]) -> None:
     """Write :func:`chrome_trace` as JSON to ``path`` (open it in chrome://tracing or ui.perfetto.dev)."""
-    trace = chrome_trace(profile)
-    with open(path, "w") as f:
-        json.dump(trace, f)
+    write_atomic(path, json.dumps(chrome_trace(profile)))

@@ -1,4 +1,4 @@
-"""FLOPs formulas and the tables that map graph targets to them.
+"""FLOPs formulas and the table that maps graph targets to them.
 
 Counting convention (stated once, here)
 ---------------------------------------
@@ -22,33 +22,71 @@ Causal or masked attention is counted as the full ``L x S`` score matrix, as Flo
 Elementwise FLOPs are counted only for floating point (or complex) data: integer index
 arithmetic and boolean mask logic are 0 FLOPs.
 
-Tables
-------
-``MODULE_FLOPs_MAPPING`` (module class name -> ``f(module, out, *args, **kwargs)``),
-``FUNCTION_FLOPs_MAPPING`` (function ``__name__`` -> ``f(out, *args, **kwargs)``),
-``METHOD_FLOPs_MAPPING`` (Tensor method name -> ``f(out, self, *args, **kwargs)``).
-``out`` is the node's real output and ``args``/``kwargs`` are the node's real inputs; formulas
-read only shapes, dtypes and attributes (so they work on meta tensors) and never time or print.
-A formula may return a plain ``int``: it is taken as ``flops`` with ``macs = 0``.
+One table, one calling convention
+---------------------------------
+:data:`FORMULAS` maps each target itself (a module class, a callable, a ``torch.Tensor`` method,
+an aten overload packet; see :mod:`torch_flops.formulas.table`) to a formula called as::
 
-Each table entry is filled by a register decorator next to the formula; registering a key twice
-raises unless ``override=True``. Assigning into the dicts directly (the historical API) still works.
-Formulas that are 0 *by definition* (views, copies, shape queries) are registered with
-:func:`zero_flops`, so a node can be told apart as "zero" rather than "counted".
+    formula(module, out, *args, **kwargs) -> (flops, macs) | flops
+
+``module`` is the called module for ``call_module`` nodes, else ``None``; ``out`` is the node's
+real output; ``args``/``kwargs`` its real inputs (a method's ``self`` first). So one formula
+serves ``nn.ReLU()(x)``, ``F.relu(x)``, ``x.relu()`` and ``aten.relu(x)``. Formulas read only
+shapes, dtypes and attributes (they work on meta tensors), never time or print. A formula may
+return a plain ``int``: it is taken as ``flops`` with ``macs = 0``. :func:`register` fills the
+table next to each formula; registering a target twice raises unless ``override=True``. Ops that
+are 0 *by definition* (views, copies, shape queries) are registered with :func:`zero_flops`, so a
+node can be told apart as "zero" rather than "counted".
+
+The name-keyed dicts users already extend are views onto :data:`FORMULAS`:
+``MODULE_FLOPs_MAPPING`` (class name -> ``f(module, out, *args, **kwargs)``),
+``FUNCTION_FLOPs_MAPPING`` (function ``__name__`` -> ``f(out, *args, **kwargs)``),
+``METHOD_FLOPs_MAPPING`` (Tensor method name -> ``f(out, self, *args, **kwargs)``) and
+``ATEN_FLOPs_MAPPING`` (aten packet or ``"ns.name"`` -> ``f(out, *args, **kwargs)``), with the
+``register_module/function/method/aten`` decorators. Assigning a name gives every target of that
+name the formula. A counter copies the table when it is created; later edits do not reach it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping
+import operator
+from collections.abc import Callable
 from typing import Any, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_flops.formulas.table import (
+    Composite,
+    FlopCount,
+    Formula,
+    FormulaTable,
+    Kind,
+    Name,
+    NameView,
+    from_legacy,
+    key_kind,
+    normalize_key,
+    zero_flops,
+)
 
 __all__ = [
     "ATEN_FLOPs_MAPPING",
+    "FORMULAS",
     "FUNCTION_FLOPs_MAPPING",
     "FlopCount",
+    "Composite",
     "Formula",
+    "FormulaTable",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
+    "Name",
+    "aten_ops",
+    "functions",
+    "methods",
+    "modules",
+    "register",
     "register_aten",
     "register_function",
     "register_method",
@@ -56,88 +94,131 @@ __all__ = [
     "zero_flops",
 ]
 
-#: What a formula returns: ``(flops, macs)``, or a bare int meaning ``(flops, 0)``.
-FlopCount = int | tuple[int, int]
-Formula = Callable[..., FlopCount]
-F = TypeVar("F", bound=Callable[..., Any])
+FnT = TypeVar("FnT", bound=Callable[..., Any])
 
-MODULE_FLOPs_MAPPING: dict[str, Formula] = {}
-FUNCTION_FLOPs_MAPPING: dict[str, Formula] = {}
-METHOD_FLOPs_MAPPING: dict[str, Formula] = {}
-#: aten op overload packets (``torch.ops.aten.mm``) -> ``f(out, *args, **kwargs)``.
-ATEN_FLOPs_MAPPING: dict[Any, Formula] = {}
+#: The package's formula table; each counter works on its own copy.
+FORMULAS = FormulaTable()
 
-
-def zero_flops(*args: Any, **kwargs: Any) -> tuple[int, int]:
-    """The formula of ops that do no floating point work by definition (views, copies, shapes)."""
-    return (0, 0)
+MODULE_FLOPs_MAPPING = NameView(FORMULAS, "module")
+FUNCTION_FLOPs_MAPPING = NameView(FORMULAS, "function")
+METHOD_FLOPs_MAPPING = NameView(FORMULAS, "method")
+ATEN_FLOPs_MAPPING = NameView(FORMULAS, "aten")
 
 
-def _key(name: Any) -> str:
-    if isinstance(name, str):
-        return name
-    key = getattr(name, "__name__", None)
-    if not isinstance(key, str):
-        raise TypeError(f"cannot derive a table key from {name!r}: pass a str or a named callable")
-    return key
+def register(*targets: Any, override: bool = False) -> Callable[[FnT], FnT]:
+    """Register ``f(module, out, *args, **kwargs)`` for targets: module classes, callables,
+    ``torch.Tensor`` methods, aten ops, :class:`Name` s (see :func:`functions`, :func:`methods`,
+    :func:`aten_ops`). A :class:`Composite` is bound to the table it is looked up in."""
+    if not targets:
+        raise ValueError("register needs at least one target")
+    for target in targets:
+        if isinstance(target, str):
+            raise TypeError(f"register takes targets, not names ({target!r}): use functions('{target}'), "
+                            f"methods('{target}'), Name(kind, '{target}') or a register_<kind> decorator")
 
-
-def _register(table: MutableMapping[Any, Formula], keys: Iterable[Any], fn: Formula,
-              override: bool, table_name: str) -> None:
-    for key in keys:
-        if key in table and not override and table[key] is not fn:
-            raise KeyError(
-                f"{key!r} is already registered in {table_name} (by "
-                f"{getattr(table[key], '__qualname__', table[key])}); pass override=True to replace it"
-            )
-        table[key] = fn
-
-
-def _decorator(table: MutableMapping[Any, Formula], table_name: str, keys: tuple[Any, ...],
-               override: bool, key_fn: Callable[[Any], Any]) -> Callable[[F], F]:
-    if not keys:
-        raise ValueError(f"register into {table_name} needs at least one key")
-    resolved = [key_fn(k) for k in keys]
-
-    def wrap(fn: F) -> F:
-        _register(table, resolved, fn, override, table_name)
+    def wrap(fn: FnT) -> FnT:
+        FORMULAS.add(targets, fn, override)  # type: ignore[arg-type]
         return fn
 
     return wrap
 
 
-def register_module(*names: str | type, override: bool = False) -> Callable[[F], F]:
+# ---------------------------------------------------------------------------- finding targets by name
+_PREFIXED = (("special_", torch.special), ("linalg_", torch.linalg), ("fft_", torch.fft))
+
+
+def functions(*names: str) -> tuple[Any, ...]:
+    """The callables called ``name`` in ``torch``, ``torch.nn.functional`` and ``operator``
+    (``special_x``/``linalg_x``/``fft_x``: ``torch.special.x`` ...); a :class:`Name` for a name
+    none of them has, so that any function of that ``__name__`` still matches."""
+    found: dict[int, Any] = {}
+    for name in names:
+        hits = [getattr(ns, name, None) for ns in (torch, F, operator)]
+        hits += [getattr(ns, name[len(prefix):], None) for prefix, ns in _PREFIXED if name.startswith(prefix)]
+        hits = [h for h in hits if callable(h) and not isinstance(h, type)]
+        for hit in hits or [Name("function", name)]:
+            found.setdefault(id(hit), hit)
+    return tuple(found.values())
+
+
+def modules(*names: str) -> tuple[Any, ...]:
+    """``torch.nn.<name>`` for each name this torch has (a :class:`Name` for the others)."""
+    return tuple(getattr(nn, name, None) or Name("module", name) for name in names)
+
+
+def methods(*names: str) -> tuple[Any, ...]:
+    """``torch.Tensor.<name>`` for each name (a :class:`Name` where Tensor has no such method)."""
+    found = ((name, getattr(torch.Tensor, name, None)) for name in names)
+    return tuple(m if callable(m) else Name("method", name) for name, m in found)
+
+
+def aten_ops(*names: str) -> tuple[Any, ...]:
+    """The aten overload packets of these names, and of their in-place ``name_`` forms, that this
+    torch has (an in-place op does the arithmetic of its functional form)."""
+    ops = (getattr(torch.ops.aten, n, None) for name in names for n in (name, f"{name}_"))
+    return tuple(dict.fromkeys(op for op in ops if op is not None))
+
+
+# ---------------------------------------------------------------------------- the historical decorators
+_VIEW_NAMES = {"module": "MODULE_FLOPs_MAPPING", "function": "FUNCTION_FLOPs_MAPPING",
+               "method": "METHOD_FLOPs_MAPPING", "aten": "ATEN_FLOPs_MAPPING"}
+
+
+def _register_named(kind: Kind, keys: tuple[Any, ...], override: bool) -> Callable[[FnT], FnT]:
+    """The decorator of ``register_<kind>``; the keys are checked before it is applied."""
+    where = _VIEW_NAMES[kind]
+    if not keys:
+        raise ValueError(f"register_{kind} needs at least one key")
+    for key in keys:
+        if isinstance(key, str):
+            continue
+        if kind == "method" or (kind == "function" and isinstance(key, type)):
+            raise TypeError(f"cannot use {key!r} as a {where} table key: give a name (str)"
+                            f"{'' if kind == 'method' else ' or a function'}")
+        key_kind(normalize_key(key))  # TypeError naming a key that is no target
+
+    def wrap(fn: FnT) -> FnT:
+        formula = fn if kind == "module" else from_legacy(fn)
+        for key in keys:
+            if isinstance(key, str):
+                FORMULAS.set_named(kind, key, formula, override, where)
+            else:
+                FORMULAS.add((key,), formula, override, where)
+        return fn
+
+    return wrap
+
+
+def register_module(*names: str | type, override: bool = False) -> Callable[[FnT], FnT]:
     """Register ``f(module, out, *args, **kwargs)`` for module classes (or their class names).
 
     Lookup falls back along the module's MRO, so registering ``nn.Linear`` also serves its
-    subclasses unless they have an entry of their own.
+    subclasses unless they have an entry of their own. A class registered by the user is kept as
+    one node by the fx tracer.
     """
-    return _decorator(MODULE_FLOPs_MAPPING, "MODULE_FLOPs_MAPPING", names, override, _key)
+    return _register_named("module", names, override)
 
 
-def register_function(*names: str | Callable[..., Any], override: bool = False) -> Callable[[F], F]:
-    """Register ``f(out, *args, **kwargs)`` for functions, keyed by ``__name__``."""
-    return _decorator(FUNCTION_FLOPs_MAPPING, "FUNCTION_FLOPs_MAPPING", names, override, _key)
+def register_function(*names: str | Callable[..., Any], override: bool = False) -> Callable[[FnT], FnT]:
+    """Register ``f(out, *args, **kwargs)`` for functions (by object, or by ``__name__``: every
+    function of that name)."""
+    return _register_named("function", names, override)
 
 
-def register_method(*names: str, override: bool = False) -> Callable[[F], F]:
-    """Register ``f(out, self, *args, **kwargs)`` for Tensor methods, keyed by method name."""
-    return _decorator(METHOD_FLOPs_MAPPING, "METHOD_FLOPs_MAPPING", names, override, _key)
+def register_method(*names: str, override: bool = False) -> Callable[[FnT], FnT]:
+    """Register ``f(out, self, *args, **kwargs)`` for Tensor methods, by method name."""
+    return _register_named("method", names, override)
 
 
-def register_aten(*ops: Any, override: bool = False) -> Callable[[F], F]:
-    """Register ``f(out, *args, **kwargs)`` for aten ops, keyed by overload packet."""
-    return _decorator(ATEN_FLOPs_MAPPING, "ATEN_FLOPs_MAPPING", ops, override, _aten_key)
+def register_aten(*ops: Any, override: bool = False) -> Callable[[FnT], FnT]:
+    """Register ``f(out, *args, **kwargs)`` for aten ops (packets, overloads, or ``"ns.name"``)."""
+    return _register_named("aten", ops, override)
 
 
-def _aten_key(op: Any) -> Any:
-    # An OpOverload (aten.mm.default) is stored under its packet (aten.mm).
-    return getattr(op, "overloadpacket", op)
-
-
-# The families register themselves on import. Order does not matter among them (keys never
-# overlap); the aten table comes after them because it reuses their function formulas.
-from torch_flops.formulas import (  # noqa: F401
+# The families register themselves (with every front door of each op: module, function, method,
+# aten) on import. Order matters only among targets sharing a name: the first registered is what a
+# name-keyed view returns (F.batch_norm before torch.batch_norm).
+from torch_flops.formulas import (  # noqa: E402, F401
     activation,
     attention,
     conv,
@@ -151,8 +232,4 @@ from torch_flops.formulas import (  # noqa: F401
     zero,
 )
 
-# isort: split
-from torch_flops.formulas import aten  # noqa: F401
-
-#: the package's own module formulas, to tell entries users added or replaced from the defaults
-DEFAULT_MODULE_FORMULAS: dict[str, Formula] = dict(MODULE_FLOPs_MAPPING)
+FORMULAS.mark_builtin()

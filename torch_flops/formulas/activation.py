@@ -1,14 +1,10 @@
 """FLOPs of activation functions and of softmax / log-softmax / softmin.
 
-Every activation is elementwise, so one shape helper (:func:`_activation_flops`) serves all the
-front doors: ``cost per output element * output elements``, 0 for non-floating data. The costs
-follow the package convention (``torch_flops.formulas``): a transcendental call (exp, log, tanh,
-erf) is one FLOP, as an add, a multiply, a compare or a division is. No MACs anywhere here.
-
-Front doors registered per op: the ``nn`` module class name, every function ``__name__`` fx can
-record for it (``torch.X``, ``torch.nn.functional.X`` and their in-place ``X_`` forms; note that
-``F.threshold.__name__ == "_threshold"`` and ``F.logsigmoid.__name__ == "log_sigmoid"``), and the
-``Tensor`` methods that exist (``relu``, ``sigmoid``, ``tanh``, ``softmax``, ...).
+Every activation is elementwise, so one formula per activation serves all its front doors
+(``nn`` module, ``torch``/``F`` function and in-place ``_`` form, Tensor method, aten op):
+``cost per output element * output elements``, 0 for non-floating data. The costs follow the
+package convention (``torch_flops.formulas``): a transcendental call (exp, log, tanh, erf) is one
+FLOP, as an add, a multiply, a compare or a division is. No MACs anywhere here.
 """
 
 from __future__ import annotations
@@ -16,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch_flops.formulas import register_function, register_method, register_module
+from torch import nn
+
+from torch_flops.formulas import aten_ops, functions, methods, register
 from torch_flops.formulas._shapes import arg, float_numel
 
-__all__: list[str] = []
+__all__ = ["gelu_flops"]
 
 
 def _activation_flops(out: Any, x: Any, cost: int) -> tuple[int, int]:
@@ -27,100 +25,79 @@ def _activation_flops(out: Any, x: Any, cost: int) -> tuple[int, int]:
     return (cost * float_numel(out, x), 0)
 
 
-def _register_activation(name: str, cost: int, modules: Sequence[str] = (),
-                         functions: Sequence[str] = (), methods: Sequence[str] = ()) -> None:
-    """Register the module / function / method formulas of an activation of fixed ``cost``."""
+def _register_activation(name: str, cost: int, modules: Sequence[str] = (), function_names: Sequence[str] = (),
+                         method_names: Sequence[str] = (), aten: Sequence[str] = ()) -> None:
+    """One formula of fixed ``cost`` for every front door of an activation."""
 
-    def module_formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
         return _activation_flops(out, arg(args, kwargs, 0, "input"), cost)
 
-    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return _activation_flops(out, arg(args, kwargs, 0, "input"), cost)
-
-    def method_formula(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return _activation_flops(out, self, cost)
-
-    for fn, kind in ((module_formula, "module"), (function_formula, "function"),
-                     (method_formula, "method")):
-        fn.__name__ = f"{name}_{kind}_flops"
-        fn.__qualname__ = fn.__name__
-        fn.__doc__ = f"{name}: {cost} FLOPs per output element."
-    if modules:
-        register_module(*modules)(module_formula)
-    if functions:
-        register_function(*functions)(function_formula)
-    if methods:
-        register_method(*methods)(method_formula)
+    formula.__name__ = formula.__qualname__ = f"{name}_flops"
+    formula.__doc__ = f"{name}: {cost} FLOPs per output element."
+    register(*(getattr(nn, m) for m in modules), *functions(*function_names), *methods(*method_names),
+             *aten_ops(*aten))(formula)
 
 
 # ---------------------------------------------------------------------------------------------
 # Fixed-cost activations: (name, FLOPs per output element, front doors). The arithmetic of each
-# cost is the comment above its line.
+# cost is the comment above its line. aten forms take the function's arguments.
 # ---------------------------------------------------------------------------------------------
 
 # 1 per element: max(x, 0)
-_register_activation("relu", 1, modules=("ReLU",), functions=("relu", "relu_"),
-                     methods=("relu", "relu_"))
+_register_activation("relu", 1, ("ReLU",), ("relu", "relu_"), ("relu", "relu_"), ("relu",))
 # 2 per element: max(x, 0), min(., 6)
-_register_activation("relu6", 2, modules=("ReLU6",), functions=("relu6", "relu6_"))
+_register_activation("relu6", 2, ("ReLU6",), ("relu6", "relu6_"), (), ("relu6",))
 # 2 per element: max(x, min_val), min(., max_val)
-_register_activation("hardtanh", 2, modules=("Hardtanh",), functions=("hardtanh", "hardtanh_"))
+_register_activation("hardtanh", 2, ("Hardtanh",), ("hardtanh", "hardtanh_"), (), ("hardtanh",))
 # 2 per element: compare, mul by negative_slope
-_register_activation("leaky_relu", 2, modules=("LeakyReLU",),
-                     functions=("leaky_relu", "leaky_relu_"))
+_register_activation("leaky_relu", 2, ("LeakyReLU",), ("leaky_relu", "leaky_relu_"), (), ("leaky_relu",))
 # 2 per element: compare, mul by the learned slope
-_register_activation("prelu", 2, modules=("PReLU",), functions=("prelu",), methods=("prelu",))
+_register_activation("prelu", 2, ("PReLU",), ("prelu",), ("prelu",), ("prelu", "_prelu_kernel"))
 # 2 per element: compare, mul by the (random in training) slope
-_register_activation("rrelu", 2, modules=("RReLU",), functions=("rrelu", "rrelu_"))
+_register_activation("rrelu", 2, ("RReLU",), ("rrelu", "rrelu_"), (), ("rrelu", "rrelu_with_noise"))
 # 4 per element: compare, exp, sub 1, mul alpha
-_register_activation("elu", 4, modules=("ELU",), functions=("elu", "elu_"))
+_register_activation("elu", 4, ("ELU",), ("elu", "elu_"), (), ("elu",))
 # 5 per element: elu 4 (compare, exp, sub, mul) + div of x by alpha
-_register_activation("celu", 5, modules=("CELU",), functions=("celu", "celu_"))
+_register_activation("celu", 5, ("CELU",), ("celu", "celu_"), (), ("celu",))
 # 5 per element: elu 4 (compare, exp, sub, mul alpha) + mul by scale
-_register_activation("selu", 5, modules=("SELU",), functions=("selu", "selu_"))
+_register_activation("selu", 5, ("SELU",), ("selu", "selu_"), (), ("selu",))
 # 4 per element: sigmoid 3 (exp(-x), add 1, reciprocal) + mul by x
-_register_activation("silu", 4, modules=("SiLU",), functions=("silu", "silu_"))
+_register_activation("silu", 4, ("SiLU",), ("silu", "silu_"), (), ("silu",))
 # 3 per element: exp(-x), add 1, reciprocal (torch.special.expit is the same op)
-_register_activation("sigmoid", 3, modules=("Sigmoid",),
-                     functions=("sigmoid", "sigmoid_", "special_expit"),
-                     methods=("sigmoid", "sigmoid_"))
-# 4 per element: -softplus(-x) = exp, add 1, log, neg
-_register_activation("logsigmoid", 4, modules=("LogSigmoid",), functions=("log_sigmoid",))
+_register_activation("sigmoid", 3, ("Sigmoid",), ("sigmoid", "sigmoid_", "special_expit"), ("sigmoid", "sigmoid_"),
+                     ("sigmoid", "special_expit"))
+# 4 per element: -softplus(-x) = exp, add 1, log, neg (F.logsigmoid.__name__ is "log_sigmoid")
+_register_activation("logsigmoid", 4, ("LogSigmoid",), ("logsigmoid", "log_sigmoid"), (), ("log_sigmoid",))
 # 1 per element: tanh
-_register_activation("tanh", 1, modules=("Tanh",), functions=("tanh", "tanh_"),
-                     methods=("tanh", "tanh_"))
+_register_activation("tanh", 1, ("Tanh",), ("tanh", "tanh_"), ("tanh", "tanh_"), ("tanh",))
 # 5 per element: softplus 3 (exp, add 1, log) + tanh 1 + mul by x 1
-_register_activation("mish", 5, modules=("Mish",), functions=("mish", "mish_"))
+_register_activation("mish", 5, ("Mish",), ("mish", "mish_"), (), ("mish",))
 # 5 per element: mul beta, exp, add 1, log, div beta (the linear branch above threshold ignored)
-_register_activation("softplus", 5, modules=("Softplus",), functions=("softplus",))
+_register_activation("softplus", 5, ("Softplus",), ("softplus",), (), ("softplus",))
 # 3 per element: abs, add 1, div
-_register_activation("softsign", 3, modules=("Softsign",), functions=("softsign",))
+_register_activation("softsign", 3, ("Softsign",), ("softsign",), (), ())
 # 5 per element: x * relu6(x + 3) / 6 = add, min, max, mul, div
-_register_activation("hardswish", 5, modules=("Hardswish",),
-                     functions=("hardswish", "hardswish_"))
+_register_activation("hardswish", 5, ("Hardswish",), ("hardswish", "hardswish_"), (), ("hardswish",))
 # 4 per element: relu6(x + 3) / 6 = add, min, max, div
-_register_activation("hardsigmoid", 4, modules=("Hardsigmoid",),
-                     functions=("hardsigmoid", "hardsigmoid_"))
+_register_activation("hardsigmoid", 4, ("Hardsigmoid",), ("hardsigmoid", "hardsigmoid_"), (), ("hardsigmoid",))
 # 2 per element: compare x > lambd, compare x < -lambd
-_register_activation("hardshrink", 2, modules=("Hardshrink",), functions=("hardshrink",),
-                     methods=("hardshrink",))
+_register_activation("hardshrink", 2, ("Hardshrink",), ("hardshrink",), ("hardshrink",), ("hardshrink",))
 # 3 per element: two compares, one add/sub of lambd
-_register_activation("softshrink", 3, modules=("Softshrink",), functions=("softshrink",))
+_register_activation("softshrink", 3, ("Softshrink",), ("softshrink",), (), ("softshrink",))
 # 2 per element: tanh, sub
-_register_activation("tanhshrink", 2, modules=("Tanhshrink",), functions=("tanhshrink",))
+_register_activation("tanhshrink", 2, ("Tanhshrink",), ("tanhshrink",), (), ())
 # 1 per element: compare with threshold (F.threshold.__name__ is "_threshold")
-_register_activation("threshold", 1, modules=("Threshold",),
-                     functions=("threshold", "_threshold", "threshold_"))
+_register_activation("threshold", 1, ("Threshold",), ("threshold", "_threshold", "threshold_"), (), ("threshold",))
 # 4 per OUTPUT element: sigmoid 3 on the gate half + mul 1 (out has half the input elements)
-_register_activation("glu", 4, modules=("GLU",), functions=("glu",))
+_register_activation("glu", 4, ("GLU",), ("glu",), (), ("glu",))
 # 5 per element: max, sub max, exp, sum, div by the sum
-_register_activation("softmax", 5, modules=("Softmax", "Softmax2d"),
-                     functions=("softmax", "special_softmax"), methods=("softmax",))
+_register_activation("softmax", 5, ("Softmax", "Softmax2d"), ("softmax", "special_softmax"), ("softmax",),
+                     ("softmax", "_softmax", "special_softmax"))
 # 5 per element: max, sub max, exp, sum, sub of log(sum) (one log per row is not counted)
-_register_activation("log_softmax", 5, modules=("LogSoftmax",),
-                     functions=("log_softmax", "special_log_softmax"), methods=("log_softmax",))
+_register_activation("log_softmax", 5, ("LogSoftmax",), ("log_softmax", "special_log_softmax"), ("log_softmax",),
+                     ("log_softmax", "_log_softmax", "special_log_softmax"))
 # 6 per element: neg + softmax 5 (max, sub, exp, sum, div)
-_register_activation("softmin", 6, modules=("Softmin",), functions=("softmin",))
+_register_activation("softmin", 6, ("Softmin",), ("softmin",), (), ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,15 +111,10 @@ def _gelu_cost(approximate: Any) -> int:
     return 9 if approximate == "tanh" else 5
 
 
-@register_module("GELU")
-def gelu_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element (exact erf form) or 9 (tanh approximation), from module.approximate
-    return _activation_flops(out, arg(args, kwargs, 0, "input"),
-                             _gelu_cost(getattr(module, "approximate", "none")))
-
-
-@register_function("gelu", "gelu_")
-def gelu_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element (exact erf form) or 9 (tanh approximation), from the approximate kwarg
-    return _activation_flops(out, arg(args, kwargs, 0, "input"),
-                             _gelu_cost(arg(args, kwargs, 1, "approximate", "none")))
+@register(nn.GELU, *functions("gelu", "gelu_"), *aten_ops("gelu"))
+def gelu_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # 5 per element (exact erf form) or 9 (tanh approximation), from module.approximate or the
+    # approximate argument
+    approximate = getattr(module, "approximate", "none") if module is not None else \
+        arg(args, kwargs, 1, "approximate", "none")
+    return _activation_flops(out, arg(args, kwargs, 0, "input"), _gelu_cost(approximate))

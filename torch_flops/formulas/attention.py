@@ -1,5 +1,5 @@
-"""Attention: ``F.scaled_dot_product_attention``, ``nn.MultiheadAttention`` and the composite
-``nn.Transformer*`` layers, which ``torch.fx`` keeps as leaf modules.
+"""Attention: ``F.scaled_dot_product_attention`` and its aten backends, ``nn.MultiheadAttention``
+and the composite ``nn.Transformer*`` layers, which ``torch.fx`` keeps as leaf modules.
 
 The two matmuls of attention are MACs (``_shapes.sdpa_macs``). Every attention score also costs
 one scale multiply and 5 softmax FLOPs (max, sub, exp, sum, div), plus one add when a mask or
@@ -9,13 +9,15 @@ the full ``L x S`` score matrix, as FlopCounterMode counts it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from torch_flops.formulas import MODULE_FLOPs_MAPPING, register_function, register_module
+from torch_flops.formulas import aten_ops, functions, register
 from torch_flops.formulas._shapes import arg, numel, sdpa_macs
+from torch_flops.formulas.table import Composite, FormulaTable
 
 __all__ = ["mha_flops", "sdpa_flops", "transformer_layer_flops"]
 
@@ -28,15 +30,55 @@ def _score_flops(scores: int, masked: bool, dropout: bool) -> int:
     return scores * (_SCALE + _SOFTMAX + int(masked) + int(dropout))
 
 
-@register_function("scaled_dot_product_attention")
-def sdpa_flops(out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def _sdpa(query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> tuple[int, int]:
     # 2 * (scores*E + scores*Ev) for Q K^T and P V, + per-score scale/softmax/mask/dropout
+    macs, scores = sdpa_macs(query.shape, key.shape, value.shape)
+    return 2 * macs + _score_flops(scores, masked, dropout), macs
+
+
+@register(*functions("scaled_dot_product_attention"), *aten_ops("scaled_dot_product_attention"))
+def sdpa_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, ...)
     attn_mask = arg(args, kwargs, 0, "attn_mask")
     dropout_p = arg(args, kwargs, 1, "dropout_p", 0.0)
     is_causal = arg(args, kwargs, 2, "is_causal", False)
-    macs, scores = sdpa_macs(query.shape, key.shape, value.shape)
-    masked = attn_mask is not None or bool(is_causal)
-    return 2 * macs + _score_flops(scores, masked, dropout_p > 0), macs
+    return _sdpa(query, key, value, attn_mask is not None or bool(is_causal), dropout_p > 0)
+
+
+# aten backend op -> (position of dropout_p, of is_causal, of the mask/bias) after (query, key, value)
+_SDPA_BACKENDS: dict[str, tuple[int | None, int | None, int | None]] = {
+    # (query, key, value, dropout_p, is_causal, *, attn_mask, scale)
+    "_scaled_dot_product_flash_attention_for_cpu": (0, 1, None),
+    # (query, key, value, dropout_p, is_causal, return_debug_mask, *, scale)
+    "_scaled_dot_product_flash_attention": (0, 1, None),
+    # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
+    "_scaled_dot_product_efficient_attention": (2, 3, 0),
+    # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, return_debug_mask, *, scale)
+    "_scaled_dot_product_cudnn_attention": (2, 3, 0),
+    # (query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa)
+    "_scaled_dot_product_attention_math": (1, 2, 0),
+    "_scaled_dot_product_attention_math_for_mps": (1, 2, 0),
+}
+
+
+def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None]) -> Callable[..., tuple[int, int]]:
+    p_drop, p_causal, p_mask = positions
+
+    def backend_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any,
+                      **kwargs: Any) -> tuple[int, int]:
+        # the same count as scaled_dot_product_attention, reading this backend's argument positions
+        dropout_p = args[p_drop] if p_drop is not None and len(args) > p_drop else kwargs.get("dropout_p", 0.0)
+        is_causal = args[p_causal] if p_causal is not None and len(args) > p_causal else kwargs.get("is_causal", False)
+        mask = args[p_mask] if p_mask is not None and len(args) > p_mask else kwargs.get(
+            "attn_mask", kwargs.get("attn_bias"))
+        return _sdpa(query, key, value, mask is not None or bool(is_causal), bool(dropout_p))
+
+    backend_flops.__name__ = backend_flops.__qualname__ = f"{name}_flops"
+    return backend_flops
+
+
+for _name, _positions in _SDPA_BACKENDS.items():
+    register(*aten_ops(_name))(_sdpa_backend(_name, _positions))
 
 
 def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
@@ -70,7 +112,7 @@ def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple
     return 2 * macs + extra, macs
 
 
-@register_module(nn.MultiheadAttention)
+@register(nn.MultiheadAttention)
 def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any,
               *args: Any, **kwargs: Any) -> tuple[int, int]:
     # forward(query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal)
@@ -83,46 +125,43 @@ def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, val
     return _mha(module, tuple(query.shape), tuple(key.shape), masked, bool(need_weights), bool(average))
 
 
-def _sub(module: nn.Module | None, x: torch.Tensor, *args: Any) -> tuple[int, int]:
+# ---------------------------------------------------------------------------------------------
+# nn.Transformer*: composites counted by their children's formulas from the counter's own table.
+# ---------------------------------------------------------------------------------------------
+
+def _as_pair(result: Any) -> tuple[int, int]:
+    return (result, 0) if isinstance(result, int) else result
+
+
+def _sub(table: FormulaTable, module: nn.Module | None, x: torch.Tensor, *args: Any) -> tuple[int, int]:
     """A child module's own formula, evaluated on a meta tensor of the right shape."""
     if module is None:
         return (0, 0)
-    formula = _lookup(type(module))
+    formula = table.resolve_module(type(module))
     if formula is None:
         raise NotImplementedError(f"no formula for {type(module).__name__} inside a Transformer layer")
-    result = formula(module, x, x, *args)
-    return (result, 0) if isinstance(result, int) else result
+    return _as_pair(formula(module, x, x, *args))
 
 
-def _lookup(cls: type) -> Any:
-    for klass in cls.__mro__:
-        if klass.__name__ in MODULE_FLOPs_MAPPING:
-            return MODULE_FLOPs_MAPPING[klass.__name__]
-    return None
-
-
-def _activation(layer: Any, x: torch.Tensor) -> tuple[int, int]:
+def _activation(table: FormulaTable, layer: Any, x: torch.Tensor) -> tuple[int, int]:
     act = layer.activation
     if isinstance(act, nn.Module):
-        return _sub(act, x)
-    from torch_flops.formulas import FUNCTION_FLOPs_MAPPING
-
-    formula = FUNCTION_FLOPs_MAPPING.get(getattr(act, "__name__", ""))
+        return _sub(table, act, x)
+    formula = table.resolve_function(act)
     if formula is None:
         raise NotImplementedError(f"no formula for activation {act!r} inside a Transformer layer")
-    result = formula(x, x)
-    return (result, 0) if isinstance(result, int) else result
+    return _as_pair(formula(None, x, x))
 
 
 def _add(*counts: tuple[int, int]) -> tuple[int, int]:
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def _ffn(layer: Any, x: torch.Tensor) -> tuple[int, int]:
+def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> tuple[int, int]:
     # linear1 -> activation -> dropout -> linear2 (-> dropout2), + the residual add
     hidden = x.new_empty((*x.shape[:-1], layer.linear1.out_features))
-    return _add(_sub(layer.linear1, hidden), _activation(layer, hidden), _sub(layer.dropout, hidden),
-                _sub(layer.linear2, x), (numel(x), 0))
+    return _add(_sub(table, layer.linear1, hidden), _activation(table, layer, hidden),
+                _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x), (numel(x), 0))
 
 
 def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool) -> tuple[int, int]:
@@ -131,19 +170,22 @@ def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor,
     return _add(count, (numel(x), 0))
 
 
-def _encoder_layer(layer: nn.TransformerEncoderLayer, src: torch.Tensor, masked: bool) -> tuple[int, int]:
+def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: torch.Tensor,
+                   masked: bool) -> tuple[int, int]:
     x = src.new_empty(src.shape, device="meta")
-    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(layer.dropout1, x), _sub(layer.norm1, x),
-                _ffn(layer, x), _sub(layer.dropout2, x), _sub(layer.norm2, x))
+    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
+                _sub(table, layer.norm1, x), _ffn(table, layer, x), _sub(table, layer.dropout2, x),
+                _sub(table, layer.norm2, x))
 
 
-def _decoder_layer(layer: nn.TransformerDecoderLayer, tgt: torch.Tensor, memory: torch.Tensor,
-                   masked: bool, memory_masked: bool) -> tuple[int, int]:
+def _decoder_layer(table: FormulaTable, layer: nn.TransformerDecoderLayer, tgt: torch.Tensor,
+                   memory: torch.Tensor, masked: bool, memory_masked: bool) -> tuple[int, int]:
     x = tgt.new_empty(tgt.shape, device="meta")
     mem = memory.new_empty(memory.shape, device="meta")
-    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(layer.dropout1, x), _sub(layer.norm1, x),
-                _attn_block(layer.multihead_attn, x, mem, memory_masked), _sub(layer.dropout2, x),
-                _sub(layer.norm2, x), _ffn(layer, x), _sub(layer.dropout3, x), _sub(layer.norm3, x))
+    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
+                _sub(table, layer.norm1, x), _attn_block(layer.multihead_attn, x, mem, memory_masked),
+                _sub(table, layer.dropout2, x), _sub(table, layer.norm2, x), _ffn(table, layer, x),
+                _sub(table, layer.dropout3, x), _sub(table, layer.norm3, x))
 
 
 def _masked(args: tuple[Any, ...], kwargs: dict[str, Any], *slots: tuple[int, str]) -> bool:
@@ -170,41 +212,36 @@ _T_TGT_SLOTS = ((1, "tgt_mask"), (4, "tgt_key_padding_mask"), (7, "tgt_is_causal
 _T_MEMORY_SLOTS = ((2, "memory_mask"), (5, "memory_key_padding_mask"), (8, "memory_is_causal"))
 
 
-@register_module(nn.TransformerEncoderLayer)
-def transformer_layer_flops(module: nn.TransformerEncoderLayer, out: Any, src: Any, *args: Any,
-                            **kwargs: Any) -> tuple[int, int]:
+def transformer_layer_flops(table: FormulaTable, module: nn.TransformerEncoderLayer, out: Any, src: Any,
+                            *args: Any, **kwargs: Any) -> tuple[int, int]:
     # self-attention block + norms + feed-forward block, each by its own formula
-    return _encoder_layer(module, src, _masked(args, kwargs, *_ENCODER_SLOTS))
+    return _encoder_layer(table, module, src, _masked(args, kwargs, *_ENCODER_SLOTS))
 
 
-@register_module(nn.TransformerDecoderLayer)
-def transformer_decoder_layer_flops(module: nn.TransformerDecoderLayer, out: Any, tgt: Any, memory: Any,
-                                    *args: Any, **kwargs: Any) -> tuple[int, int]:
-    return _decoder_layer(module, tgt, memory, _masked(args, kwargs, *_DECODER_SELF_SLOTS),
+def transformer_decoder_layer_flops(table: FormulaTable, module: nn.TransformerDecoderLayer, out: Any, tgt: Any,
+                                    memory: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    return _decoder_layer(table, module, tgt, memory, _masked(args, kwargs, *_DECODER_SELF_SLOTS),
                           _masked(args, kwargs, *_DECODER_CROSS_SLOTS))
 
 
-@register_module(nn.TransformerEncoder)
-def transformer_encoder_flops(module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
+def transformer_encoder_flops(table: FormulaTable, module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
                               **kwargs: Any) -> tuple[int, int]:
     # every layer + the optional final norm
     masked = _masked(args, kwargs, *_ENCODER_STACK_SLOTS)
     x = src.new_empty(src.shape, device="meta")
-    return _add(*(_encoder_layer(layer, x, masked) for layer in module.layers), _sub(module.norm, x))
+    return _add(*(_encoder_layer(table, layer, x, masked) for layer in module.layers), _sub(table, module.norm, x))
 
 
-@register_module(nn.TransformerDecoder)
-def transformer_decoder_flops(module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any, *args: Any,
-                              **kwargs: Any) -> tuple[int, int]:
+def transformer_decoder_flops(table: FormulaTable, module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any,
+                              *args: Any, **kwargs: Any) -> tuple[int, int]:
     masked = _masked(args, kwargs, *_DECODER_SELF_SLOTS)
     memory_masked = _masked(args, kwargs, *_DECODER_CROSS_SLOTS)
     x = tgt.new_empty(tgt.shape, device="meta")
-    return _add(*(_decoder_layer(layer, x, memory, masked, memory_masked) for layer in module.layers),
-                _sub(module.norm, x))
+    return _add(*(_decoder_layer(table, layer, x, memory, masked, memory_masked) for layer in module.layers),
+                _sub(table, module.norm, x))
 
 
-@register_module(nn.Transformer)
-def transformer_flops(module: nn.Transformer, out: Any, src: Any, tgt: Any, *args: Any,
+def transformer_flops(table: FormulaTable, module: nn.Transformer, out: Any, src: Any, tgt: Any, *args: Any,
                       **kwargs: Any) -> tuple[int, int]:
     # encoder over src, decoder over tgt attending to the encoder output (same shape as src)
     src_masked = _masked(args, kwargs, *_T_SRC_SLOTS)
@@ -215,6 +252,15 @@ def transformer_flops(module: nn.Transformer, out: Any, src: Any, tgt: Any, *arg
     x = src.new_empty(src.shape, device="meta")
     y = tgt.new_empty(tgt.shape, device="meta")
     return _add(
-        *(_encoder_layer(layer, x, src_masked) for layer in enc.layers), _sub(enc.norm, x),
-        *(_decoder_layer(layer, y, x, tgt_masked, memory_masked) for layer in dec.layers), _sub(dec.norm, y),
+        *(_encoder_layer(table, layer, x, src_masked) for layer in enc.layers), _sub(table, enc.norm, x),
+        *(_decoder_layer(table, layer, y, x, tgt_masked, memory_masked) for layer in dec.layers),
+        _sub(table, dec.norm, y),
     )
+
+
+register(nn.TransformerEncoderLayer)(Composite(transformer_layer_flops))
+register(nn.TransformerDecoderLayer)(Composite(transformer_decoder_layer_flops))
+register(nn.TransformerEncoder)(Composite(transformer_encoder_flops))
+register(nn.TransformerDecoder)(Composite(transformer_decoder_flops))
+register(nn.Transformer)(Composite(transformer_flops))
+del _name, _positions

@@ -1,7 +1,7 @@
 """Elementwise arithmetic: one FLOP per output element per arithmetic step, for floating point
-data only (``_shapes.float_numel``). ``torch.*``, ``operator.*`` (``x + y``, ``x += 1``), and
-Tensor methods with their in-place ``_`` forms share these formulas. Dropout lives here too: it is
-an elementwise mask multiply while active and free otherwise."""
+data only (``_shapes.float_numel``). ``torch.*``, ``operator.*`` (``x + y``, ``x += 1``), Tensor
+methods with their in-place ``_`` forms and the aten ops share these formulas. Dropout lives here
+too: it is an elementwise mask multiply while active and free otherwise."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 from torch import nn
 
-from torch_flops.formulas import register_function, register_method, register_module
+from torch_flops.formulas import aten_ops, functions, methods, register
 from torch_flops.formulas._shapes import arg, float_numel
 
-__all__ = ["clamp_flops", "dropout_flops", "elementwise_flops"]
+__all__ = ["add_flops", "clamp_flops", "dropout_flops", "elementwise_flops"]
 
 # One arithmetic step (or one transcendental call) per output element.
 _UNARY_BINARY = [
@@ -23,34 +23,12 @@ _UNARY_BINARY = [
     "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "maximum", "minimum", "fmax", "fmin",
     "eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_equal", "less_equal", "not_equal",
     "where", "masked_fill", "hypot", "logaddexp", "xlogy", "copysign", "nan_to_num", "heaviside",
-    "isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or", "logical_xor",
+    "isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or", "logical_xor", "special_erf",
 ]
-# operator-module names of the same operations (x + y, x += y, -x, x < y, ...)
-_OPERATORS = [
-    "imul", "truediv", "itruediv", "floordiv", "ifloordiv", "mod", "imod", "ipow",
-]
+# operator-module names of the same operations (x * y, x /= y, x % y, ...)
+_OPERATORS = ["imul", "truediv", "itruediv", "floordiv", "ifloordiv", "mod", "imod", "ipow"]
 _METHOD_ONLY = ["__rmul__", "__rtruediv__", "__rpow__", "__neg__", "__abs__"]
-_INPLACE = [f"{n}_" for n in _UNARY_BINARY if n not in ("where", "isnan", "isinf", "isfinite")]
-
-
-@register_function(*_UNARY_BINARY, *_OPERATORS)
-@register_method(*_UNARY_BINARY, *_INPLACE, *_METHOD_ONLY)
-def elementwise_flops(out: Any, *args: Any, **kwargs: Any) -> int:
-    # 1 per output element (broadcast included); 0 for integer/boolean data
-    return float_numel(out, *args)
-
-
-_ADD_SUB = ["add", "sub", "subtract", "rsub"]
-
-
-@register_function(*_ADD_SUB, "iadd", "isub")
-@register_method(*_ADD_SUB, *[f"{n}_" for n in _ADD_SUB], "__radd__", "__rsub__", "__iadd__", "__isub__")
-def add_flops(out: Any, *args: Any, **kwargs: Any) -> int:
-    # x + alpha*y: 1 per output element, 2 when alpha scales the second operand
-    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
-    return float_numel(out, *args) * (1 if alpha == 1 else 2)
-
-
+_INPLACE = [f"{n}_" for n in _UNARY_BINARY if n not in ("where", "isnan", "isinf", "isfinite", "special_erf")]
 # Bitwise/logical operators on masks: 0 for bool and integer data (float_numel), as the convention
 # says; listed so that `a & b` or `~mask` are known rather than unsupported.
 _BITWISE = ["and_", "or_", "xor", "invert", "inv", "not_", "lshift", "rshift", "bitwise_and", "bitwise_or",
@@ -58,52 +36,94 @@ _BITWISE = ["and_", "or_", "xor", "invert", "inv", "not_", "lshift", "rshift", "
 _BITWISE_METHODS = ["__and__", "__or__", "__xor__", "__invert__", "__rand__", "__ror__", "__rxor__",
                     "__lshift__", "__rshift__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
                     "bitwise_and_", "bitwise_or_", "bitwise_xor_", "bitwise_not_", "logical_not_"]
-register_function(*_BITWISE)(elementwise_flops)
-register_method(*_BITWISE_METHODS)(elementwise_flops)
+_ATEN_BITWISE = ["__and__", "__or__", "__xor__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"]
 
 
-@register_function("diff")
-@register_method("diff")
-def diff_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+@register(*functions(*_UNARY_BINARY, *_OPERATORS, *_BITWISE),
+          *methods(*_UNARY_BINARY, *_INPLACE, *_METHOD_ONLY, *_BITWISE_METHODS),
+          *aten_ops(*_UNARY_BINARY, *_ATEN_BITWISE))
+def elementwise_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # 1 per output element (broadcast included); 0 for integer/boolean data
+    return float_numel(out, *args)
+
+
+_ADD_SUB = ["add", "sub", "subtract", "rsub"]
+
+
+@register(*functions(*_ADD_SUB, "iadd", "isub"),
+          *methods(*_ADD_SUB, *[f"{n}_" for n in _ADD_SUB], "__radd__", "__rsub__", "__iadd__", "__isub__"),
+          *aten_ops(*_ADD_SUB))
+def add_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # x + alpha*y: 1 per output element, 2 when alpha scales the second operand
+    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    return float_numel(out, *args) * (1 if alpha == 1 else 2)
+
+
+@register(*functions("diff"), *methods("diff"), *aten_ops("diff"))
+def diff_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # n-th forward difference: n subtractions per output element (prepend/append are copies)
     n = arg(args, kwargs, 0, "n", 1)
     return float_numel(out, x) * int(n)
 
 
-@register_function("clamp", "clip")
-@register_method("clamp", "clip", "clamp_", "clip_")
-def clamp_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+@register(*functions("clamp", "clip"), *methods("clamp", "clip", "clamp_", "clip_"), *aten_ops("clamp", "clip"))
+def clamp_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # 1 comparison per output element per bound given (min and/or max)
     low = arg(args, kwargs, 0, "min")
     high = arg(args, kwargs, 1, "max")
     return float_numel(out, x) * ((low is not None) + (high is not None))
 
 
-@register_function("clamp_min", "clamp_max")
-@register_method("clamp_min", "clamp_max", "clamp_min_", "clamp_max_")
-def clamp_bound_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+@register(*functions("clamp_min", "clamp_max"), *methods("clamp_min", "clamp_max", "clamp_min_", "clamp_max_"),
+          *aten_ops("clamp_min", "clamp_max"))
+def clamp_bound_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # 1 comparison per output element
     return float_numel(out, x)
 
 
-@register_function("addcmul", "addcdiv", "lerp")
-@register_method("addcmul", "addcdiv", "lerp", "addcmul_", "addcdiv_", "lerp_")
-def fused3_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+@register(*functions("addcmul", "addcdiv", "lerp"), *methods("addcmul", "addcdiv", "lerp", "addcmul_", "addcdiv_",
+                                                             "lerp_"),
+          *aten_ops("addcmul", "addcdiv", "lerp"))
+def fused3_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # 3 per output element: addcmul = x + v*(a*b); addcdiv = x + v*(a/b); lerp = x + w*(y-x)
     return 3 * float_numel(out, x)
 
 
-def _dropout(out: Any, x: Any, p: float, active: bool) -> int:
-    # while active: the random mask multiply and the 1/(1-p) rescale, 2 per element; else free
+@register(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+          *functions("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"),
+          *aten_ops("dropout", "alpha_dropout", "feature_alpha_dropout"))
+def dropout_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+    # while active: the random mask multiply and the 1/(1-p) rescale, 2 per element; else free.
+    # A module knows p and its training flag; F.dropout(input, p=0.5, training=True, inplace=False)
+    # and aten.dropout(input, p, train) take them as arguments.
+    if module is not None:
+        p, active = module.p, module.training
+    else:
+        p, active = arg(args, kwargs, 0, "p", 0.5), bool(arg(args, kwargs, 1, "training", kwargs.get("train", True)))
     return 2 * float_numel(out, x) if active and p > 0 else 0
 
 
-@register_module(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-def dropout_module_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    return _dropout(out, x, module.p, module.training)
+@register(*aten_ops("native_dropout"))
+def native_dropout_flops(module: Any, out: Any, x: Any, p: float, train: bool | None, *args: Any,
+                         **kwargs: Any) -> int:
+    # native_dropout(input, p, train) -> (out, mask): mask multiply and rescale while training
+    return 2 * float_numel(out[0], x) if train and p > 0 else 0
 
 
-@register_function("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-def dropout_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    # F.dropout(input, p=0.5, training=True, inplace=False)
-    return _dropout(out, x, arg(args, kwargs, 0, "p", 0.5), bool(arg(args, kwargs, 1, "training", True)))
+def _accumulate(name: str, value_pos: int, flag_pos: int | None, targets: tuple[Any, ...]) -> None:
+    def formula(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+        # one add per accumulated source element (when the op accumulates), else a copy (0)
+        accumulate = True if flag_pos is None else bool(arg(args, kwargs, flag_pos, "accumulate", False))
+        return float_numel(args[value_pos], x) if accumulate and len(args) > value_pos else 0
+
+    formula.__name__ = formula.__qualname__ = f"{name}_flops"
+    register(*targets)(formula)
+
+
+# index_put(input, indices, values, accumulate=False): adds only when accumulating
+_accumulate("index_put", 1, 2, (*functions("index_put"), *methods("index_put", "index_put_"),
+                                *aten_ops("index_put", "_unsafe_index_put")))
+# index_add(input, dim, index, source) / scatter_add(input, dim, index, src): always add
+_accumulate("index_add", 2, None, (*functions("index_add", "scatter_add"),
+                                   *methods("index_add", "index_add_", "scatter_add", "scatter_add_"),
+                                   *aten_ops("index_add", "scatter_add")))

@@ -1,56 +1,53 @@
 """Linear layers and the matmul family: linear, bilinear, matmul/@, mm, bmm, mv, dot, addmm,
-baddbmm, addbmm, addmv, einsum. All MACs go through ``_shapes.matmul_macs``/``einsum_macs``."""
+baddbmm, addbmm, addmv, einsum, outer, and grouped matmuls of mixture-of-experts layers. All MACs
+go through ``_shapes.matmul_macs``/``einsum_macs``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from torch_flops.formulas import register_function, register_method, register_module
-from torch_flops.formulas._shapes import einsum_macs, matmul_macs, numel
+from torch_flops.formulas import Name, aten_ops, functions, methods, modules, register
+from torch_flops.formulas._shapes import arg, einsum_macs, matmul_macs, numel
 
-__all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "linear_flops", "matmul_flops"]
+__all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "grouped_mm_flops", "linear_flops", "matmul_flops"]
 
 
-def _linear(out: Any, in_features: int, has_bias: bool) -> tuple[int, int]:
-    # macs = output elements * in_features; flops = 2*macs + one bias add per output element
+@register(*modules("Linear", "LazyLinear"), NonDynamicallyQuantizableLinear, *functions("linear"), *aten_ops("linear"))
+def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # macs = output elements * in_features; flops = 2*macs + one bias add per output element.
+    # nn.Linear: in_features is a plain attribute (parameters go through nn.Module.__getattr__,
+    # slow: read the dict once); F.linear(input, weight, bias): weight is (out, in).
+    if module is not None:
+        in_features, has_bias = module.in_features, module._parameters.get("bias") is not None
+    else:
+        in_features = arg(args, kwargs, 1, "weight").shape[-1]
+        has_bias = arg(args, kwargs, 2, "bias") is not None
     n = out.numel()
     macs = n * in_features
     return (2 * macs + n, macs) if has_bias else (2 * macs, macs)
 
 
-@register_module(nn.Linear, "LazyLinear", "NonDynamicallyQuantizableLinear")
-def linear_module_flops(module: nn.Linear, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # in_features is a plain attribute; parameters go through nn.Module.__getattr__ (slow): read once
-    return _linear(out, module.in_features, module._parameters.get("bias") is not None)
-
-
-@register_function("linear")
-def linear_flops(out: Any, input: Any, weight: Any, bias: Any = None) -> tuple[int, int]:
-    return _linear(out, weight.shape[-1], bias is not None)
-
-
-def _bilinear(out: Any, in1: int, in2: int, has_bias: bool) -> tuple[int, int]:
+@register(*modules("Bilinear"), *functions("bilinear"), *aten_ops("bilinear"))
+def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # y_k = x1^T W_k x2: W_k x2 is in1*in2 MACs, then the dot with x1 is in1 MACs, per output.
     # (FlopCounterMode counts aten._trilinear as 0; we count the real work.)
+    # F.bilinear(input1, input2, weight, bias) with weight (out, in1, in2)
+    if module is not None:
+        in1, in2, has_bias = module.in1_features, module.in2_features, module.bias is not None
+    else:
+        weight = arg(args, kwargs, 2, "weight")
+        in1, in2, has_bias = weight.shape[1], weight.shape[2], arg(args, kwargs, 3, "bias") is not None
     macs = numel(out) * (in1 * in2 + in1)
     return 2 * macs + (numel(out) if has_bias else 0), macs
 
 
-@register_module(nn.Bilinear)
-def bilinear_module_flops(module: nn.Bilinear, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    return _bilinear(out, module.in1_features, module.in2_features, module.bias is not None)
+_MATMUL = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 
 
-@register_function("bilinear")
-def bilinear_flops(out: Any, input1: Any, input2: Any, weight: Any, bias: Any = None) -> tuple[int, int]:
-    return _bilinear(out, weight.shape[1], weight.shape[2], bias is not None)
-
-
-@register_function("matmul", "mm", "bmm", "mv", "dot", "vdot")
-@register_method("matmul", "mm", "bmm", "mv", "dot", "vdot", "__matmul__")
-def matmul_flops(out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions(*_MATMUL), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL))
+def matmul_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
     if a.dim() == 1 and b.dim() == 1:
@@ -60,15 +57,14 @@ def matmul_flops(out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[i
     return 2 * macs, macs
 
 
-@register_method("__rmatmul__")
-def rmatmul_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
+@register(*methods("__rmatmul__"))
+def rmatmul_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
     # a.__rmatmul__(b) computes b @ a
-    return matmul_flops(out, b, a)
+    return matmul_flops(module, out, b, a)
 
 
-@register_function("inner")
-@register_method("inner")
-def inner_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
+@register(*functions("inner"), *methods("inner"), *aten_ops("inner"))
+def inner_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
     # inner contracts the last dim of both operands: every output element is a K-term dot product
     if a.dim() == 0 or b.dim() == 0:
         return numel(out), 0  # a scalar operand: a plain multiply
@@ -76,7 +72,7 @@ def inner_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
     return 2 * macs, macs
 
 
-def _scaled_add(out: Any, args: Any, kwargs: Any) -> int:
+def _scaled_add(out: Any, kwargs: Any) -> int:
     # the add of `input` (1 per output element), plus one multiply per output element for each
     # of alpha/beta that is not 1 (beta == 0 skips the input entirely)
     n = numel(out)
@@ -87,36 +83,43 @@ def _scaled_add(out: Any, args: Any, kwargs: Any) -> int:
     return n + (n if beta != 1 else 0) + (n if alpha != 1 else 0)
 
 
-@register_function("addmm", "addmv", "baddbmm")
-@register_method("addmm", "addmm_", "addmv", "addmv_", "baddbmm", "baddbmm_")
-def addmm_flops(out: Any, input: Any, a: Any, b: Any, **kwargs: Any) -> tuple[int, int]:
-    # beta*input + alpha*(a @ b): 2*M*K*N for the product, + the scaled add per output element
+_ADDMM = ("addmm", "addmv", "baddbmm", "addbmm")
+
+
+@register(*functions(*_ADDMM), *methods(*_ADDMM, *(f"{n}_" for n in _ADDMM)), *aten_ops(*_ADDMM))
+def addmm_flops(module: Any, out: Any, input: Any, a: Any, b: Any, **kwargs: Any) -> tuple[int, int]:
+    # beta*input + alpha*(a @ b): 2*M*K*N for the product (addbmm sums the batch of products: its
+    # batch sum is part of the accumulation, B*M*K*N MACs), + the scaled add per output element
     macs = matmul_macs(a.shape, b.shape)
-    return 2 * macs + _scaled_add(out, (), kwargs), macs
+    return 2 * macs + _scaled_add(out, kwargs), macs
 
 
-@register_function("addbmm")
-@register_method("addbmm", "addbmm_")
-def addbmm_flops(out: Any, input: Any, a: Any, b: Any, **kwargs: Any) -> tuple[int, int]:
-    # sum over the batch of a[i] @ b[i] (B*M*K*N MACs, the batch sum is part of the
-    # accumulation), then the scaled add of input
-    macs = matmul_macs(a.shape, b.shape)
-    return 2 * macs + _scaled_add(out, (), kwargs), macs
-
-
-@register_function("einsum")
-def einsum_flops(out: Any, equation: str, *operands: Any) -> tuple[int, int]:
+@register(*functions("einsum"), *aten_ops("einsum"))
+def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs: Any) -> tuple[int, int]:
     # pairwise left to right; see _shapes.einsum_macs
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    elif operands and isinstance(operands[0], (list, tuple)):  # aten.einsum(equation, tensors, path)
         operands = tuple(operands[0])
     macs, extra = einsum_macs(equation, [o.shape for o in operands])
     return 2 * macs + extra, macs
 
 
-@register_function("outer", "ger")
-@register_method("outer", "ger")
-def outer_flops(out: Any, a: Any, b: Any) -> tuple[int, int]:
+@register(*functions("outer", "ger"), *methods("outer", "ger"), *aten_ops("outer", "ger"))
+def outer_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
     # an outer product sums nothing: one multiply per output element, no MACs
     return numel(out), 0
 
 
+@register(*aten_ops("_grouped_mm"), Name("aten", "transformers.grouped_mm_fallback"),
+          Name("aten", "transformers.grouped_mm"))
+def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # grouped matmul of token rows by per-group weights: (M, K) x (G, K, N) with offsets puts every
+    # row through exactly one group's (K, N) matrix: M*K*N MACs. 3-D x 3-D is a plain batched mm.
+    if a.dim() == 2 and b.dim() == 3:
+        macs = a.shape[0] * a.shape[1] * b.shape[-1]
+    elif a.dim() == 2 and b.dim() == 2:  # (M, K) x (K, N_total) grouped along N, or (K, M)^T x ...
+        macs = a.shape[0] * a.shape[1] * b.shape[-1] if a.shape[1] == b.shape[0] else numel(out) * a.shape[0]
+    else:
+        macs = numel(out) * a.shape[-1]
+    return 2 * macs, macs

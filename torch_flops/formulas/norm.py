@@ -14,17 +14,21 @@ normalised group is not counted: it is O(groups), not O(elements)):
 * RMSNorm: 3 = square 1, mean add 1, ``* rstd`` 1;
 * plus 1 per element for an affine weight and 1 for an affine bias, when present.
 
-``torch.batch_norm`` / ``torch.instance_norm`` share their ``__name__`` with the ``F`` forms but
-take ``(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled)``
-(always 9 arguments): they are told apart by that argument count (or an explicit
-``cudnn_enabled``).
+``F.batch_norm(input, running_mean, running_var, weight, bias, training, ...)`` and
+``torch.batch_norm`` / ``aten.batch_norm(input, weight, bias, running_mean, running_var,
+training, ...)`` share a name but not an argument order: each target has its own formula (the
+same holds for ``instance_norm``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from torch_flops.formulas import register_function, register_module
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_flops.formulas import aten_ops, functions, modules, register
 from torch_flops.formulas._shapes import arg, is_float, numel
 
 __all__: list[str] = []
@@ -42,107 +46,117 @@ def _norm_flops(x: Any, per_element: int, weight: Any = None, bias: Any = None) 
     return (cost * numel(x), 0)
 
 
-def _module_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return arg(args, kwargs, 0, "input")
 
 
-# ---------------------------------------------------------------------------------------------
-# LayerNorm / GroupNorm / InstanceNorm
-# ---------------------------------------------------------------------------------------------
-
-@register_module("LayerNorm", "GroupNorm")
-def layer_group_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element (mean add, sub, square, var add, mul rstd) + 1 weight + 1 bias when affine
-    return _norm_flops(_module_input(args, kwargs), _INPUT_STATS,
-                       getattr(module, "weight", None), getattr(module, "bias", None))
-
-
-@register_function("layer_norm", "group_norm")
-def layer_group_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element + 1 weight + 1 bias when given;
-    # F./torch.layer_norm(input, normalized_shape, weight, bias, ...),
-    # F./torch.group_norm(input, num_groups, weight, bias, ...)
-    return _norm_flops(arg(args, kwargs, 0, "input"), _INPUT_STATS,
-                       arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "bias"))
-
-
-def _uses_input_stats_module(module: Any) -> bool:
+def _uses_input_stats(module: Any) -> bool:
     # As _BatchNorm.forward / _InstanceNorm.forward decide: batch statistics in training mode or
     # when no running statistics are tracked.
     return bool(getattr(module, "training", False)) or getattr(module, "running_mean", None) is None
 
 
-@register_module("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-                 "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d")
-def instance_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element from input stats (2 with running stats in eval) + 1 weight + 1 bias if affine
-    stats = _INPUT_STATS if _uses_input_stats_module(module) else _RUNNING_STATS
-    return _norm_flops(_module_input(args, kwargs), stats,
-                       getattr(module, "weight", None), getattr(module, "bias", None))
-
-
-def _is_aten_order(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    # torch.batch_norm / torch.instance_norm: 9 required args, weight/bias before running stats.
-    return len(args) >= 9 or "cudnn_enabled" in kwargs
-
-
-@register_function("instance_norm")
-def instance_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element when use_input_stats (default) else 2, + 1 weight + 1 bias when given
-    if _is_aten_order(args, kwargs):
-        weight, bias = arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
-    else:
-        weight, bias = arg(args, kwargs, 3, "weight"), arg(args, kwargs, 4, "bias")
-    use_input_stats = arg(args, kwargs, 5, "use_input_stats", True)
-    stats = _INPUT_STATS if use_input_stats else _RUNNING_STATS
-    return _norm_flops(arg(args, kwargs, 0, "input"), stats, weight, bias)
+def _stats(batch_stats: bool) -> int:
+    return _INPUT_STATS if batch_stats else _RUNNING_STATS
 
 
 # ---------------------------------------------------------------------------------------------
-# BatchNorm
+# LayerNorm / GroupNorm: F./torch./aten.layer_norm(input, normalized_shape, weight, bias, ...),
+# F./torch./aten.group_norm(input, num_groups, weight, bias, ...)
 # ---------------------------------------------------------------------------------------------
 
-@register_module("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm",
-                 "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")
-def batch_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element with batch stats (training / no running stats), 2 with running stats;
-    # + 1 weight + 1 bias when affine
-    stats = _INPUT_STATS if _uses_input_stats_module(module) else _RUNNING_STATS
-    return _norm_flops(_module_input(args, kwargs), stats,
+@register(nn.LayerNorm, nn.GroupNorm, *functions("layer_norm", "group_norm"), *aten_ops("layer_norm", "group_norm"))
+def layer_group_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # 5 per element (mean add, sub, square, var add, mul rstd) + 1 weight + 1 bias when affine
+    if module is not None:
+        weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    else:
+        weight, bias = arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "bias")
+    return _norm_flops(_input(args, kwargs), _INPUT_STATS, weight, bias)
+
+
+@register(*aten_ops("native_layer_norm"))
+def native_layer_norm_flops(module: Any, out: Any, x: Any, normalized_shape: Any, weight: Any = None,
+                            bias: Any = None, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out, mean, rstd): as layer_norm
+    return _norm_flops(x, _INPUT_STATS, weight, bias)
+
+
+@register(*aten_ops("native_group_norm"))
+def native_group_norm_flops(module: Any, out: Any, x: Any, weight: Any = None, bias: Any = None, *args: Any,
+                            **kwargs: Any) -> tuple[int, int]:
+    # native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (out, mean, rstd)
+    return _norm_flops(x, _INPUT_STATS, weight, bias)
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchNorm and InstanceNorm: 5 per element with batch statistics, 2 with running statistics;
+# + 1 weight + 1 bias when affine
+# ---------------------------------------------------------------------------------------------
+
+@register(*modules("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d", "InstanceNorm2d",
+                   "InstanceNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyInstanceNorm1d",
+                   "LazyInstanceNorm2d", "LazyInstanceNorm3d"))
+def batch_instance_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    return _norm_flops(_input(args, kwargs), _stats(_uses_input_stats(module)),
                        getattr(module, "weight", None), getattr(module, "bias", None))
 
 
-@register_function("batch_norm")
-def batch_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 5 per element with batch stats (training=True or no running stats), else 2;
-    # + 1 weight + 1 bias when given
-    if _is_aten_order(args, kwargs):
-        weight, bias = arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
-        running_mean, running_var = arg(args, kwargs, 3, "running_mean"), arg(args, kwargs, 4, "running_var")
-    else:
-        running_mean, running_var = arg(args, kwargs, 1, "running_mean"), arg(args, kwargs, 2, "running_var")
-        weight, bias = arg(args, kwargs, 3, "weight"), arg(args, kwargs, 4, "bias")
+@register(F.batch_norm)
+def batch_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # F.batch_norm(input, running_mean, running_var, weight, bias, training=False, momentum, eps):
+    # batch statistics when training or without running statistics
+    running_mean, running_var = arg(args, kwargs, 1, "running_mean"), arg(args, kwargs, 2, "running_var")
     training = bool(arg(args, kwargs, 5, "training", False))
     batch_stats = training or (running_mean is None and running_var is None)
-    stats = _INPUT_STATS if batch_stats else _RUNNING_STATS
-    return _norm_flops(arg(args, kwargs, 0, "input"), stats, weight, bias)
+    return _norm_flops(_input(args, kwargs), _stats(batch_stats), arg(args, kwargs, 3, "weight"),
+                       arg(args, kwargs, 4, "bias"))
+
+
+@register(torch.batch_norm, *aten_ops("batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                                      "_native_batch_norm_legit_functional"))
+def aten_batch_norm_flops(module: Any, out: Any, x: Any, weight: Any = None, bias: Any = None,
+                          running_mean: Any = None, running_var: Any = None, training: Any = False, *args: Any,
+                          **kwargs: Any) -> tuple[int, int]:
+    # torch.batch_norm / aten.batch_norm / native_batch_norm / _native_batch_norm_legit(input, weight,
+    # bias, running_mean, running_var, training, momentum, eps, ...): batch statistics when
+    # training or without running statistics (the native forms return (out, mean, rstd))
+    return _norm_flops(x, _stats(bool(training) or running_mean is None), weight, bias)
+
+
+@register(*aten_ops("_native_batch_norm_legit_no_training"))
+def batch_norm_no_training_flops(module: Any, out: Any, x: Any, weight: Any = None, bias: Any = None,
+                                 *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps)
+    return _norm_flops(x, _RUNNING_STATS, weight, bias)
+
+
+@register(F.instance_norm)
+def instance_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # F.instance_norm(input, running_mean, running_var, weight, bias, use_input_stats=True, ...)
+    use_input_stats = bool(arg(args, kwargs, 5, "use_input_stats", True))
+    return _norm_flops(_input(args, kwargs), _stats(use_input_stats), arg(args, kwargs, 3, "weight"),
+                       arg(args, kwargs, 4, "bias"))
+
+
+@register(torch.instance_norm, *aten_ops("instance_norm"))
+def aten_instance_norm_flops(module: Any, out: Any, x: Any, weight: Any = None, bias: Any = None,
+                             running_mean: Any = None, running_var: Any = None, use_input_stats: Any = True,
+                             *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.instance_norm / aten.instance_norm(input, weight, bias, running_mean, running_var,
+    # use_input_stats, momentum, eps, cudnn_enabled)
+    return _norm_flops(x, _stats(bool(use_input_stats)), weight, bias)
 
 
 # ---------------------------------------------------------------------------------------------
-# RMSNorm
+# RMSNorm: F./torch./aten.rms_norm(input, normalized_shape, weight, eps)
 # ---------------------------------------------------------------------------------------------
 
-@register_module("RMSNorm")
-def rms_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 3 per element (square, mean add, mul rstd) + 1 weight when elementwise_affine
-    return _norm_flops(_module_input(args, kwargs), _RMS, getattr(module, "weight", None))
-
-
-@register_function("rms_norm")
-def rms_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # 3 per element (square, mean add, mul rstd) + 1 weight when given;
-    # F./torch.rms_norm(input, normalized_shape, weight, eps)
-    return _norm_flops(arg(args, kwargs, 0, "input"), _RMS, arg(args, kwargs, 2, "weight"))
+@register(*modules("RMSNorm"), *functions("rms_norm"), *aten_ops("rms_norm"))
+def rms_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # 3 per element (square, mean add, mul rstd) + 1 weight when elementwise_affine / given
+    weight = getattr(module, "weight", None) if module is not None else arg(args, kwargs, 2, "weight")
+    return _norm_flops(_input(args, kwargs), _RMS, weight)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,28 +164,19 @@ def rms_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, i
 # b = a / (k + alpha/n * sum_{window of n channels} a^2) ^ beta
 # ---------------------------------------------------------------------------------------------
 
-def _lrn_cost(size: Any) -> int:
-    # square 1 + (size - 1) window adds + mul alpha/n 1 + add k 1 + pow beta 1 + div 1 = size + 4
-    return int(size) + 4
-
-
-@register_module("LocalResponseNorm")
-def local_response_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # size + 4 per element (square, size-1 window adds, mul alpha/n, add k, pow beta, div)
-    return _norm_flops(_module_input(args, kwargs), _lrn_cost(module.size))
-
-
-@register_function("local_response_norm")
-def local_response_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # size + 4 per element (square, size-1 window adds, mul alpha/n, add k, pow beta, div)
-    return _norm_flops(arg(args, kwargs, 0, "input"), _lrn_cost(arg(args, kwargs, 1, "size")))
+@register(nn.LocalResponseNorm, *functions("local_response_norm"))
+def local_response_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # size + 4 per element: square 1 + (size - 1) window adds + mul alpha/n 1 + add k 1 + pow beta 1
+    # + div 1
+    size = module.size if module is not None else arg(args, kwargs, 1, "size")
+    return _norm_flops(_input(args, kwargs), int(size) + 4)
 
 
 # ---------------------------------------------------------------------------------------------
 # F.normalize: x / max(||x||_p, eps) along dim
 # ---------------------------------------------------------------------------------------------
 
-@register_function("normalize")
-def normalize_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("normalize"))
+def normalize_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 3 per element: abs/pow, sum along dim, div by the norm
-    return _norm_flops(arg(args, kwargs, 0, "input"), 3)
+    return _norm_flops(_input(args, kwargs), 3)

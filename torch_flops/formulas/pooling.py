@@ -28,14 +28,12 @@ from typing import Any
 
 import torch
 
-from torch_flops.formulas import register_function, register_module, zero_flops
+from torch_flops.formulas import aten_ops, functions, modules, register, zero_flops
 from torch_flops.formulas._shapes import adaptive_window_total, arg, as_tuple, first_output, float_numel, is_float, prod
 
 __all__: list[str] = []
 
 Tensor = torch.Tensor
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,38 +62,28 @@ def _adaptive_pool_flops(out: Any, x: Any, n: int, kind: str) -> tuple[int, int]
 
 
 # ---------------------------------------------------------------------------------------------
-# Registration: modules read their attributes, functions their (positional or keyword) args.
+# Registration: one formula per pool serves the module (its attributes), the torch/F functions and
+# the aten op (their positional or keyword arguments).
 # ---------------------------------------------------------------------------------------------
 
-def _register_window_pool(label: str, n: int, kind: str, modules: tuple[str, ...],
-                          functions: tuple[str, ...], kernel_index: int) -> None:
-    def module_formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return _window_pool_flops(out, arg(args, kwargs, 0, "input"), module.kernel_size, n, kind)
-
-    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        kernel = arg(args, kwargs, kernel_index, "kernel_size")
+def _register_window_pool(label: str, n: int, kind: str, module_names: tuple[str, ...],
+                          function_names: tuple[str, ...], kernel_index: int) -> None:
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        kernel = module.kernel_size if module is not None else arg(args, kwargs, kernel_index, "kernel_size")
         return _window_pool_flops(out, arg(args, kwargs, 0, "input"), kernel, n, kind)
 
-    for fn, front in ((module_formula, "module"), (function_formula, "function")):
-        fn.__name__ = fn.__qualname__ = f"{label}_{front}_flops"
-    register_module(*modules)(module_formula)
-    register_function(*functions)(function_formula)
+    formula.__name__ = formula.__qualname__ = f"{label}_flops"
+    register(*modules(*module_names), *functions(*function_names), *aten_ops(*function_names))(formula)
 
 
 def _register_adaptive_pool(n: int, kind: str) -> None:
-    def module_formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
         return _adaptive_pool_flops(out, arg(args, kwargs, 0, "input"), n, kind)
 
-    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return _adaptive_pool_flops(out, arg(args, kwargs, 0, "input"), n, kind)
-
-    for fn, front in ((module_formula, "module"), (function_formula, "function")):
-        fn.__name__ = fn.__qualname__ = f"adaptive_{kind}_pool{n}d_{front}_flops"
-    functions = [f"adaptive_{kind}_pool{n}d"]
-    if kind == "max":
-        functions.append(f"adaptive_max_pool{n}d_with_indices")
-    register_module(f"Adaptive{kind.capitalize()}Pool{n}d")(module_formula)
-    register_function(*functions)(function_formula)
+    formula.__name__ = formula.__qualname__ = f"adaptive_{kind}_pool{n}d_flops"
+    names = [f"adaptive_{kind}_pool{n}d"] + ([f"adaptive_max_pool{n}d_with_indices"] if kind == "max" else [])
+    register(*modules(f"Adaptive{kind.capitalize()}Pool{n}d"), *functions(*names),
+             *aten_ops(*names, f"_adaptive_{kind}_pool{n}d"))(formula)
 
 
 for _n in (1, 2, 3):
@@ -120,7 +108,8 @@ for _n in (2, 3):
                           kernel_index=1)
 
 # 0: max unpooling scatters values to their indices; no arithmetic
-register_module("MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d")(zero_flops)
-register_function("max_unpool1d", "max_unpool2d", "max_unpool3d")(zero_flops)
+register(*modules("MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"),
+         *functions("max_unpool1d", "max_unpool2d", "max_unpool3d"),
+         *aten_ops("max_unpool2d", "max_unpool3d"))(zero_flops)
 
 del _n

@@ -19,14 +19,12 @@ from typing import Any
 
 import torch
 
-from torch_flops.formulas import register_function, register_method
+from torch_flops.formulas import aten_ops, functions, methods, register
 from torch_flops.formulas._shapes import arg, first_output, float_numel, is_float, numel
 
 __all__: list[str] = []
 
 Tensor = torch.Tensor
-
-
 
 
 def _reduction_flops(out: Any, x: Any, per_input: int, per_output: int = 0) -> tuple[int, int]:
@@ -37,23 +35,16 @@ def _reduction_flops(out: Any, x: Any, per_input: int, per_output: int = 0) -> t
     return (per_input * numel(x) + per_output * numel(values), 0)
 
 
-def _register_reduction(name: str, per_input: int, per_output: int = 0, functions: tuple[str, ...] = (),
-                        methods: tuple[str, ...] = ()) -> None:
-    """Register the function (``f(out, input, ...)``) and method (``f(out, self, ...)``) formulas."""
+def _register_reduction(name: str, per_input: int, per_output: int = 0, function_names: tuple[str, ...] = (),
+                        method_names: tuple[str, ...] = ()) -> None:
+    """One formula for ``torch.X(input, ...)``, ``input.X(...)`` and ``aten.X(self, ...)``."""
 
-    def function_formula(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
         return _reduction_flops(out, arg(args, kwargs, 0, "input"), per_input, per_output)
 
-    def method_formula(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return _reduction_flops(out, self, per_input, per_output)
-
-    for fn, front in ((function_formula, "function"), (method_formula, "method")):
-        fn.__name__ = fn.__qualname__ = f"{name}_{front}_flops"
-        fn.__doc__ = f"{name}: {per_input} FLOPs per input element + {per_output} per result."
-    if functions:
-        register_function(*functions)(function_formula)
-    if methods:
-        register_method(*methods)(method_formula)
+    formula.__name__ = formula.__qualname__ = f"{name}_flops"
+    formula.__doc__ = f"{name}: {per_input} FLOPs per input element + {per_output} per result."
+    register(*functions(*function_names), *methods(*method_names), *aten_ops(*function_names))(formula)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,39 +53,39 @@ def _register_reduction(name: str, per_input: int, per_output: int = 0, function
 
 # I: one add (or multiply) per input element
 for _name in ("sum", "nansum", "prod"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 # I: one comparison per input element
 for _name in ("amax", "amin", "argmax", "argmin"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 # 2I: a min and a max comparison per input element
-_register_reduction("aminmax", 2, functions=("aminmax",), methods=("aminmax",))
+_register_reduction("aminmax", 2, function_names=("aminmax",), method_names=("aminmax",))
 # I: one add / multiply / comparison per element of the scan (cumsum_ / cumprod_ in place)
 for _name in ("cumsum", "cumprod"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name, f"{_name}_"))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name, f"{_name}_"))
 for _name in ("cummax", "cummin"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 # 4I: max, sub, exp, add per element (the running log-sum-exp of the scan)
-_register_reduction("logcumsumexp", 4, functions=("logcumsumexp",), methods=("logcumsumexp",))
+_register_reduction("logcumsumexp", 4, function_names=("logcumsumexp",), method_names=("logcumsumexp",))
 # I + O: one add per element, one div per result
 for _name in ("mean", "nanmean"):
-    _register_reduction(_name, 1, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, 1, function_names=(_name,), method_names=(_name,))
 # 4I + O: mean add, sub mean, square, add per element; div per result
-_register_reduction("var", 4, 1, functions=("var",), methods=("var",))
+_register_reduction("var", 4, 1, function_names=("var",), method_names=("var",))
 # 4I + 2O: var (4I + O) + sqrt per result
-_register_reduction("std", 4, 2, functions=("std",), methods=("std",))
+_register_reduction("std", 4, 2, function_names=("std",), method_names=("std",))
 # 4I + O: the var above (its mean is the first add per element; no div counted twice)
-_register_reduction("var_mean", 4, 1, functions=("var_mean",))
+_register_reduction("var_mean", 4, 1, function_names=("var_mean",))
 # 4I + 2O: var_mean + sqrt per result
-_register_reduction("std_mean", 4, 2, functions=("std_mean",))
+_register_reduction("std_mean", 4, 2, function_names=("std_mean",))
 # 4I + 2O: max, sub max, exp, add per element; log and add back the max per result
-_register_reduction("logsumexp", 4, 2, functions=("logsumexp", "special_logsumexp"),
-                    methods=("logsumexp",))
+_register_reduction("logsumexp", 4, 2, function_names=("logsumexp", "special_logsumexp"),
+                    method_names=("logsumexp",))
 # I: one comparison per input element (selection of the median)
 for _name in ("median", "nanmedian"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 # I: one comparison with 0 per input element, 0 for non-floating input
 for _name in ("all", "any", "count_nonzero"):
-    _register_reduction(_name, 1, functions=(_name,), methods=(_name,))
+    _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 
 del _name
 
@@ -111,16 +102,10 @@ def _max_min_flops(out: Any, x: Any, other: Any) -> tuple[int, int]:
     return _reduction_flops(out, x, 1)
 
 
-@register_function("max", "min")
-def max_min_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # I for torch.max(x[, dim]); 1 per output element for torch.max(a, b)
+@register(*functions("max", "min"), *methods("max", "min"), *aten_ops("max", "min"))
+def max_min_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # I for torch.max(x[, dim]) / x.max([dim]); 1 per output element for torch.max(a, b) / a.max(b)
     return _max_min_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other"))
-
-
-@register_method("max", "min")
-def max_min_method_flops(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # I for x.max([dim]); 1 per output element for a.max(b)
-    return _max_min_flops(out, self, arg(args, kwargs, 0, "other"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,28 +125,23 @@ def _norm_costs(p: Any) -> tuple[int, int]:
     return (3, 1)  # 3I + O: abs, pow p, add per element; pow 1/p per result
 
 
-def _norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
+def _p_norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
     per_input, per_output = _norm_costs(p)
     return _reduction_flops(out, x, per_input, per_output)
 
 
-@register_function("norm")
-def norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # p = 2 / 'fro' (default): 2I + O (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
-    return _norm_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro"))
+@register(*functions("norm"), *methods("norm"), *aten_ops("norm"))
+def norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.norm(input, p='fro', ...) / input.norm(p='fro', ...): p = 2 / 'fro' (default): 2I + O
+    # (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
+    return _p_norm_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro"))
 
 
-@register_method("norm")
-def norm_method_flops(out: Any, self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # p = 2 / 'fro' (default): 2I + O (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
-    return _norm_flops(out, self, arg(args, kwargs, 0, "p", "fro"))
-
-
-@register_function("linalg_vector_norm")
-def vector_norm_function_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("linalg_vector_norm"), *aten_ops("linalg_vector_norm"))
+def vector_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # torch.linalg.vector_norm(x, ord=2, ...): ord 2: 2I + O; ord 1, inf: 2I; other ord: 3I + O
     x = arg(args, kwargs, 0, "input", kwargs.get("x"))  # the first parameter binds as x= or input=
-    return _norm_flops(out, x, arg(args, kwargs, 1, "ord", 2))
+    return _p_norm_flops(out, x, arg(args, kwargs, 1, "ord", 2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,28 +156,24 @@ def _sort(x: Any, dim: Any) -> tuple[int, int]:
     return ((numel(x) * (n - 1).bit_length()) if n > 1 else 0, 0)
 
 
-@register_function("sort", "argsort")
-@register_method("sort", "argsort")
-def sort_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("sort", "argsort"), *methods("sort", "argsort"), *aten_ops("sort", "argsort"))
+def sort_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     return _sort(arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim", -1))
 
 
-@register_function("msort")
-@register_method("msort")
-def msort_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("msort"), *methods("msort"), *aten_ops("msort"))
+def msort_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     return _sort(arg(args, kwargs, 0, "input"), 0)  # msort sorts along the first dim
 
 
-@register_function("topk", "kthvalue")
-@register_method("topk", "kthvalue")
-def topk_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("topk", "kthvalue"), *methods("topk", "kthvalue"), *aten_ops("topk", "kthvalue"))
+def topk_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # one pass comparing every value against the running k-th value: 1 per input element
     return (numel(arg(args, kwargs, 0, "input")) if is_float(arg(args, kwargs, 0, "input")) else 0, 0)
 
 
-@register_function("histc")
-@register_method("histc")
-def histc_flops(out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+@register(*functions("histc"), *methods("histc"), *aten_ops("histc"))
+def histc_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # bin index per element: subtract min, multiply by bins/(max-min) (the floor is a cast): 2 each
     x = arg(args, kwargs, 0, "input")
     return (2 * numel(x) if is_float(x) else 0, 0)

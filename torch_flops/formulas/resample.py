@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from torch_flops.formulas import register_function, register_module
+from torch_flops.formulas import aten_ops, functions, register, zero_flops
 from torch_flops.formulas._shapes import adaptive_window_total, arg, float_numel, prod
 
 __all__ = ["interpolate_flops"]
@@ -27,22 +27,25 @@ def _interpolate(out: Any, x: Any, mode: str) -> int:
     return _PER_OUTPUT[mode] * float_numel(out, x)
 
 
-@register_module(nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d)
-def upsample_module_flops(module: nn.Upsample, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    return _interpolate(out, x, module.mode)
+@register(nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, *functions("interpolate", "upsample"))
+def interpolate_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+    # the module's mode, or F.interpolate(input, size=None, scale_factor=None, mode='nearest', ...)
+    mode = module.mode if module is not None else arg(args, kwargs, 2, "mode", "nearest")
+    return _interpolate(out, x, mode)
 
 
-@register_function("interpolate", "upsample")
-def interpolate_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    # F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None, ...)
-    return _interpolate(out, x, arg(args, kwargs, 2, "mode", "nearest"))
+register(*functions("upsample_nearest"))(zero_flops)  # a copy
 
 
-@register_function("upsample_nearest")
-def upsample_nearest_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    return 0  # a copy
+def _fixed_mode(mode: str, names: tuple[str, ...]) -> None:
+    def formula(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+        return _interpolate(out, x, mode)  # see the per-output cost of each mode above
+
+    formula.__name__ = formula.__qualname__ = f"upsample_{mode}_flops"
+    register(*functions(*names), *aten_ops(*names))(formula)
 
 
-@register_function("upsample_bilinear")
-def upsample_bilinear_flops(out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
-    return _interpolate(out, x, "bilinear")
+_fixed_mode("linear", ("upsample_linear1d",))
+_fixed_mode("bilinear", ("upsample_bilinear", "upsample_bilinear2d", "_upsample_bilinear2d_aa"))
+_fixed_mode("trilinear", ("upsample_trilinear3d",))
+_fixed_mode("bicubic", ("upsample_bicubic2d", "_upsample_bicubic2d_aa"))

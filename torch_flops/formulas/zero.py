@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from torch_flops.formulas import register_function, register_method, register_module, zero_flops
+from torch_flops.formulas import aten_ops, functions, methods, register, zero_flops
 
-__all__ = ["ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
+__all__ = ["ATEN_ZERO_OPS", "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
 
 _VIEWS = [
     "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "swapaxes", "swapdims",
@@ -41,15 +41,13 @@ _METHOD_ONLY = [
     "new_empty", "new_full", "new_tensor", "zero_", "fill_", "copy_", "scatter_", "index_copy_",
     "index_fill_", "masked_scatter_", "requires_grad_", "detach_", "squeeze_", "unsqueeze_", "t_",
     "transpose_", "resize_", "resize_as_", "get_device", "__getitem__", "__setitem__", "__len__",
-    "masked_fill_", "data_ptr", "untyped_storage",
+    "data_ptr", "untyped_storage",
 ]
-_METHOD_ONLY = [m for m in _METHOD_ONLY if m != "masked_fill_"]  # masked_fill_ is a select: elementwise
+_NOT_METHODS = ("cat", "stack", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "pad",
+                "one_hot", "embedding", "meshgrid")
 
 ZERO_FUNCTIONS: list[str] = _VIEWS + _COPIES + _CREATION + _PLUMBING
-ZERO_METHODS: list[str] = [m for m in _VIEWS + _COPIES if m not in ("cat", "stack", "concat", "concatenate",
-                                                                    "hstack", "vstack", "dstack",
-                                                                    "column_stack", "pad", "one_hot",
-                                                                    "embedding", "meshgrid")] + _METHOD_ONLY
+ZERO_METHODS: list[str] = [m for m in _VIEWS + _COPIES if m not in _NOT_METHODS] + _METHOD_ONLY
 ZERO_MODULES: list[type[nn.Module]] = [
     nn.Identity, nn.Flatten, nn.Unflatten, nn.Embedding, nn.PixelShuffle, nn.PixelUnshuffle,
     nn.ChannelShuffle, nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
@@ -57,7 +55,28 @@ ZERO_MODULES: list[type[nn.Module]] = [
     nn.ReplicationPad2d, nn.ReplicationPad3d, nn.CircularPad1d, nn.CircularPad2d, nn.CircularPad3d,
     nn.Unfold,
 ]
+#: aten ops that are 0 FLOPs by definition: views, copies, casts, creation, indexing, checks.
+ATEN_ZERO_OPS: list[str] = [
+    "view", "_unsafe_view", "view_as", "reshape", "permute", "transpose", "t", "expand", "expand_as",
+    "contiguous", "clone", "alias", "detach", "lift_fresh_copy", "lift_fresh", "_to_copy", "to",
+    "type_as", "unsqueeze", "squeeze", "flatten", "unflatten", "slice", "select",
+    "index", "index_select", "gather", "take", "cat", "concat", "stack", "split", "split_with_sizes",
+    "tensor_split", "chunk", "unbind", "narrow", "repeat", "repeat_interleave", "tile", "flip", "roll", "tril",
+    "triu", "diagonal", "diag", "unfold", "as_strided", "view_as_real", "view_as_complex", "arange", "zeros",
+    "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones",
+    "new_empty", "new_full", "scalar_tensor", "rand", "randn", "rand_like", "randn_like", "randint",
+    "linspace", "copy", "fill", "zero", "_assert_tensor_metadata", "_assert_scalar",
+    "_assert_async", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "sym_constrain_range",
+    "sym_constrain_range_for_size", "_local_scalar_dense", "item", "pad", "constant_pad_nd",
+    "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d",
+    "replication_pad3d", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
+    "one_hot", "embedding", "masked_select", "nonzero", "argwhere", "bincount", "scatter", "index_copy",
+    "index_fill", "masked_scatter", "_unsafe_index", "upsample_nearest1d", "upsample_nearest2d",
+    "upsample_nearest3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+    "resolve_conj", "resolve_neg", "set", "resize", "empty_strided", "new_empty_strided", "slice_scatter",
+    "select_scatter", "diagonal_scatter", "as_strided_scatter", "unsafe_split", "unsafe_chunk", "movedim",
+    "swapaxes", "swapdims", "broadcast_to", "atleast_1d", "atleast_2d", "atleast_3d", "_reshape_alias",
+    "_empty_affine_quantized",
+]
 
-register_function(*ZERO_FUNCTIONS)(zero_flops)
-register_method(*ZERO_METHODS)(zero_flops)
-register_module(*ZERO_MODULES)(zero_flops)
+register(*functions(*ZERO_FUNCTIONS), *methods(*ZERO_METHODS), *ZERO_MODULES, *aten_ops(*ATEN_ZERO_OPS))(zero_flops)

@@ -1,0 +1,500 @@
+"""Capture: turn a model into graph(s) the interpreter can run, each node with its module.
+
+* :func:`capture_fx`: ``torch.fx`` symbolic tracing (no inputs needed). ``leaf_modules`` keeps
+  chosen modules whole (one node each); ``concrete_args`` fixes Python-level arguments.
+* :func:`capture_export`: ``torch.export.export(..., strict=False)`` on real example inputs, for
+  models symbolic tracing cannot handle (most transformers models).
+
+Both return a :class:`Capture`: one or more :class:`CapturedGraph` s, each a GraphModule with a
+clean :class:`NodeLocation` per node (module path, type and enclosing modules, with the front end's
+spelling of paths already undone) and an input binder (``propagate``'s arguments -> the graph's
+placeholders). Nothing is stored on the GraphModules. Failures raise :class:`TracingError` naming
+the cause and what the user can do.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.utils import _pytree
+
+from torch_flops.errors import TracingError
+from torch_flops.paths import module_chain
+
+__all__ = [
+    "Capture",
+    "CaptureOptions",
+    "CapturedGraph",
+    "ExportBinder",
+    "FxBinder",
+    "NodeLocation",
+    "bind_inputs",
+    "capture_export",
+    "capture_fx",
+    "module_params",
+    "module_types",
+    "split_leaf_modules",
+    "trace_fx",
+]
+
+_FX_HINTS = (
+    "What to try: pass leaf_modules=(SomeModule, 'path.to.module') to keep the module that fails "
+    "tracing as one opaque node; pass concrete_args={'flag': value} to fix Python-level arguments; "
+    "or use tracer='export' (torch.export, which traces with the real example inputs)."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a capture hands on
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NodeLocation:
+    """Where a node runs in the model."""
+
+    path: str  #: the innermost module's dotted path ("" for the root)
+    module_type: str  #: that module's class name
+    chain: tuple[str, ...]  #: every enclosing module path, outermost first, root excluded
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How to capture: the fx tracer's leaf modules and concrete arguments."""
+
+    leaf_types: tuple[type, ...] = ()
+    leaf_paths: frozenset[str] = frozenset()
+    #: classes kept whole by name: those the user registered a formula for or asked to ignore
+    leaf_names: frozenset[str] = frozenset()
+    concrete_args: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FxBinder:
+    """Binds ``propagate(*args, **kwargs)`` to an fx graph's placeholders, in their order.
+
+    A placeholder takes the next positional argument, else the keyword of its name, else the value
+    it was traced with (``concrete_args``) or its default. Unknown keywords and missing inputs raise
+    ``TypeError`` naming them.
+    """
+
+    names: tuple[str, ...]
+    #: per placeholder: (has a value to fall back on, that value)
+    fallbacks: tuple[tuple[bool, Any], ...]
+
+    @classmethod
+    def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None) -> FxBinder:
+        concrete = dict(concrete_args or {})
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        names = tuple(_source_name(str(n.target).lstrip("*"), concrete) for n in placeholders)
+        fallbacks = tuple(
+            (True, concrete[name]) if name in concrete else ((True, node.args[0]) if node.args else (False, None))
+            for node, name in zip(placeholders, names))
+        return cls(names, fallbacks)
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+        names = self.names
+        if len(args) > len(names):
+            raise TypeError(f"the graph takes {len(names)} input(s) ({', '.join(names)}) "
+                            f"but {len(args)} positional argument(s) were given")
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise TypeError(f"unexpected keyword input(s) {unknown}; the graph's inputs are {list(names)}")
+        flat: list[Any] = []
+        for i, (name, (has_fallback, fallback)) in enumerate(zip(names, self.fallbacks)):
+            if i < len(args):
+                if name in kwargs:
+                    raise TypeError(f"input {name!r} given both by position and by keyword")
+                flat.append(args[i])
+            elif name in kwargs:
+                flat.append(kwargs[name])
+            elif has_fallback:
+                flat.append(fallback)  # the concrete value fx specialised to, or the recorded default
+            else:
+                raise TypeError(f"missing input {name!r}; the graph's inputs are {list(names)}")
+        return flat
+
+
+@dataclass(frozen=True)
+class ExportBinder:
+    """Binds inputs to a torch.export graph: the leaves of ``(args, kwargs)`` in the exported
+    structure, checked against the shapes and dtypes the graph was exported for."""
+
+    in_spec: Any
+    forward_names: tuple[str, ...]
+    expected: tuple[Any, ...]  #: per placeholder: its exported example value (meta ``val``)
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+        import torch.fx._pytree as fx_pytree
+
+        try:
+            flat = fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self.in_spec)
+            # the same structure holding each input's readable name, flattened in the same order
+            labels = _pytree.tree_map_with_path(lambda path, _: _pytree.keystr(path), (tuple(args), dict(kwargs)))
+            names = [_readable_input(str(x), self.forward_names)
+                     for x in fx_pytree.tree_flatten_spec(labels, self.in_spec)]
+        except Exception as e:
+            raise TypeError(
+                f"the inputs ({_describe(args, kwargs)}) do not match the inputs the graph was exported with: {e}"
+            ) from e
+        for expected, value, name in zip(self.expected, flat, names):
+            if (isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor)
+                    and (tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype)):
+                raise ValueError(
+                    f"input {name!r} has shape {tuple(value.shape)} {value.dtype} but the graph was "
+                    f"exported for {tuple(expected.shape)} {expected.dtype}"
+                )
+        return list(flat)
+
+
+@dataclass(frozen=True, eq=False)
+class CapturedGraph:
+    """One graph of a capture, ready to plan and run."""
+
+    graph_module: fx.GraphModule
+    locations: Mapping[fx.Node, NodeLocation]
+    binder: FxBinder | ExportBinder
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
+        """The graph's placeholder values for ``model(*args, **kwargs)``."""
+        return self.binder.bind(args, kwargs)
+
+
+@dataclass(frozen=True, eq=False)
+class Capture:
+    """What a front end produced: the graphs run in sequence for one forward, the front end used,
+    and the parts of the model's output it could not carry (returned as None)."""
+
+    graphs: tuple[CapturedGraph, ...]
+    front_end: str  #: "fx", "export" or "graph_module" (the model was a GraphModule already)
+    dropped_outputs: tuple[str, ...] = ()
+    #: the inputs an export graph is specialised to (see :meth:`accepts`); None: any inputs
+    signature: Any = field(default=None, compare=False)
+
+    @property
+    def graph_module(self) -> fx.GraphModule:
+        """The graph of a single-graph capture (fx, export)."""
+        return self.graphs[0].graph_module
+
+    def accepts(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        """Whether these inputs can run on the captured graphs without capturing again."""
+        return self.signature is None or self.signature == input_signature(args, kwargs)
+
+
+def input_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The structure of the inputs with each tensor's shape, dtype and device type."""
+    leaves, spec = _pytree.tree_flatten((tuple(args), dict(kwargs)))
+    return spec, tuple((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else v
+                       for v in leaves)
+
+
+# ---------------------------------------------------------------------------------------------
+# fx
+# ---------------------------------------------------------------------------------------------
+
+class _LeafTracer(fx.Tracer):
+    """fx's tracer with extra leaf modules, given by class, by dotted path or by class name."""
+
+    def __init__(self, options: CaptureOptions) -> None:
+        super().__init__()
+        self._leaf_types = options.leaf_types
+        self._leaf_paths = options.leaf_paths
+        self._leaf_names = options.leaf_names
+        self._tensor_paths: tuple[nn.Module, dict[int, str]] | None = None
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        # fx finds the path of a parameter (or buffer) read in forward by scanning all of the root's
+        # named_parameters() on every read: O(parameters) a read, quadratic in depth for a deep
+        # model whose own modules read `self.weight`. Look the path up once instead; same first
+        # name for a shared tensor, same get_attr node, same cache.
+        if isinstance(attr_val, torch.Tensor) and not self.param_shapes_constant:
+            if self._tensor_paths is None or self._tensor_paths[0] is not self.root:
+                paths: dict[int, str] = {}
+                for name, param in self.root.named_parameters():
+                    paths.setdefault(id(param), name)
+                if self.proxy_buffer_attributes:
+                    for name, buffer in self.root.named_buffers():
+                        paths.setdefault(id(buffer), name)
+                self._tensor_paths = (self.root, paths)
+            path = self._tensor_paths[1].get(id(attr_val))
+            if path is not None:
+                if path not in parameter_proxy_cache:
+                    parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {})
+                return parameter_proxy_cache[path]
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if self._leaf_types and isinstance(m, self._leaf_types):
+            return True
+        if module_qualified_name in self._leaf_paths or type(m).__name__ in self._leaf_names:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+
+def split_leaf_modules(leaf_modules: Iterable[type | str]) -> tuple[tuple[type, ...], frozenset[str]]:
+    """``leaf_modules`` as (module classes, module paths); ``TypeError`` naming a bad entry."""
+    if isinstance(leaf_modules, (str, bytes)) or not isinstance(leaf_modules, Iterable):
+        raise TypeError(f"leaf_modules must be an iterable of nn.Module classes or module paths, got {leaf_modules!r}")
+    types: list[type] = []
+    paths: set[str] = set()
+    for item in leaf_modules:
+        if isinstance(item, type) and issubclass(item, nn.Module):
+            types.append(item)
+        elif isinstance(item, str):
+            paths.add(item)
+        else:
+            raise TypeError(f"leaf_modules entries must be nn.Module classes or module paths, got {item!r}")
+    return tuple(types), frozenset(paths)
+
+
+def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
+             leaf_modules: Iterable[type | str] = ()) -> fx.GraphModule:
+    """Symbolically trace ``model`` into a GraphModule; an existing GraphModule is returned as it is."""
+    if isinstance(model, fx.GraphModule):
+        return model
+    if options is None:
+        types, paths = split_leaf_modules(leaf_modules)
+        options = CaptureOptions(leaf_types=types, leaf_paths=paths)
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
+                           "models (pass the eager model, not its torch.jit.script/trace)")
+    tracer = _LeafTracer(options)
+    concrete = dict(options.concrete_args) if options.concrete_args else None
+    try:
+        graph = tracer.trace(model, concrete_args=concrete)
+    except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
+        where = _innermost_module(tracer)
+        raise TracingError(
+            f"torch.fx.symbolic_trace could not trace {type(model).__name__}"
+            f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
+        ) from e
+    return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
+    """The fx front end: one graph, valid for any inputs."""
+    gm = trace_fx(model, options)
+    front_end = "graph_module" if gm is model else "fx"
+    graph = CapturedGraph(gm, _locations(gm, module_types(model)), FxBinder.for_graph(gm, options.concrete_args))
+    return Capture(graphs=(graph,), front_end=front_end)
+
+
+def _innermost_module(tracer: fx.Tracer) -> str:
+    stack = getattr(tracer, "module_stack", None)
+    if not stack:
+        return ""
+    path, kind = list(stack.values())[-1]
+    kind_name = getattr(kind, "__name__", str(kind))
+    return f"module '{path}' ({kind_name})" if path else ""
+
+
+def _source_name(placeholder: str, concrete: Mapping[str, Any]) -> str:
+    # fx renames the placeholder of a concrete argument "double" to "double_1"
+    if placeholder not in concrete:
+        base, _, suffix = placeholder.rpartition("_")
+        if suffix.isdigit() and base in concrete:
+            return base
+    return placeholder
+
+
+def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                concrete_args: Mapping[str, Any] | None = None) -> list[Any]:
+    """Bind inputs to an fx graph's placeholders (see :class:`FxBinder`)."""
+    return FxBinder.for_graph(gm, concrete_args).bind(args, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.export
+# ---------------------------------------------------------------------------------------------
+
+_EXPORT_ROOT = "model"  # the attribute under which _ExportWrapper holds the user's model
+
+_PLAIN_LEAVES = (torch.Tensor, int, float, bool, str, complex, type(None), torch.dtype, torch.device)
+
+
+class _ExportWrapper(nn.Module):
+    """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
+    example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
+
+    def __init__(self, model: nn.Module, dropped: list[str]) -> None:
+        super().__init__()
+        setattr(self, _EXPORT_ROOT, model)
+        # torch.export restores module attributes after tracing, so the record of what was dropped
+        # lives in a list owned by the caller (held in a closure, not as a module attribute).
+        self._record_drop = dropped.append
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = getattr(self, _EXPORT_ROOT)(*args, **kwargs)
+        leaves, spec = _pytree.tree_flatten_with_path(out)
+        kept = []
+        for path, leaf in leaves:
+            if isinstance(leaf, _PLAIN_LEAVES):
+                kept.append(leaf)
+            else:
+                self._record_drop(f"{_pytree.keystr(path) or 'output'} ({type(leaf).__name__})")
+                kept.append(None)
+        return _pytree.tree_unflatten(kept, spec)
+
+
+def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                   fx_error: TracingError | None = None) -> Capture:
+    """``torch.export.export(model, args, kwargs, strict=False)`` as one runnable graph,
+    specialised to these inputs' shapes.
+
+    The graph is traced under ``torch.no_grad()``: it is a forward (inference) graph, without the
+    autograd regions that would otherwise appear as higher-order ops. When ``fx_error`` is given
+    (``tracer='auto'`` after symbolic tracing failed), a failure names both causes.
+    """
+    if isinstance(model, torch.jit.ScriptModule):
+        raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
+                           "models (pass the eager model, not its torch.jit.script/trace)")
+    dropped: list[str] = []
+    wrapper = _ExportWrapper(model, dropped)
+    was_training = [(m, m.training) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
+    except Exception as e:
+        error = TracingError(
+            f"torch.export could not trace {type(model).__name__} with inputs "
+            f"({_describe(args, kwargs)}): {type(e).__name__}: {_first_line(e)}\n"
+            "What to try: check the input names and shapes against the model's forward(); for "
+            "data-dependent Python control flow use tracer='fx' with concrete_args or leaf_modules."
+        )
+        if fx_error is not None:
+            raise TracingError(
+                "neither front end could trace the model.\n"
+                f"  fx: {str(fx_error).splitlines()[0]}\n  export: {str(error).splitlines()[0]}\n"
+                "What to try: leaf_modules / concrete_args for fx; check the example inputs for export."
+            ) from e
+        raise error from e
+    finally:
+        for m, flag in was_training:
+            m.training = flag
+    gm = program.module()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
+                          tuple(n.meta.get("val") for n in placeholders))
+    graph = CapturedGraph(gm, _locations(gm, module_types(model), prefix=_EXPORT_ROOT), binder)
+    return Capture(graphs=(graph,), front_end="export", dropped_outputs=tuple(dict.fromkeys(dropped)),
+                   signature=input_signature(args, kwargs))
+
+
+def _forward_names(model: nn.Module) -> tuple[str, ...]:
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
+    """``"[0][1]"`` -> the forward's second parameter name; ``"[1]['input_ids']"`` -> ``input_ids``."""
+    match = re.match(r"\[0\]\[(\d+)\](.*)", keypath)
+    if match:
+        position = int(match.group(1))
+        base = forward_names[position] if position < len(forward_names) else f"args[{position}]"
+        return base + match.group(2)
+    match = re.match(r"\[1\]\['([^']+)'\](.*)", keypath)
+    if match:
+        return match.group(1) + match.group(2)
+    return keypath
+
+
+# ---------------------------------------------------------------------------------------------
+# Module attribution
+# ---------------------------------------------------------------------------------------------
+
+def module_types(model: nn.Module) -> dict[str, str]:
+    """Module path ("" = root) -> class name, for every module of the model."""
+    return {path: type(m).__name__ for path, m in model.named_modules()}
+
+
+def module_params(model: nn.Module) -> dict[str, int]:
+    """Parameters each module owns directly; a parameter shared by several modules counts once."""
+    seen: set[int] = set()
+    owned: dict[str, int] = {}
+    for path, module in model.named_modules():
+        count = 0
+        for p in module.parameters(recurse=False):
+            if id(p) not in seen:
+                seen.add(id(p))
+                count += p.numel()
+        owned[path] = count
+    return owned
+
+
+def _locations(gm: fx.GraphModule, module_types: Mapping[str, str], prefix: str = "") -> dict[fx.Node, NodeLocation]:
+    """Each node's innermost module, its type and every enclosing module path.
+
+    The paths come from ``nn_module_stack`` (both front ends record it), spelled as fx does
+    (``layers.0.attn``); ``prefix`` (the export wrapper's attribute) is removed.
+    """
+    root_type = module_types.get("", type(gm).__name__)
+    locations: dict[fx.Node, NodeLocation] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and str(node.target).startswith("_guards"):
+            locations[node] = NodeLocation("", root_type, ())  # torch.export's input guard check
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        paths = [_clean_path(v[0] if isinstance(v, tuple) else k, prefix) for k, v in stack.items()]
+        if node.op == "call_module":
+            paths.append(str(node.target))
+        paths = [p for p in paths if p]
+        path = paths[-1] if paths else ""
+        if node.op == "call_module":
+            module_type = type(gm.get_submodule(str(node.target))).__name__
+        elif path in module_types:
+            module_type = module_types[path]
+        else:
+            module_type = _stack_type(stack) if path else root_type
+        locations[node] = NodeLocation(path, module_type, module_chain(paths))
+    return locations
+
+
+def _clean_path(path: str, prefix: str) -> str:
+    # torch.export spells paths as "L['self'].layers[0].attn" or "layers.0.attn"; fx as "layers.0.attn"
+    if "[" in path or path.startswith("L__self__"):
+        path = path.replace("L['self']", "").replace("L__self__", "")
+        for a, b in (("['", "."), ("']", ""), ("[", "."), ("]", ""), ("._modules", ""), ("_modules", "")):
+            path = path.replace(a, b)
+        path = path.strip(".")
+    if prefix:
+        if path == prefix:
+            return ""
+        if path.startswith(prefix + "."):
+            return path[len(prefix) + 1:]
+    return path
+
+
+def _stack_type(stack: Mapping[str, Any]) -> str:
+    if not stack:
+        return ""
+    last = list(stack.values())[-1]
+    kind = last[1] if isinstance(last, tuple) else last
+    if isinstance(kind, type):
+        return kind.__name__
+    return str(kind).rsplit(".", 1)[-1].strip("'>")
+
+
+# ---------------------------------------------------------------------------------------------
+# messages
+# ---------------------------------------------------------------------------------------------
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"{tuple(v.shape)} {str(v.dtype).replace('torch.', '')}"
+        return type(v).__name__
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)

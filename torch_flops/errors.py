@@ -1,0 +1,52 @@
+"""Every error and warning the library raises, in one place, all importable from ``torch_flops``.
+
+Errors of the library's own making derive from :class:`TorchFlopsError` (and from the built-in
+class a caller would otherwise catch, e.g. ``RuntimeError``). Bad arguments are plain
+``TypeError`` (wrong type) or ``ValueError`` (right type, bad value) naming the parameter; see
+:mod:`torch_flops._validate`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DroppedOutputWarning",
+    "DuplicateFormulaError",
+    "NodeExecutionError",
+    "TorchFlopsError",
+    "TracerFallbackWarning",
+    "TracingError",
+    "UnsupportedOpError",
+    "UnsupportedOpWarning",
+]
+
+
+class TorchFlopsError(Exception):
+    """Base class of the errors torch_flops raises itself (argument errors excepted)."""
+
+
+class TracingError(TorchFlopsError, RuntimeError):
+    """The model could not be turned into a graph; the message says why and what to try."""
+
+
+class NodeExecutionError(TorchFlopsError, RuntimeError):
+    """Running one graph node failed; the message names the node and its input shapes."""
+
+
+class UnsupportedOpError(TorchFlopsError, RuntimeError):
+    """A node has no FLOPs formula (or its formula failed) and ``strict=True`` was asked for."""
+
+
+class DuplicateFormulaError(TorchFlopsError, ValueError):
+    """A formula was registered for a target that already has one, without ``override=True``."""
+
+
+class UnsupportedOpWarning(UserWarning):
+    """A graph node has no FLOPs formula (silence with ``warnings.simplefilter('ignore', ...)``)."""
+
+
+class TracerFallbackWarning(UserWarning):
+    """``tracer='auto'`` profiled the torch.export graph because symbolic tracing failed."""
+
+
+class DroppedOutputWarning(UserWarning):
+    """Part of the model's output (e.g. a transformers cache object) could not be returned."""

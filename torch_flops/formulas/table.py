@@ -1,0 +1,354 @@
+"""The formula table: one mapping from a graph node's *target* to the formula that counts it.
+
+Keys are the targets themselves, as a graph names them:
+
+* a module class (``nn.Linear``) for ``call_module`` nodes, looked up along the module's MRO;
+* a callable (``torch.relu``, ``F.relu``, ``operator.add``, ``torch.batch_norm``) for
+  ``call_function`` nodes: ``torch.batch_norm`` and ``F.batch_norm`` are two keys;
+* a ``torch.Tensor`` method (``torch.Tensor.relu``) for ``call_method`` nodes;
+* an aten overload packet (``torch.ops.aten.mm``) for the nodes of ``torch.export`` graphs;
+* a :class:`Name` for a target known only by name (a user's ``MODULE_FLOPs_MAPPING["MyBlock"]``,
+  a custom op ``"transformers.grouped_mm"``, a function whose object is not importable here).
+
+Every formula is called the same way, whatever the front door (see :mod:`torch_flops.formulas`)::
+
+    formula(module, out, *args, **kwargs) -> (flops, macs) | flops
+
+``module`` is the called module for ``call_module`` nodes and ``None`` otherwise; ``args`` and
+``kwargs`` are the node's real inputs, a method's ``self`` first. The name-keyed dicts users
+already extend (``MODULE_FLOPs_MAPPING`` ...) are :class:`NameView` s onto a table; the function,
+method and aten views keep their historical convention ``f(out, *args, **kwargs)`` and adapt
+formulas in and out of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from torch_flops.errors import DuplicateFormulaError
+
+__all__ = ["Composite", "FlopCount", "Formula", "FormulaTable", "Kind", "Name", "NameView", "zero_flops"]
+
+#: What a formula returns: ``(flops, macs)``, or a bare int meaning ``(flops, 0)``.
+FlopCount = int | tuple[int, int]
+Formula = Callable[..., FlopCount]
+Kind = Literal["module", "function", "method", "aten"]
+KINDS: tuple[Kind, ...] = ("module", "function", "method", "aten")
+
+_LEGACY = "__torch_flops_legacy__"  # on an adapter: the user's function in the historical convention
+
+
+def zero_flops(*args: Any, **kwargs: Any) -> tuple[int, int]:
+    """The formula of ops that do no floating point work by definition (views, copies, shapes).
+    It takes any arguments, so it serves every calling convention unchanged."""
+    return (0, 0)
+
+
+@dataclass(frozen=True)
+class Name:
+    """A target known by name only: a module class name, a function ``__name__``, a Tensor method
+    name or an aten op ``"namespace.name"``. It matches every target of that kind and name that
+    has no entry of its own."""
+
+    kind: Kind
+    name: str
+
+
+class Composite:
+    """A formula that counts a module by the formulas of its children (``nn.Transformer*``, kept
+    whole by fx). ``fn(table, module, out, *args, **kwargs)`` receives the table it was looked up
+    in, so each counter's own table counts the children."""
+
+    def __init__(self, fn: Callable[..., FlopCount]) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def bind(self, table: FormulaTable) -> Formula:
+        bound = functools.partial(self.fn, table)
+        return functools.update_wrapper(bound, self.fn)  # type: ignore[return-value]
+
+
+def normalize_key(key: Any) -> Any:
+    """An aten overload (``aten.mm.default``) is keyed by its packet (``aten.mm``)."""
+    if isinstance(key, torch._ops.OpOverload):
+        return key.overloadpacket
+    return key
+
+
+def key_kind(key: Any) -> Kind:
+    """Which kind of node a key serves; ``TypeError`` for something that is not a target."""
+    if isinstance(key, Name):
+        return key.kind
+    if isinstance(key, type):
+        if issubclass(key, nn.Module):
+            return "module"
+        raise TypeError(f"a formula key class must be an nn.Module subclass, got {key.__name__}")
+    if isinstance(key, torch._ops.OpOverloadPacket):
+        return "aten"
+    if callable(key):
+        name = getattr(key, "__name__", None)
+        return "method" if isinstance(name, str) and getattr(torch.Tensor, name, None) is key else "function"
+    raise TypeError(f"cannot use {key!r} as a formula table key: give a module class, a callable, an aten op or "
+                    "a Name")
+
+
+def key_name(key: Any) -> str:
+    if isinstance(key, Name):
+        return key.name
+    if isinstance(key, torch._ops.OpOverloadPacket):
+        return str(key)
+    return str(getattr(key, "__name__", key))
+
+
+def _describe(formula: Any) -> str:
+    original = getattr(formula, _LEGACY, formula)
+    return str(getattr(original, "__qualname__", original))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or getattr(a, _LEGACY, a) is getattr(b, _LEGACY, b)
+
+
+class FormulaTable:
+    """target -> formula, for one counter (or the package's defaults).
+
+    ``add`` registers exact keys; ``set_named`` is what assigning into a name-keyed view does
+    (the name, and every key of that kind and name, get the formula). ``resolve_*`` find the
+    formula of a node's target, with composite formulas bound to this table.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, Formula | Composite] = {}
+        self._index: dict[tuple[Kind, str], list[Any]] | None = None
+        self._builtin: dict[Any, Formula | Composite] = {}
+        self._legacy_adapters: weakref.WeakKeyDictionary[Any, Formula] = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ building
+    def copy(self) -> FormulaTable:
+        """An independent table with the same entries (later edits to either do not leak)."""
+        table = FormulaTable()
+        table._entries = dict(self._entries)
+        table._builtin = self._builtin
+        return table
+
+    def restore(self, snapshot: FormulaTable) -> None:
+        """Make this table's entries those of ``snapshot`` (a :meth:`copy` taken earlier)."""
+        self._entries = dict(snapshot._entries)
+        self._index = None
+
+    def add(self, keys: tuple[Any, ...], formula: Formula | Composite, override: bool = False,
+            where: str = "the formula table") -> None:
+        """Register ``formula`` for each key; a key that has another formula needs ``override``."""
+        for raw in keys:
+            key = normalize_key(raw)
+            key_kind(key)  # TypeError for a non-target
+            current = self._entries.get(key)
+            if current is not None and not override and not _same(current, formula):
+                raise DuplicateFormulaError(
+                    f"{key_name(key)!r} is already registered in {where} (by {_describe(current)}); pass "
+                    "override=True to replace it")
+            self._entries[key] = formula
+        self._index = None
+
+    def set_named(self, kind: Kind, name: Any, formula: Formula | Composite, override: bool = True,
+                  where: str = "the formula table") -> None:
+        """Give every ``kind`` target called ``name`` this formula (a non-str ``name`` is a key)."""
+        if not isinstance(name, str):
+            self.add((name,), formula, override, where)
+            return
+        keys = [Name(kind, name), *self.keys_named(kind, name)]
+        if not override:
+            current = self.formula_named(kind, name)
+            if current is not None and not _same(current, formula):
+                raise DuplicateFormulaError(
+                    f"{name!r} is already registered in {where} (by {_describe(current)}); pass override=True "
+                    "to replace it")
+        for key in dict.fromkeys(keys):
+            self._entries[key] = formula
+        self._index = None
+
+    def delete_named(self, kind: Kind, name: Any) -> None:
+        keys = [normalize_key(name)] if not isinstance(name, str) else [Name(kind, name), *self.keys_named(kind, name)]
+        found = [k for k in keys if k in self._entries]
+        if not found:
+            raise KeyError(name)
+        for key in found:
+            del self._entries[key]
+        self._index = None
+
+    def mark_builtin(self) -> None:
+        """Remember the current entries as the package's own (see :meth:`user_module_keys`)."""
+        self._builtin = dict(self._entries)
+
+    def user_module_keys(self) -> tuple[tuple[type, ...], frozenset[str]]:
+        """Module classes and class names whose formula the user added or replaced."""
+        classes, names = [], set()
+        for key, formula in self._entries.items():
+            if key_kind(key) != "module" or self._builtin.get(key) is formula:
+                continue
+            if isinstance(key, Name):
+                names.add(key.name)
+            else:
+                classes.append(key)
+        return tuple(classes), frozenset(names)
+
+    # ------------------------------------------------------------------ finding
+    def _names(self) -> dict[tuple[Kind, str], list[Any]]:
+        if self._index is None:
+            index: dict[tuple[Kind, str], list[Any]] = {}
+            for key in self._entries:
+                if not isinstance(key, Name):
+                    index.setdefault((key_kind(key), key_name(key)), []).append(key)
+            self._index = index
+        return self._index
+
+    def keys_named(self, kind: Kind, name: str) -> list[Any]:
+        """The non-Name keys of ``kind`` called ``name``, in registration order (for a method,
+        ``torch.Tensor.<name>`` first: ``Tensor.__neg__`` is ``Tensor.neg``, whose ``__name__`` is
+        ``neg``)."""
+        keys = list(self._names().get((kind, name), ()))
+        if kind == "method":
+            method = getattr(torch.Tensor, name, None)
+            if method is not None and method in self._entries and method not in keys:
+                keys.insert(0, method)
+        return keys
+
+    def formula_named(self, kind: Kind, name: Any) -> Formula | Composite | None:
+        """What a name-keyed view returns: the Name entry, else the first key of that name."""
+        if not isinstance(name, str):
+            return self._entries.get(normalize_key(name))
+        formula = self._entries.get(Name(kind, name))
+        if formula is None:
+            keys = self.keys_named(kind, name)
+            formula = self._entries[keys[0]] if keys else None
+        return formula
+
+    def names(self, kind: Kind) -> list[Any]:
+        """The keys a name-keyed view lists: names (str); aten packets as themselves."""
+        seen: dict[Any, None] = {}
+        for key in self._entries:
+            if key_kind(key) != kind:
+                continue
+            if isinstance(key, Name):
+                seen[key.name] = None
+            elif kind == "aten":
+                seen[key] = None
+            else:
+                seen[key_name(key)] = None
+        return list(seen)
+
+    def bound(self, formula: Formula | Composite | None) -> Formula | None:
+        return formula.bind(self) if isinstance(formula, Composite) else formula
+
+    def resolve_module(self, cls: type) -> Formula | None:
+        """The formula of a module class, falling back along its MRO (a subclass of ``nn.Linear``
+        is counted as a Linear unless it has an entry of its own)."""
+        entries = self._entries
+        for klass in cls.__mro__:
+            formula = entries.get(klass) or entries.get(Name("module", klass.__name__))
+            if formula is not None:
+                return self.bound(formula)
+            if klass is nn.Module:
+                break
+        return None
+
+    def resolve_function(self, target: Any) -> Formula | None:
+        """The target's own entry, else one for its ``__name__`` (a user's name, or a registered
+        function of that name: an alias torch exposes under another module)."""
+        entries = self._entries
+        formula = entries.get(target)
+        if formula is None:
+            name = getattr(target, "__name__", None)
+            if not isinstance(name, str):
+                return None
+            formula = entries.get(Name("function", name))
+            if formula is None:
+                keys = self._names().get(("function", name))
+                formula = entries[keys[0]] if keys else None
+        return self.bound(formula)
+
+    def resolve_method(self, name: str) -> Formula | None:
+        entries = self._entries
+        method = getattr(torch.Tensor, name, None)
+        formula = entries.get(method) if method is not None else None
+        return self.bound(formula or entries.get(Name("method", name)))
+
+    def resolve_aten(self, op: Any) -> Formula | None:
+        packet = normalize_key(op)
+        return self.bound(self._entries.get(packet) or self._entries.get(Name("aten", str(packet))))
+
+    # ------------------------------------------------------------------ the historical convention
+    def to_legacy(self, formula: Formula) -> Formula:
+        """``f(out, *args, **kwargs)`` calling ``formula(None, out, *args, **kwargs)`` (cached, so
+        two views of one formula give the same object; a user's own function comes back as is)."""
+        original = getattr(formula, _LEGACY, None)
+        if original is not None or formula is zero_flops:
+            return original or formula
+        adapter = self._legacy_adapters.get(formula)
+        if adapter is None:
+            def adapter(out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+                return formula(None, out, *args, **kwargs)
+            functools.update_wrapper(adapter, formula)
+            self._legacy_adapters[formula] = adapter
+        return adapter
+
+
+def from_legacy(fn: Callable[..., FlopCount]) -> Formula:
+    """A formula in the one convention wrapping ``fn(out, *args, **kwargs)``."""
+    if fn is zero_flops or hasattr(fn, _LEGACY):
+        return fn
+
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+        return fn(out, *args, **kwargs)
+
+    functools.update_wrapper(formula, fn)
+    setattr(formula, _LEGACY, fn)
+    return formula
+
+
+class NameView(MutableMapping[Any, Formula]):
+    """A name-keyed dict onto a :class:`FormulaTable` (``MODULE_FLOPs_MAPPING`` and friends).
+
+    ``view["relu"] = fn`` gives every target of the view's kind called ``relu`` the formula ``fn``;
+    ``view["relu"]`` returns it. Module formulas are ``f(module, out, *args, **kwargs)``; function,
+    method and aten formulas ``f(out, *args, **kwargs)`` (adapted to and from the table's one
+    convention). The aten view also takes op packets and overloads as keys.
+    """
+
+    def __init__(self, table: FormulaTable, kind: Kind) -> None:
+        self._table = table
+        self._kind = kind
+        self._historical = kind != "module"
+
+    def __getitem__(self, name: Any) -> Formula:
+        formula = self._table.bound(self._table.formula_named(self._kind, name))
+        if formula is None:
+            raise KeyError(name)
+        return self._table.to_legacy(formula) if self._historical else formula
+
+    def __setitem__(self, name: Any, fn: Formula) -> None:
+        if not callable(fn):
+            raise TypeError(f"a formula must be callable, got {type(fn).__name__}")
+        self._table.set_named(self._kind, name, from_legacy(fn) if self._historical else fn)
+
+    def __delitem__(self, name: Any) -> None:
+        self._table.delete_named(self._kind, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._table.names(self._kind))
+
+    def __len__(self) -> int:
+        return len(self._table.names(self._kind))
+
+    def __contains__(self, name: object) -> bool:
+        return self._table.formula_named(self._kind, name) is not None
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} formulas: {len(self)} names>"

@@ -1,0 +1,190 @@
+"""Plan: decide once per captured graph how every node is counted and when values die.
+
+A :class:`Plan` is made once per graph (the counter caches it) from the capture and the counter's
+formula table, so that running a node costs a lookup, a formula call and the measurements:
+
+* which formula counts the node, or why none does (:class:`NodeKind`);
+* the node's readable target and its module (:class:`~torch_flops.capture.NodeLocation`);
+* whether the graph's output needs the node (nodes that are only checks may be skipped on meta);
+* which values no later node reads once it has run (as ``fx.Interpreter`` frees them), for the
+  live-tensor memory count.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from torch_flops.capture import CapturedGraph, NodeLocation
+from torch_flops.errors import UnsupportedOpError
+from torch_flops.formulas import Formula, FormulaTable, zero_flops
+
+__all__ = ["NodeKind", "NodePlan", "Plan", "make_plan", "readable_target"]
+
+
+class NodeKind(enum.Enum):
+    """How a node is counted."""
+
+    COUNTED = "counted"  #: a formula counts it
+    ZERO = "zero"  #: 0 FLOPs by definition (views, copies, placeholders, get_attr, output)
+    IGNORED = "ignored"  #: the user asked to ignore it (``ignore_ops``)
+    UNSUPPORTED = "unsupported"  #: no formula
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """Everything about one node that does not change from run to run."""
+
+    node: fx.Node
+    position: int  #: the node's place in the graph (index into a run's per-node values)
+    kind: NodeKind
+    formula: Formula | None  #: called as ``formula(module, out, *args, **kwargs)`` when COUNTED
+    module: nn.Module | None  #: the called module of a ``call_module`` node
+    target: str  #: readable target: ``Linear``, ``torch.relu``, ``Tensor.view``, ``aten.mm``
+    key: str  #: what the table was searched for (class, function, method name, aten op)
+    location: NodeLocation
+    #: the graph's output depends on this node (False for checks such as export's assertions)
+    needed: bool
+    #: positions of the values no later node reads once this node has run, and this node's own
+    #: when nothing reads its value
+    frees: tuple[int, ...]
+    #: whether the node's value is held by the graph (every node but the output)
+    holds: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The plan of one captured graph: one :class:`NodePlan` per node, in graph order."""
+
+    graph: CapturedGraph
+    nodes: tuple[NodePlan, ...]
+    by_node: Mapping[fx.Node, NodePlan]
+
+    @property
+    def unsupported(self) -> tuple[NodePlan, ...]:
+        return tuple(p for p in self.nodes if p.kind is NodeKind.UNSUPPORTED)
+
+    def check_strict(self) -> None:
+        """``UnsupportedOpError`` listing the nodes without a formula, before anything runs."""
+        missing = self.unsupported
+        if missing:
+            listed = "; ".join(f"'{p.node.name}' ({p.target})" for p in missing[:10])
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            raise UnsupportedOpError(f"strict=True: {len(missing)} node(s) have no FLOPs formula: {listed}{more}")
+
+
+def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[str] = ()) -> Plan:
+    """Decide, for every node, which formula counts it (or why none does)."""
+    gm = graph.graph_module
+    ignored = set(ignore_ops)
+    needed = _output_ancestors(gm.graph)
+    frees = _last_uses(gm.graph)
+    nodes = []
+    for position, node in enumerate(gm.graph.nodes):
+        module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+        key = _table_key(node, module) if node.op.startswith("call_") else node.op
+        kind, formula = _choose(node, module, key, table, ignored)
+        nodes.append(NodePlan(
+            node=node, position=position, kind=kind, formula=formula, module=module,
+            target=readable_target(node, gm), key=key, location=graph.locations[node],
+            needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
+        ))
+    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes})
+
+
+def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTable,
+            ignored: set[str]) -> tuple[NodeKind, Formula | None]:
+    if node.op in ("placeholder", "get_attr", "output") or (
+            node.op == "call_module" and str(node.target).startswith("_guards")):
+        return NodeKind.ZERO, None
+    if key in ignored or (node.op == "call_module" and str(node.target) in ignored):
+        return NodeKind.IGNORED, None
+    target = node.target
+    if module is not None:
+        formula = table.resolve_module(type(module))
+    elif node.op == "call_method":
+        formula = table.resolve_method(str(target))
+    elif isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        formula = table.resolve_aten(target)
+    else:
+        formula = table.resolve_function(target)
+        if formula is None and target is operator.getitem:
+            formula = zero_flops
+    if formula is None:
+        return NodeKind.UNSUPPORTED, None
+    if formula is zero_flops:
+        return NodeKind.ZERO, None
+    return NodeKind.COUNTED, formula
+
+
+def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
+    """``Linear``, ``torch.relu``, ``F.linear``, ``operator.add``, ``Tensor.view``, ``aten.mm``."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target))).__name__
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    if node.op == "call_function":
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            return f"aten.{target.overloadpacket.__name__}" if target.namespace == "aten" else str(target)
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            return str(target)
+        name = getattr(target, "__name__", str(target))
+        module = getattr(target, "__module__", None)
+        if module in (None, "torch", "torch._C._VariableFunctions", "torch.functional"):
+            return f"torch.{name}"
+        if module in ("torch._C._nn", "torch.nn.functional"):
+            return f"F.{name}"
+        if module in ("_operator", "operator"):
+            return f"operator.{name}"
+        if module == "builtins":
+            return name
+        return f"{module}.{name}"
+    return str(node.target)
+
+
+def _table_key(node: fx.Node, module: nn.Module | None) -> str:
+    """The name a user gives ``ignore_ops`` (and the note of an unsupported node shows)."""
+    if module is not None:
+        return type(module).__name__
+    if node.op == "call_method":
+        return str(node.target)
+    target: Any = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target.overloadpacket)
+    return getattr(target, "__name__", str(target))
+
+
+def _last_uses(graph: fx.Graph) -> dict[fx.Node, tuple[int, ...]]:
+    """For each node, the positions of the values whose last reader it is (fx.Interpreter's own
+    rule), plus its own position when nothing reads its value."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    seen: set[fx.Node] = set()
+    frees: dict[fx.Node, list[int]] = {}
+    for node in reversed(graph.nodes):
+        for parent in node.all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                frees.setdefault(node, []).append(position[parent])
+        if not node.users and node.op != "output":
+            frees.setdefault(node, []).append(position[node])
+    return {node: tuple(values) for node, values in frees.items()}
+
+
+def _output_ancestors(graph: fx.Graph) -> set[fx.Node]:
+    """Nodes the output depends on; the rest (e.g. runtime assertions of export) are checks."""
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    seen = {output}
+    todo = [output]
+    while todo:
+        for parent in todo.pop().all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
