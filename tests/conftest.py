@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from torch_flops import formulas
+from torch_flops import Profile, Status, formulas
+from torch_flops.records import NodeRecord
 
 # --------------------------------------------------------------------------- models
 
@@ -134,6 +135,63 @@ def models() -> SimpleNamespace:
         DataDependent=DataDependent, WithUntraceable=WithUntraceable, CountingLeaf=CountingLeaf,
         CountingModel=CountingModel, BNLinear=BNLinear,
     )
+
+
+# --------------------------------------------------------------------------- hand-made profiles
+
+MiB = 1 << 20
+
+
+def make_record(index: int, name: str, op: str, target: str, path: str, mtype: str, flops: int | None,
+                macs: int | None, time_ms: float | None, status: Status = Status.COUNTED,
+                stack: tuple[str, ...] | None = None, shape: Any = (4, 10),
+                mem: tuple[int, int] | None = None) -> NodeRecord:
+    """A record built by hand; ``stack`` defaults to every prefix of ``path``."""
+    if stack is None:
+        parts = path.split(".") if path else []
+        stack = tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
+    before, after = mem if mem is not None else (None, None)
+    return NodeRecord(index=index, name=name, op=op, target=target, module_path=path, module_type=mtype,
+                      flops=flops, macs=macs, status=status, time_ms=time_ms, mem_before=before, mem_after=after,
+                      mem_delta=None if mem is None else after - before, output_shape=shape, module_stack=stack)
+
+
+def make_hand_profile(timed: bool = True) -> Profile:
+    """Net(encoder=Sequential(Linear(10, 10), ReLU()), head=Linear(10, 2) called twice, unused=Linear)
+    on a batch of 4, with injected times and memory; one unsupported root-level node."""
+    t = (lambda v: v) if timed else (lambda v: None)
+    rec = make_record
+    records = (
+        rec(0, "x", "placeholder", "x", "", "Net", 0, 0, t(0.010), Status.ZERO, mem=(0, MiB)),
+        # Linear 10->10 on (4, 10): 4*10*10 = 400 MACs; 2*400 + 40 bias = 840 FLOPs
+        rec(1, "encoder_0", "call_module", "Linear", "encoder.0", "Linear", 840, 400, t(2.0), mem=(MiB, 3 * MiB)),
+        rec(2, "encoder_1", "call_module", "ReLU", "encoder.1", "ReLU", 40, 0, t(0.5), mem=(3 * MiB, 2 * MiB)),
+        rec(3, "add", "call_function", "operator.add", "", "Net", 40, 0, t(0.1)),  # 4*10
+        # Linear 10->2 on (4, 10): 4*10*2 = 80 MACs; 2*80 + 8 bias = 168 FLOPs
+        rec(4, "head", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
+        rec(5, "mystery", "call_function", "torch.mystery", "", "Net", None, None, t(0.25), Status.UNSUPPORTED),
+        rec(6, "head_1", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
+        rec(7, "output", "output", "output", "", "Net", 0, 0, t(0.005), Status.ZERO, shape=((4, 2), None)),
+    )
+    return Profile(
+        records=records, device="cpu" if timed else "meta",
+        module_types={"": "Net", "encoder": "Sequential", "encoder.0": "Linear", "encoder.1": "ReLU",
+                      "head": "Linear", "unused": "Linear"},
+        module_params={"": 0, "encoder": 0, "encoder.0": 110, "encoder.1": 0, "head": 22, "unused": 5},
+        batch_size=4, settings={"warmup": 0, "repeat": 1, "ignore_ops": []},
+    )
+
+
+@pytest.fixture(scope="session")
+def rec() -> Callable[..., NodeRecord]:
+    """``rec(index, name, op, target, path, module_type, flops, macs, time_ms, status, stack, shape, mem)``."""
+    return make_record
+
+
+@pytest.fixture(scope="session")
+def hand_profile() -> Callable[..., Profile]:
+    """``hand_profile(timed=True)``: the hand-made profile above (its numbers are derived there)."""
+    return make_hand_profile
 
 
 # --------------------------------------------------------------------------- fixtures

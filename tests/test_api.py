@@ -125,3 +125,19 @@ def test_get_model_profile_ignores_a_user_module_class_as_one_node() -> None:
                                        ignore_modules=[Costly])
     # only the first Linear counts: 2*8*8 = 128 MACs, flops 2*128 + 16 bias
     assert (flops, macs) == (272, 128)
+
+
+def test_every_error_and_warning_is_importable_from_the_package() -> None:
+    from torch_flops import errors
+
+    for name in errors.__all__:
+        assert getattr(torch_flops, name) is getattr(errors, name) and name in torch_flops.__all__
+    for error in (torch_flops.TracingError, torch_flops.NodeExecutionError, torch_flops.UnsupportedOpError,
+                  torch_flops.DuplicateFormulaError):
+        assert issubclass(error, torch_flops.TorchFlopsError)
+    # and what callers caught before keeps working
+    assert issubclass(torch_flops.TracingError, RuntimeError)
+    assert issubclass(torch_flops.DuplicateFormulaError, ValueError)
+    for warning in (torch_flops.UnsupportedOpWarning, torch_flops.TracerFallbackWarning,
+                    torch_flops.DroppedOutputWarning):
+        assert issubclass(warning, UserWarning)

@@ -189,3 +189,63 @@ def test_getitem_is_zero_by_definition() -> None:
     assert len(getitems) == 2 and all(r.status is Status.ZERO for r in getitems)
     assert rec["chunk"].output_shape == ((2, 3), (2, 3))
     assert rec["mul"].flops == 6  # (2, 3) products
+
+
+# --------------------------------------------------------------------------- runs and measurements
+
+
+def _runner(model: nn.Module, graph: int = 0) -> Any:
+    from torch_flops import FORMULAS
+    from torch_flops.capture import CaptureOptions, capture_fx
+    from torch_flops.interpreter import Runner
+    from torch_flops.plan import make_plan
+
+    return Runner(make_plan(capture_fx(model, CaptureOptions()).graphs[0], FORMULAS), graph=graph)
+
+
+def _run_once(runner: Any, x: torch.Tensor) -> tuple[Any, Any]:
+    from torch_flops.measure import NullTimer, make_memory_probe
+
+    return runner.run([x], device=x.device, warmup=0, repeat=1, timer=NullTimer(), strict=False,
+                      memory=make_memory_probe(x.device, "memory_allocated"))
+
+
+def test_profile_of_graphs_run_in_sequence(models: Any) -> None:
+    """The data model holds several graphs, one of them run twice in a forward (as graph fragments
+    between graph breaks will be): records concatenate in execution order, with their graph."""
+    from torch_flops import Profile
+    from torch_flops.interpreter import Measurements
+
+    model = models.MixedModel()
+    first, second = _runner(model, graph=0), _runner(nn.Sequential(nn.ReLU()), graph=1)
+    x = torch.randn(4, 16)
+    out, a = _run_once(first, x)
+    _, b = _run_once(second, out)
+    _, c = _run_once(second, out)
+    measured = Measurements(runs=(*a.runs, *b.runs, *c.runs), device="cpu", memory_source="live_tensors")
+    p = Profile.from_measurements(measured, tracer="fx", module_types={"": "MixedModel", "0": "ReLU"},
+                                  module_params={}, batch_size=4, settings={})
+    # MixedModel: 6 nodes, 4480 FLOPs (test_analyzer); the ReLU graph (x, 0, output) twice: 3 nodes and
+    # 4 elements each
+    assert len(p.records) == 6 + 3 + 3
+    assert [r.index for r in p.records] == list(range(12))
+    assert [r.graph for r in p.records] == [0] * 6 + [1] * 6
+    assert p.total_flops == 4480 + 4 + 4
+    assert [r.name for r in p.records[6:]] == ["input_1", "_0", "output"] * 2
+    assert p.by_module()["0"].nodes == 2 and p.by_module()["0"].flops == 8
+    assert all(r.phase == "forward" for r in p.records)
+
+
+def test_records_carry_the_output_dtype() -> None:
+    class Lookup(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+
+        def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.emb(ids).double(), ids.argmax(-1)
+
+    counter = TorchFLOPsByFX(Lookup())
+    counter.propagate(torch.randint(0, 9, (2, 3)))
+    assert {r.name: r.dtype for r in counter.records} == {
+        "ids": "int64", "emb": "float32", "double": "float64", "argmax": "int64", "output": "float64"}

@@ -13,47 +13,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from torch_flops import Profile, Status, TorchFLOPsByFX, zoo
-from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, NodeRecord
-
-
-def rec(index: int, name: str, op: str, target: str, path: str, mtype: str, flops: int | None, macs: int | None,
-        time_ms: float | None, status: Status = Status.COUNTED, stack: tuple[str, ...] | None = None,
-        shape: Any = (4, 10)) -> NodeRecord:
-    if stack is None:
-        parts = path.split(".") if path else []
-        stack = tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
-    return NodeRecord(index=index, name=name, op=op, target=target, module_path=path, module_type=mtype,
-                      flops=flops, macs=macs, status=status, time_ms=time_ms, mem_before=None, mem_after=None,
-                      mem_delta=None, output_shape=shape, module_stack=stack)
-
-
-def hand_profile(timed: bool = True) -> Profile:
-    """Net(encoder=Sequential(Linear(10, 10), ReLU()), head=Linear(10, 2) called twice, unused=Linear)
-    on a batch of 4; one unsupported root-level node."""
-    t = (lambda v: v) if timed else (lambda v: None)
-    records = (
-        rec(0, "x", "placeholder", "x", "", "Net", 0, 0, t(0.010), Status.ZERO),
-        # Linear 10->10 on (4, 10): 4*10*10 = 400 MACs; 2*400 + 40 bias = 840 FLOPs
-        rec(1, "encoder_0", "call_module", "Linear", "encoder.0", "Linear", 840, 400, t(2.0)),
-        rec(2, "encoder_1", "call_module", "ReLU", "encoder.1", "ReLU", 40, 0, t(0.5)),  # 4*10
-        rec(3, "add", "call_function", "operator.add", "", "Net", 40, 0, t(0.1)),  # 4*10
-        # Linear 10->2 on (4, 10): 4*10*2 = 80 MACs; 2*80 + 8 bias = 168 FLOPs
-        rec(4, "head", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
-        rec(5, "mystery", "call_function", "torch.mystery", "", "Net", None, None, t(0.25), Status.UNSUPPORTED),
-        rec(6, "head_1", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
-        rec(7, "output", "output", "output", "", "Net", 0, 0, t(0.005), Status.ZERO, shape=((4, 2), None)),
-    )
-    return Profile(
-        records=records, device="cpu" if timed else "meta",
-        module_types={"": "Net", "encoder": "Sequential", "encoder.0": "Linear", "encoder.1": "ReLU",
-                      "head": "Linear", "unused": "Linear"},
-        module_params={"": 0, "encoder": 0, "encoder.0": 110, "encoder.1": 0, "head": 22, "unused": 5},
-        batch_size=4, settings={"warmup": 0, "repeat": 1, "ignore_ops": []},
-    )
+from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION
 
 
 # ---------------------------------------------------------------------- by_module
-def test_by_module_hand_profile() -> None:
+def test_by_module_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     m = p.by_module()
     assert list(m) == ["", "encoder", "encoder.0", "encoder.1", "head", "unused"]  # the model's order
@@ -75,21 +39,21 @@ def test_by_module_hand_profile() -> None:
     assert m["unused"].flops_per_s is None
 
 
-def test_by_module_untimed_keeps_none() -> None:
+def test_by_module_untimed_keeps_none(hand_profile: Any) -> None:
     m = hand_profile(timed=False).by_module()
     assert all(x.time_ms is None for x in m.values())
     assert m[""].flops_per_s is None
     assert m[""].flops == 1256
 
 
-def test_children_sum_to_at_most_parent() -> None:
+def test_children_sum_to_at_most_parent(hand_profile: Any) -> None:
     m = hand_profile().by_module()
     assert m["encoder.0"].flops + m["encoder.1"].flops == m["encoder"].flops
     children = m["encoder"].flops + m["head"].flops + m["unused"].flops
     assert children == 1216 < m[""].flops  # the root-level add is the root's own
 
 
-def test_module_chain_fills_missing_containers() -> None:
+def test_module_chain_fills_missing_containers(rec: Any) -> None:
     # fx lists the modules that were called; a ModuleList is iterated, not called
     r = rec(0, "n", "call_function", "F.softmax", "h.0.attn", "Attn", 1, 0, None, stack=("h.0", "h.0.attn"))
     assert r.module_chain == ("h", "h.0", "h.0.attn")
@@ -99,7 +63,7 @@ def test_module_chain_fills_missing_containers() -> None:
     assert r.module_chain == ("block", "shared")
 
 
-def test_paths_only_in_records_are_listed() -> None:
+def test_paths_only_in_records_are_listed(rec: Any) -> None:
     r = rec(0, "n", "call_function", "torch.mul", "extra.inner", "Inner", 6, 0, 1.0)
     m = Profile(records=(r,), module_types={"": "M"}).by_module()
     assert list(m) == ["", "extra", "extra.inner"]
@@ -107,7 +71,7 @@ def test_paths_only_in_records_are_listed() -> None:
 
 
 # ---------------------------------------------------------------------- by_operator
-def test_by_operator_hand_profile() -> None:
+def test_by_operator_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     ops = p.by_operator()
     # most FLOPs first; ties keep first-run order
@@ -122,7 +86,7 @@ def test_by_operator_hand_profile() -> None:
 
 
 # ---------------------------------------------------------------------- top_modules
-def test_top_modules_known_answers() -> None:
+def test_top_modules_known_answers(hand_profile: Any) -> None:
     p = hand_profile()
 
     def names(modules: list[Any]) -> list[str]:
@@ -145,7 +109,8 @@ def test_top_modules_known_answers() -> None:
     ({"k": -1}, ValueError, "k must be"), ({"k": 1.5}, TypeError, "k must be"),
     ({"depth": -2}, ValueError, "depth must be"), ({"by": "latency"}, ValueError, "by must be one of"),
 ])
-def test_top_modules_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+def test_top_modules_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: str,
+                                           hand_profile: Any) -> None:
     # a value of the wrong type is a TypeError, a value out of range a ValueError (torch_flops._validate)
     with pytest.raises(error, match=match):
         hand_profile().top_modules(**kwargs)
@@ -232,7 +197,8 @@ _PATHS = ["", "a", "a.b", "a.b.c", "a.d", "e", "e.f"]
 
 
 @st.composite
-def profiles(draw: st.DrawFn) -> Profile:
+def profiles(draw: st.DrawFn) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """Random records (as ``rec`` arguments) and parameter counts over a small module tree."""
     n = draw(st.integers(0, 25))
     records = []
     for i in range(n):
@@ -244,15 +210,17 @@ def profiles(draw: st.DrawFn) -> Profile:
         macs = None if unsupported else draw(st.integers(0, 10**6))
         flops = None if unsupported else 2 * macs + draw(st.integers(0, 10**6))  # type: ignore[operator]
         time_ms = draw(st.one_of(st.none(), st.floats(0, 100, allow_nan=False)))
-        records.append(rec(i, f"n{i}", "call_function", draw(st.sampled_from(["f", "g", "h"])), path, "T",
-                           flops, macs, time_ms, Status.UNSUPPORTED if unsupported else Status.COUNTED, stack))
-    params = {p: draw(st.integers(0, 1000)) for p in _PATHS}
-    return Profile(records=tuple(records), module_types=dict.fromkeys(_PATHS, "T"), module_params=params)
+        records.append((i, f"n{i}", "call_function", draw(st.sampled_from(["f", "g", "h"])), path, "T",
+                        flops, macs, time_ms, Status.UNSUPPORTED if unsupported else Status.COUNTED, stack))
+    return records, {p: draw(st.integers(0, 1000)) for p in _PATHS}
 
 
 @settings(max_examples=60, deadline=None)
-@given(profiles())
-def test_roll_ups_agree_with_records(p: Profile) -> None:
+@given(drawn=profiles())
+def test_roll_ups_agree_with_records(drawn: tuple[list[tuple[Any, ...]], dict[str, int]], rec: Any) -> None:
+    records, params = drawn
+    p = Profile(records=tuple(rec(*r) for r in records), module_types=dict.fromkeys(_PATHS, "T"),
+                module_params=params)
     m = p.by_module()
     root = m[""]
     assert (root.flops, root.macs, root.nodes) == (p.total_flops, p.total_macs, len(p.records))
@@ -274,7 +242,7 @@ def test_roll_ups_agree_with_records(p: Profile) -> None:
 
 
 # ---------------------------------------------------------------------- serialization
-def test_to_dict_round_trip_hand_profile() -> None:
+def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     doc = p.to_dict()
     assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 2)
@@ -289,7 +257,7 @@ def test_to_dict_round_trip_hand_profile() -> None:
     assert back.by_module() == p.by_module()
 
 
-def test_from_json_accepts_text_path_and_object(tmp_path: Any) -> None:
+def test_from_json_accepts_text_path_and_object(tmp_path: Any, hand_profile: Any) -> None:
     p = hand_profile()
     text = json.dumps(p.to_dict())
     path = tmp_path / "p.json"
@@ -298,7 +266,7 @@ def test_from_json_accepts_text_path_and_object(tmp_path: Any) -> None:
         assert Profile.from_json(source) == p
 
 
-def test_from_dict_refuses_other_documents() -> None:
+def test_from_dict_refuses_other_documents(hand_profile: Any) -> None:
     doc = hand_profile().to_dict()
     with pytest.raises(ValueError, match="not a torch_flops profile"):
         Profile.from_dict({**doc, "schema": "something.else"})

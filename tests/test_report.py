@@ -16,45 +16,8 @@ import torch
 from torch import nn
 
 from torch_flops import Profile, Status, TorchFLOPsByFX, report
-from torch_flops.records import NodeRecord
 
 MiB = 1 << 20
-
-
-def rec(index: int, name: str, op: str, target: str, path: str, mtype: str, flops: int | None, macs: int | None,
-        time_ms: float | None, status: Status = Status.COUNTED, shape: Any = (4, 10),
-        mem: tuple[int, int] | None = None) -> NodeRecord:
-    parts = path.split(".") if path else []
-    stack = tuple(".".join(parts[: i + 1]) for i in range(len(parts)))
-    before, after = mem if mem is not None else (None, None)
-    return NodeRecord(index=index, name=name, op=op, target=target, module_path=path, module_type=mtype,
-                      flops=flops, macs=macs, status=status, time_ms=time_ms, mem_before=before, mem_after=after,
-                      mem_delta=None if mem is None else after - before, output_shape=shape, module_stack=stack)
-
-
-def hand_profile(timed: bool = True) -> Profile:
-    """Net(encoder=Sequential(Linear(10, 10), ReLU()), head=Linear(10, 2) called twice, unused=Linear)
-    on a batch of 4, with injected times and memory; one unsupported root-level node."""
-    t = (lambda v: v) if timed else (lambda v: None)
-    records = (
-        rec(0, "x", "placeholder", "x", "", "Net", 0, 0, t(0.010), Status.ZERO, mem=(0, MiB)),
-        # Linear 10->10 on (4, 10): 4*10*10 = 400 MACs; 2*400 + 40 bias = 840 FLOPs
-        rec(1, "encoder_0", "call_module", "Linear", "encoder.0", "Linear", 840, 400, t(2.0), mem=(MiB, 3 * MiB)),
-        rec(2, "encoder_1", "call_module", "ReLU", "encoder.1", "ReLU", 40, 0, t(0.5), mem=(3 * MiB, 2 * MiB)),
-        rec(3, "add", "call_function", "operator.add", "", "Net", 40, 0, t(0.1)),
-        # Linear 10->2 on (4, 10): 4*10*2 = 80 MACs; 2*80 + 8 bias = 168 FLOPs
-        rec(4, "head", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
-        rec(5, "mystery", "call_function", "torch.mystery", "", "Net", None, None, t(0.25), Status.UNSUPPORTED),
-        rec(6, "head_1", "call_module", "Linear", "head", "Linear", 168, 80, t(1.0), shape=(4, 2)),
-        rec(7, "output", "output", "output", "", "Net", 0, 0, t(0.005), Status.ZERO, shape=((4, 2), None)),
-    )
-    return Profile(
-        records=records, device="cpu" if timed else "meta",
-        module_types={"": "Net", "encoder": "Sequential", "encoder.0": "Linear", "encoder.1": "ReLU",
-                      "head": "Linear", "unused": "Linear"},
-        module_params={"": 0, "encoder": 0, "encoder.0": 110, "encoder.1": 0, "head": 22, "unused": 5},
-        batch_size=4, settings={"warmup": 0, "repeat": 1, "ignore_ops": []},
-    )
 
 
 def lines(text: str) -> list[str]:
@@ -183,16 +146,16 @@ output,1,0,0,0.005,0
 """
 
 
-def test_model_profile_golden() -> None:
+def test_model_profile_golden(hand_profile: Any) -> None:
     assert lines(report.model_profile_text(hand_profile(), top=2)) == PROFILE_GOLDEN.splitlines()
 
 
-def test_untimed_profile_golden() -> None:
+def test_untimed_profile_golden(hand_profile: Any) -> None:
     assert lines(report.model_profile_text(hand_profile(timed=False), depth=1, top=2)) == \
         UNTIMED_GOLDEN.splitlines()
 
 
-def test_tree_depth_limits_rows() -> None:
+def test_tree_depth_limits_rows(hand_profile: Any) -> None:
     text = report.module_tree(hand_profile(), depth=1)
     tree_lines = PROFILE_GOLDEN.split("\n\n")[1].splitlines()
     assert lines(text) == [line for line in tree_lines if not line.startswith("    ")]
@@ -201,7 +164,7 @@ def test_tree_depth_limits_rows() -> None:
         report.module_tree(hand_profile(), depth=-3)
 
 
-def test_grouped_tables_golden() -> None:
+def test_grouped_tables_golden(hand_profile: Any) -> None:
     p = hand_profile()
     assert lines(report.table_text(p, "module")) == MODULE_TABLE_GOLDEN.splitlines()
     assert lines(report.table_text(p, "operator")) == OPERATOR_TABLE_GOLDEN.splitlines()
@@ -211,13 +174,13 @@ def test_grouped_tables_golden() -> None:
         report.table_text(p, "layer")  # type: ignore[arg-type]
 
 
-def test_node_table_golden() -> None:
+def test_node_table_golden(hand_profile: Any) -> None:
     p = hand_profile()
     assert lines(report.node_table(p.records)) == NODE_TABLE_GOLDEN.splitlines()
     assert report.table_text(p, "node") == report.node_table(p.records)
 
 
-def test_markdown_and_csv_golden() -> None:
+def test_markdown_and_csv_golden(hand_profile: Any) -> None:
     p = hand_profile()
     assert lines(report.markdown(p, "module")) == MARKDOWN_GOLDEN.splitlines()
     assert report.csv_text(p, "operator").splitlines() == CSV_GOLDEN.splitlines()
@@ -225,7 +188,7 @@ def test_markdown_and_csv_golden() -> None:
     assert rows[0] == list(report.NODE_COLUMNS) and len(rows) == 1 + len(p.records)
 
 
-def test_tabulate_globals_untouched() -> None:
+def test_tabulate_globals_untouched(hand_profile: Any) -> None:
     before = tabulate_module.PRESERVE_WHITESPACE
     p = hand_profile()
     report.model_profile_text(p, top=3)
@@ -236,7 +199,7 @@ def test_tabulate_globals_untouched() -> None:
 
 
 # ---------------------------------------------------------------------- rows
-def test_tree_rows_raw_and_formatted() -> None:
+def test_tree_rows_raw_and_formatted(hand_profile: Any) -> None:
     rows = report.tree_rows(hand_profile(), depth=1)
     assert [r[0] for r in rows] == ["", "encoder", "head", "unused"]
     root = dict(zip(report.TREE_COLUMNS, rows[0]))
@@ -258,7 +221,7 @@ def test_format_helpers() -> None:
     assert report.format_percent(None, 8) == report.format_percent(1, 0) == "-"
 
 
-def test_rows_for_each_grouping() -> None:
+def test_rows_for_each_grouping(hand_profile: Any) -> None:
     p = hand_profile()
     columns, rows = report.rows_for(p, "operator")
     assert columns == report.OPERATOR_COLUMNS
@@ -296,7 +259,7 @@ def _check_schema(doc: dict[str, Any]) -> None:
         assert set(m) == _MODULE_KEYS
 
 
-def test_json_round_trips_through_its_schema(tmp_path: Any) -> None:
+def test_json_round_trips_through_its_schema(tmp_path: Any, hand_profile: Any) -> None:
     p = hand_profile()
     path = tmp_path / "profile.json"
     text = report.profile_to_json(p, path)
@@ -334,7 +297,7 @@ def _check_nesting(events: list[dict[str, Any]]) -> None:
             assert a1 <= b0 or b1 <= a0 or (a0 <= b0 and b1 <= a1) or (b0 <= a0 and a1 <= b1)
 
 
-def test_chrome_trace_of_injected_times(tmp_path: Any) -> None:
+def test_chrome_trace_of_injected_times(tmp_path: Any, hand_profile: Any) -> None:
     p = hand_profile()
     path = tmp_path / "trace.json"
     report.write_chrome_trace(p, path)
@@ -354,7 +317,7 @@ def test_chrome_trace_of_injected_times(tmp_path: Any) -> None:
     _check_nesting(events)
 
 
-def test_chrome_trace_needs_times() -> None:
+def test_chrome_trace_needs_times(hand_profile: Any) -> None:
     with pytest.raises(ValueError, match="needs measured times"):
         report.chrome_trace(hand_profile(timed=False))
 
@@ -383,7 +346,7 @@ def test_chrome_trace_of_a_real_model(tmp_path: Any) -> None:
 
 
 # ---------------------------------------------------------------------- pandas
-def test_to_dataframe() -> None:
+def test_to_dataframe(hand_profile: Any) -> None:
     pytest.importorskip("pandas")
     p = hand_profile()
     df = report.to_dataframe(p)
@@ -393,7 +356,7 @@ def test_to_dataframe() -> None:
     assert report.to_dataframe(p, "operator")["calls"].sum() == len(p.records)
 
 
-def test_to_dataframe_without_pandas(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_to_dataframe_without_pandas(monkeypatch: pytest.MonkeyPatch, hand_profile: Any) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(ImportError, match="pip install pandas"):
         report.to_dataframe(hand_profile())

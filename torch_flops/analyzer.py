@@ -1,38 +1,33 @@
 """``TorchFLOPsByFX``: the facade over capture -> plan -> run -> Profile -> report.
 
-It checks its options, keeps the capture and one plan per graph between calls, and wraps the
-report functions. Each step is a function of the one before: :func:`~torch_flops.capture.capture_fx`
-/ :func:`~torch_flops.capture.capture_export` give a :class:`~torch_flops.capture.Capture`,
-:func:`~torch_flops.plan.make_plan` a :class:`~torch_flops.plan.Plan`,
-:func:`~torch_flops.interpreter.run` the output and frozen
-:class:`~torch_flops.interpreter.Measurements`, :meth:`Profile.from_measurements` the records.
+It keeps the checked :class:`~torch_flops.options.Options`, the capture and one
+:class:`~torch_flops.interpreter.Runner` (a plan and its interpreter) per graph, and wraps the
+report functions. Each step is a function of the one before: ``capture_fx``/``capture_export``
+give a :class:`~torch_flops.capture.Capture`, ``make_plan`` a :class:`~torch_flops.plan.Plan`,
+``Runner.run`` the output and frozen :class:`~torch_flops.interpreter.Measurements`,
+:meth:`Profile.from_measurements` the records; :mod:`torch_flops.report` turns those into text.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 from torch import fx, nn
 
-from torch_flops import _validate, formulas, report
-from torch_flops.capture import (
-    Capture, CapturedGraph, CaptureOptions, capture_export, capture_fx, module_params, module_types, split_leaf_modules,
-)
+from torch_flops import formulas, report
+from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx, module_params, module_types
 from torch_flops.errors import DroppedOutputWarning, TracerFallbackWarning, TracingError, UnsupportedOpWarning
-from torch_flops.interpreter import Measurements, run
-from torch_flops.measure import (
-    MEMORY_FUNCTIONS, LiveTensors, Timer, input_device, make_memory_probe, make_timer, tensors_of,
-)
-from torch_flops.plan import Plan, make_plan
+from torch_flops.interpreter import Measurements, Runner
+from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
+from torch_flops.options import Options, TracerName
+from torch_flops.plan import make_plan
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.state import model_state_restored
 
 __all__ = ["TorchFLOPsByFX"]
-
-TracerName = Literal["auto", "fx", "export"]
 
 
 class TorchFLOPsByFX:
@@ -70,32 +65,19 @@ class TorchFLOPsByFX:
                  timer: Timer | Callable[[torch.device], Timer] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.ignore_ops = _validate.check_names("ignore_ops", ignore_ops, "('relu', 'Dropout')")
-        self.mem_func_name = _validate.check_choice("mem_func_name", mem_func_name, MEMORY_FUNCTIONS)
-        self.strict = _validate.check_bool("strict", strict)
-        self.warmup = _validate.check_int("warmup", warmup, 0)
-        self.repeat = _validate.check_int("repeat", repeat, 1)
-        self.tracer = _validate.check_choice("tracer", tracer, ("auto", "fx", "export"))
-        if concrete_args is not None and not isinstance(concrete_args, Mapping):
-            raise TypeError("concrete_args must be a mapping of argument name -> value")
-        if timer is not None and not callable(timer) and not hasattr(timer, "tick"):
-            raise TypeError(f"timer must be a Timer (tick/finish/elapsed_ms) or a function of the device, got {timer!r}")
+        self.options = Options(ignore_ops=ignore_ops, mem_func_name=mem_func_name, strict=strict, warmup=warmup,
+                               repeat=repeat, leaf_modules=leaf_modules, concrete_args=concrete_args, tracer=tracer,
+                               timer=timer)
         self.model = model
-        self.timer = timer
         self.tables = formulas.FORMULAS.copy()  # this counter's own formulas: later edits do not leak in
-        user_classes, user_names = self.tables.user_module_keys()
-        leaf_types, leaf_paths = split_leaf_modules(leaf_modules)
-        self._options = CaptureOptions(leaf_types=leaf_types + user_classes, leaf_paths=leaf_paths,
-                                       leaf_names=user_names | set(self.ignore_ops), concrete_args=concrete_args)
         self._capture: Capture | None = None
         self._fx_error: TracingError | None = None
-        self._plans: dict[CapturedGraph, tuple[Plan, frozenset[int]]] = {}
-        self._model_facts: tuple[dict[str, str], dict[str, int]] | None = None
+        self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
         self._measured: tuple[Measurements, int | None] | None = None
         self._profile: Profile | None = None
         if tracer != "export":
             try:
-                self._capture = capture_fx(model, self._options)
+                self._capture = capture_fx(model, self.options.capture_options(self.tables))
             except TracingError as e:
                 if tracer == "fx":
                     raise
@@ -103,7 +85,7 @@ class TorchFLOPsByFX:
 
     @property
     def capture(self) -> Capture | None:
-        """The graph(s) being profiled (None before an export capture has run)."""
+        """The graph(s) being profiled (None until an export capture has run)."""
         return self._capture
 
     @property
@@ -117,18 +99,17 @@ class TorchFLOPsByFX:
     # ------------------------------------------------------------------ running
     def propagate(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model's graph on these inputs, measuring every node; return the model's output."""
-        capture = self._capture_for(args, kwargs)
-        graph = capture.graphs[0]
-        plan, model_storages = self._plan(graph)
-        if self.strict:
-            plan.check_strict()
+        options = self.options
+        graph = self._capture_for(args, kwargs).graphs[0]
+        runner, model_storages = self._runner(graph)
+        if options.strict:
+            runner.plan.check_strict()
         inputs = graph.bind(args, kwargs)
         device = input_device((args, kwargs), self.model)
-        timer = self.timer if self.timer is None or hasattr(self.timer, "tick") else self.timer(device)
         with model_state_restored(self.model):
-            output, measurements = run(plan, inputs, device=device, warmup=self.warmup, repeat=self.repeat,
-                                       timer=timer or make_timer(device), strict=self.strict,
-                                       memory=make_memory_probe(device, self.mem_func_name, model_storages))
+            output, measurements = runner.run(
+                inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
+                timer=options.timer_for(device), memory=make_memory_probe(device, options.mem_func_name, model_storages))
         self._measured, self._profile = (measurements, _batch_size((args, kwargs))), None
         for target, nodes in measurements.unsupported().items():
             names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
@@ -149,15 +130,15 @@ class TorchFLOPsByFX:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
                           "model's output.", DroppedOutputWarning, stacklevel=3)
-        self._capture, self._plans = capture, {}
+        self._capture, self._runners = capture, {}
         return capture
 
-    def _plan(self, graph: CapturedGraph) -> tuple[Plan, frozenset[int]]:
-        if graph not in self._plans:  # once per graph: the formula of every node, last uses, model storages
+    def _runner(self, graph: CapturedGraph) -> tuple[Runner, frozenset[int]]:
+        if graph not in self._runners:  # once per graph: the plan, its interpreter, the model's storages
             gm = graph.graph_module
             storages = LiveTensors.storage_keys([*gm.parameters(), *gm.buffers()])
-            self._plans[graph] = (make_plan(graph, self.tables, self.ignore_ops), storages)
-        return self._plans[graph]
+            self._runners[graph] = (Runner(make_plan(graph, self.tables, self.options.ignore_ops)), storages)
+        return self._runners[graph]
 
     # ------------------------------------------------------------------ results
     @property
@@ -166,40 +147,18 @@ class TorchFLOPsByFX:
         if self._profile is None:
             if self._measured is None:
                 raise RuntimeError("no results yet: call propagate(*inputs) first")
-            if self._model_facts is None:
-                self._model_facts = (module_types(self.model), module_params(self.model))
             measurements, batch_size = self._measured
             self._profile = Profile.from_measurements(
-                measurements, tracer=self.tracer_used or "fx", module_types=self._model_facts[0],
-                module_params=self._model_facts[1], batch_size=batch_size,
-                settings={"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
-                          "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name,
-                          "tracer": self.tracer})
+                measurements, tracer=self.tracer_used or "fx", module_types=module_types(self.model),
+                module_params=module_params(self.model), batch_size=batch_size, settings=self.options.settings())
         return self._profile
 
-    @property
-    def records(self) -> tuple[NodeRecord, ...]:
-        return self.profile.records
-
-    @property
-    def total_flops(self) -> int:
-        return self.profile.total_flops
-
-    @property
-    def total_macs(self) -> int:
-        return self.profile.total_macs
-
-    @property
-    def total_time_ms(self) -> float | None:
-        return self.profile.total_time_ms
-
-    @property
-    def max_memory(self) -> int | None:
-        return self.profile.max_memory
-
-    @property
-    def unsupported(self) -> dict[str, int]:
-        return self.profile.unsupported
+    records = property(lambda self: self.profile.records)  # type: tuple[NodeRecord, ...]
+    total_flops = property(lambda self: self.profile.total_flops)  # type: int
+    total_macs = property(lambda self: self.profile.total_macs)  # type: int
+    total_time_ms = property(lambda self: self.profile.total_time_ms)  # type: float | None
+    max_memory = property(lambda self: self.profile.max_memory)  # type: int | None
+    unsupported = property(lambda self: self.profile.unsupported)  # type: dict[str, int]
 
     def print_result_table(self, show: bool = True, group_by: report.GroupBy = "node",
                            as_string: bool = False) -> list[list[Any]]:
@@ -228,7 +187,8 @@ class TorchFLOPsByFX:
 
     def save_result_to_csv(self, path: str, mode: str = "w") -> None:
         """Write the node table (raw numbers) as CSV; ``mode='a'`` appends without a second header."""
-        _validate.check_choice("mode", mode, ("w", "a"))
+        if mode not in ("w", "a"):
+            raise ValueError(f"mode must be 'w' or 'a', got {mode!r}")
         report.write_csv(self.profile.records, path, mode)
 
     def print_model_profile(self, depth: int = -1, show: bool = True, as_string: bool = False,
@@ -242,8 +202,8 @@ class TorchFLOPsByFX:
         return report.format_rows(report.TREE_COLUMNS, rows) if as_string else rows
 
     def to_json(self, path: str | None = None) -> str:
-        """The profile as a versioned ``torch_flops.profile`` JSON document (schema in
-        :mod:`torch_flops.report`), also written to ``path`` when given."""
+        """The profile as a versioned JSON document (schema in :mod:`torch_flops.report`), also
+        written to ``path`` when given."""
         return report.profile_to_json(self.profile, path)
 
     def to_dataframe(self, group_by: report.GroupBy = "node") -> Any:

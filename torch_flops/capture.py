@@ -132,6 +132,15 @@ class ExportBinder:
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         import torch.fx._pytree as fx_pytree
 
+        positional = self.in_spec.child(0).num_children
+        if len(args) > positional:
+            raise TypeError(f"the graph was exported with {positional} positional input(s) "
+                            f"({', '.join(self.forward_names[:positional])}) but {len(args)} were given")
+        known = self.in_spec.child(1).context or []
+        unknown = [k for k in kwargs if k not in known]
+        if unknown:
+            raise TypeError(f"unexpected keyword input(s) {unknown}: the graph was exported with the keyword "
+                            f"inputs {list(known)}")
         try:
             flat = fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs)), self.in_spec)
             # the same structure holding each input's readable name, flattened in the same order

@@ -1,15 +1,19 @@
 """Run: execute a planned graph node by node on real (or meta) tensors, measuring every node.
 
-:func:`run` owns the runs of one ``propagate``: ``warmup`` untimed runs, the counting run (FLOPs,
-memory, shapes, dtypes and time of every node), ``repeat - 1`` more timed runs, one device
-synchronisation per run and the median time per node. It returns the model's output and frozen
-:class:`Measurements`. :class:`FlopsInterpreter` overrides ``fx.Interpreter.run_node`` only and
-passes every ``call_*`` result on untouched, so the graph computes exactly what the model does.
+:meth:`Runner.run` (or :func:`run` for a one-off) owns the runs of one ``propagate``: ``warmup``
+untimed runs, the counting run (FLOPs, memory, shapes, dtypes and time of every node),
+``repeat - 1`` more timed runs, one device synchronisation per run and the median time per node.
+It returns the model's output and frozen :class:`Measurements`. A :class:`Runner` keeps one
+:class:`FlopsInterpreter` per plan, so fx's per-graph setup is paid once, not per call; runs of
+one runner are serialised by a lock. :class:`FlopsInterpreter` overrides
+``fx.Interpreter.run_node`` only and passes every ``call_*`` result on untouched, so the graph
+computes exactly what the model does.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +25,7 @@ from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import LiveTensors, MemoryProbe, StorageEntries, Timer, storage_entries, tensors_of
 from torch_flops.plan import NodeKind, NodePlan, Plan
 
-__all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "run"]
+__all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
 _COUNTED = NodeKind.COUNTED
 
@@ -31,6 +35,7 @@ class GraphRun:
     """What was measured for every node of one planned graph, in graph order (index = position)."""
 
     plan: Plan
+    graph: int  #: which graph of the capture ran (a graph may run several times in one forward)
     flops: Sequence[int | None]  #: None where no formula counted the node
     macs: Sequence[int | None]
     time_ms: Sequence[float | None]  #: median over the timed runs; None where nothing was timed
@@ -64,27 +69,46 @@ class Measurements:
         return found
 
 
+class Runner:
+    """Runs one plan as often as asked, measuring every node (see the module docstring)."""
+
+    def __init__(self, plan: Plan, graph: int = 0) -> None:
+        self.plan = plan
+        self.graph = graph  #: the plan's graph's index in its capture
+        self._interpreter = FlopsInterpreter(plan)
+        self._lock = threading.Lock()
+
+    def run(self, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
+            memory: MemoryProbe, strict: bool) -> tuple[Any, Measurements]:
+        """Run the graph on the bound ``inputs`` (its placeholder values): ``warmup`` untimed runs,
+        the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only).
+        Returns the counting run's output and the measurements (time: the median per node)."""
+        timed = device.type != "meta"
+        with self._lock:
+            interp = self._interpreter
+            interp.start(timer, memory, strict, skip_unneeded=not timed)
+            for _ in range(warmup if timed else 0):
+                interp.execute(inputs, count=False)
+            output = interp.execute(inputs, count=True)
+            runs = [interp.times()]
+            for _ in range((repeat - 1) if timed else 0):
+                interp.execute(inputs, count=False)
+                runs.append(interp.times())
+            times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
+            mem_before, mem_after = interp.memory()
+            graph_run = GraphRun(
+                plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, time_ms=times, mem_before=mem_before,
+                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors),
+                skipped=dict(interp.skipped),
+            )
+        return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source)
+
+
 def run(plan: Plan, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
         memory: MemoryProbe, strict: bool) -> tuple[Any, Measurements]:
-    """Run ``plan``'s graph on the bound ``inputs`` (its placeholder values): ``warmup`` untimed
-    runs, the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only).
-    Returns the counting run's output and the measurements (time: the median per node)."""
-    timed = device.type != "meta"
-    interp = FlopsInterpreter(plan, timer, memory, strict, skip_unneeded=not timed)
-    for _ in range(warmup if timed else 0):
-        interp.execute(inputs, count=False)
-    output = interp.execute(inputs, count=True)
-    runs = [interp.times()]
-    for _ in range((repeat - 1) if timed else 0):
-        interp.execute(inputs, count=False)
-        runs.append(interp.times())
-    times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
-    mem_before, mem_after = interp.memory()
-    graph_run = GraphRun(
-        plan=plan, flops=interp.flops, macs=interp.macs, time_ms=times, mem_before=mem_before, mem_after=mem_after,
-        shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors), skipped=dict(interp.skipped),
-    )
-    return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source)
+    """:meth:`Runner.run` of a new runner for ``plan`` (keep a :class:`Runner` to run a plan often)."""
+    return Runner(plan).run(inputs, device=device, warmup=warmup, repeat=repeat, timer=timer, memory=memory,
+                            strict=strict)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -99,19 +123,22 @@ class FlopsInterpreter(fx.Interpreter):
     time only. Everything measured lives in per-node lists indexed by the node's plan position.
     """
 
-    def __init__(self, plan: Plan, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__(plan.graph.graph_module, garbage_collect_values=True)
         self.extra_traceback = False  # our own error names the node
         self._plans = plan.by_node
         self._plan = plan
+        self._count = True
+
+    def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
+        """Set up the measurements of one ``Runner.run``: fresh per-node lists."""
         self._timer = timer
         self._tick = timer.tick
         self._memory = memory
         self._read_memory = memory.read
         self._strict = strict
         self._skip_unneeded = skip_unneeded
-        n = len(plan.nodes)
-        self._count = True
+        n = len(self._plan.nodes)
         self.flops: list[int | None] = [None] * n
         self.macs: list[int | None] = [None] * n
         self._starts: list[Any] = [None] * n
@@ -147,8 +174,7 @@ class FlopsInterpreter(fx.Interpreter):
         if self._read_memory is not None:
             return self._mem_before, self._mem_after
         live = LiveTensors(self._memory.model_storages)
-        storages = self._storages
-        return live.timeline((p.position, storages[p.position], p.frees) for p in self._plan.nodes)  # type: ignore[return-value]
+        return live.timeline(self._storages, self._plan.frees)  # type: ignore[return-value]
 
     def run_node(self, n: fx.Node) -> Any:
         # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the

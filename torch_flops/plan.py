@@ -65,6 +65,8 @@ class Plan:
     graph: CapturedGraph
     nodes: tuple[NodePlan, ...]
     by_node: Mapping[fx.Node, NodePlan]
+    #: ``NodePlan.frees`` of every node, by position (what the live-tensor replay walks)
+    frees: tuple[tuple[int, ...], ...]
 
     @property
     def unsupported(self) -> tuple[NodePlan, ...]:
@@ -95,7 +97,8 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             target=readable_target(node, gm), key=key, location=graph.locations[node],
             needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
         ))
-    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes})
+    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
+                frees=tuple(p.frees for p in nodes))
 
 
 def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTable,

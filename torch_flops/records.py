@@ -130,6 +130,15 @@ def _dtype_name(dtype: Any) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
+# NodeRecord's fields in order. Profile.from_measurements builds its records positionally in this
+# order, in that one place: a keyword call costs about 1 us a record, as much as running a small
+# node. The assert keeps the two in step when a field is added.
+_RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status",
+                  "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
+                  "phase", "dtype", "graph")
+assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
+
+
 # ---------------------------------------------------------------------------------------------
 # roll-ups
 # ---------------------------------------------------------------------------------------------
@@ -231,12 +240,19 @@ class Profile:
     def from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],
                           module_params: Mapping[str, int], batch_size: int | None,
                           settings: Mapping[str, Any]) -> Profile:
-        """The records of every executed node, in execution order, from what a run measured."""
+        """The records of every executed node, in execution order, from what a run measured (the
+        totals and the memory peak are summed on the way)."""
         records: list[NodeRecord] = []
-        counted, zero, ignored = Status.COUNTED, Status.ZERO, Status.IGNORED
+        new = tuple.__new__
         unsupported, skipped_status = Status.UNSUPPORTED, Status.SKIPPED
-        statuses = {"counted": counted, "zero": zero, "ignored": ignored, "unsupported": unsupported}
-        for graph_index, graph_run in enumerate(measurements.runs):
+        statuses = {"counted": Status.COUNTED, "zero": Status.ZERO, "ignored": Status.IGNORED,
+                    "unsupported": unsupported}
+        totals = _Sums()
+        total_flops = total_macs = 0
+        total_time: float | None = None
+        peak: int | None = None
+        for graph_run in measurements.runs:
+            graph_index = graph_run.graph
             flops_of, macs_of, times = graph_run.flops, graph_run.macs, graph_run.time_ms
             befores, afters = graph_run.mem_before, graph_run.mem_after
             shapes, dtypes = graph_run.shapes, graph_run.dtypes
@@ -245,30 +261,46 @@ class Profile:
                 i = p.position
                 note = ""
                 status = statuses[p.kind.value]
-                if status is counted:
-                    flops, macs = flops_of[i], macs_of[i]
-                    if i in errors:
-                        status, note = unsupported, errors[i]
-                elif status is unsupported:
+                if status is unsupported:
                     flops, macs, note = None, None, f"no formula for {p.key!r}"
-                else:
+                elif p.formula is None:
                     flops, macs = 0, 0
-                if i in skipped:
+                elif i in errors:
+                    flops, macs, status, note = None, None, unsupported, errors[i]
+                else:
+                    flops, macs = flops_of[i], macs_of[i]
+                if skipped and i in skipped:
                     status, flops, macs, note = skipped_status, 0, 0, skipped[i]
                 before, after = befores[i], afters[i]
+                delta = None
+                if after is not None:
+                    peak = after if peak is None or after > peak else peak
+                if before is not None:
+                    peak = before if peak is None or before > peak else peak
+                    if after is not None:
+                        delta = after - before
+                t = times[i]
+                if t is not None:
+                    total_time = t if total_time is None else total_time + t
+                if flops is not None:
+                    total_flops += flops
+                    total_macs += macs  # type: ignore[operator]
+                if status is unsupported:
+                    totals.unsupported += 1
                 location = p.location
                 node = p.node
-                records.append(NodeRecord(
-                    index=len(records), name=node.name, op=node.op, target=p.target, module_path=location.path,
-                    module_type=location.module_type, flops=flops, macs=macs, status=status, time_ms=times[i],
-                    mem_before=before, mem_after=after,
-                    mem_delta=after - before if before is not None and after is not None else None,
-                    output_shape=shapes[i], module_stack=location.chain, note=note,
-                    dtype=_dtype_name(dtypes[i]), graph=graph_index,
-                ))
-        return cls(records=tuple(records), device=measurements.device, tracer=tracer,
-                   memory_source=measurements.memory_source, module_types=module_types,
-                   module_params=module_params, batch_size=batch_size, settings=settings)
+                records.append(new(NodeRecord, (  # the order of _RECORD_FIELDS
+                    len(records), node.name, node.op, p.target, location.path, location.module_type, flops, macs,
+                    status, t, before, after, delta, shapes[i], location.chain, note, "forward",
+                    _dtype_name(dtypes[i]), graph_index,
+                )))
+        profile = cls(records=tuple(records), device=measurements.device, tracer=tracer,
+                      memory_source=measurements.memory_source, module_types=module_types,
+                      module_params=module_params, batch_size=batch_size, settings=settings)
+        totals.flops, totals.macs, totals.time_ms, totals.nodes = total_flops, total_macs, total_time, len(records)
+        profile.__dict__["_totals"] = totals  # the cached properties, already known
+        profile.__dict__["max_memory"] = peak
+        return profile
 
     # ------------------------------------------------------------------ totals
     @functools.cached_property

@@ -161,3 +161,45 @@ def test_trace_fx_gives_exactly_fx_symbolic_trace_graph(name: str) -> None:
     reference = torch.fx.symbolic_trace(model)
     assert str(ours.graph) == str(reference.graph)
     assert ours.code == reference.code
+
+
+# --------------------------------------------------------------------------- what a capture hands on
+
+
+def test_nothing_is_stored_on_the_graph_modules(models: Any) -> None:
+    from torch_flops.capture import CaptureOptions, capture_export, capture_fx
+
+    model = models.MixedModel()
+    ours = capture_fx(model, CaptureOptions()).graph_module
+    assert set(vars(ours)) == set(vars(fx.symbolic_trace(model)))  # the attributes fx itself sets
+    x = torch.randn(4, 16)
+    exported = capture_export(model, (x,), {})
+    program = torch.export.export(model, (x,), strict=False).module()
+    assert not [k for k in vars(exported.graph_module) if "torch_flops" in k]
+    assert set(vars(exported.graph_module)) <= set(vars(program)) | {"model"}
+    # what the graph needs to bind inputs lives in the capture: names from the model's forward
+    with pytest.raises(TypeError, match=r"unexpected keyword input\(s\) \['y'\]"):
+        exported.graphs[0].bind((x,), {"y": x})
+    with pytest.raises(TypeError, match=r"exported with 1 positional input\(s\) \(x\) but 2 were given"):
+        exported.graphs[0].bind((x, x), {})
+    assert exported.graphs[0].bind((x,), {})[0] is x
+
+
+def test_capture_locations_are_clean_paths(models: Any) -> None:
+    from torch_flops.capture import CaptureOptions, capture_export, capture_fx
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([models.MixedModel(), models.MixedModel()])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.blocks[1](self.blocks[0](x).expand(4, 16))
+
+    x = torch.randn(4, 16)
+    for capture in (capture_fx(Outer(), CaptureOptions()), capture_export(Outer(), (x,), {})):
+        located = {(loc.path, loc.module_type, loc.chain) for loc in capture.graphs[0].locations.values()}
+        # the export wrapper's own attribute never shows; the iterated ModuleList is in every chain
+        assert ("blocks.1.fc", "Linear", ("blocks", "blocks.1", "blocks.1.fc")) in located, capture.front_end
+        assert ("blocks.0", "MixedModel", ("blocks", "blocks.0")) in located, capture.front_end
+        assert not any(path.startswith("model") for path, _, _ in located)

@@ -1,0 +1,133 @@
+"""The one formula table: keyed by the target itself, one calling convention for every front door,
+the name-keyed dicts as views onto it, composite formulas bound to each counter's own table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_flops import (
+    FORMULAS,
+    FUNCTION_FLOPs_MAPPING,
+    METHOD_FLOPs_MAPPING,
+    MODULE_FLOPs_MAPPING,
+    DuplicateFormulaError,
+    TorchFLOPsByFX,
+    register,
+)
+from torch_flops.formulas import Name, functions, methods
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize(("module", "function", "method", "aten_op"), [
+    (nn.ReLU, F.relu, "relu", aten.relu.default),
+    (nn.GELU, F.gelu, None, aten.gelu.default),
+    (nn.Softmax, F.softmax, "softmax", aten._softmax.default),
+    (nn.Dropout, F.dropout, None, aten.dropout.default),
+    (nn.Linear, F.linear, None, aten.linear.default),
+    (nn.LayerNorm, F.layer_norm, None, aten.layer_norm.default),
+    (nn.MaxPool2d, F.max_pool2d, None, aten.max_pool2d.default),
+])
+def test_one_formula_object_serves_every_front_door(module: type, function: Any, method: str | None,
+                                                    aten_op: Any) -> None:
+    formula = FORMULAS.resolve_module(module)
+    assert formula is not None
+    assert FORMULAS.resolve_function(function) is formula
+    assert FORMULAS.resolve_aten(aten_op) is formula
+    if method is not None:
+        assert FORMULAS.resolve_method(method) is formula
+
+
+def test_one_convention_module_first() -> None:
+    x = torch.randn(2, 3, 4)  # 24 elements
+    gelu = FORMULAS.resolve_function(F.gelu)
+    assert gelu is not None
+    # formula(module, out, *args, **kwargs): exact GELU 5 per element, tanh form 9 (activation.py)
+    assert gelu(nn.GELU(), F.gelu(x), x) == (120, 0)
+    assert gelu(nn.GELU(approximate="tanh"), F.gelu(x), x) == (216, 0)
+    assert gelu(None, F.gelu(x), x, approximate="tanh") == (216, 0)
+    relu = FORMULAS.resolve_method("relu")
+    assert relu is not None and relu(None, x.relu(), x) == (24, 0)  # a method's self comes first
+
+
+def test_same_name_different_targets_have_their_own_formulas() -> None:
+    # F.batch_norm(input, running_mean, running_var, weight, bias, training) and
+    # torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn)
+    assert F.batch_norm.__name__ == torch.batch_norm.__name__ == "batch_norm"
+    f_form, torch_form = FORMULAS.resolve_function(F.batch_norm), FORMULAS.resolve_function(torch.batch_norm)
+    assert f_form is not None and torch_form is not None and f_form is not torch_form
+    x, w = torch.randn(2, 4, 3, 3), torch.ones(4)  # 72 elements
+    rm, rv = torch.zeros(4), torch.ones(4)
+    # running statistics with an affine weight: 72 x (2 + 1) = 216, whichever argument order
+    assert f_form(None, x, x, rm, rv, w) == (216, 0)
+    assert torch_form(None, x, x, w, None, rm, rv, False, 0.1, 1e-5, False) == (216, 0)
+    # the name-keyed view gives the first registered (F's); the target itself picks exactly
+    assert FUNCTION_FLOPs_MAPPING["batch_norm"](x, x, rm, rv, w) == (216, 0)
+    assert FUNCTION_FLOPs_MAPPING[torch.batch_norm](x, x, w, None, rm, rv, False, 0.1, 1e-5, False) == (216, 0)
+
+
+def test_unknown_alias_falls_back_to_the_name() -> None:
+    def relu(x: torch.Tensor) -> torch.Tensor:  # another function called relu
+        return x.clamp_min(0)
+
+    assert FORMULAS.resolve_function(relu) is FORMULAS.resolve_function(F.relu)
+    assert FORMULAS.resolve_function(lambda x: x) is None
+
+
+@pytest.mark.usefixtures("clean_tables")
+def test_assigning_a_name_gives_every_target_of_that_name_the_formula() -> None:
+    before = TorchFLOPsByFX(nn.Sequential(nn.ReLU()))  # copies the table now
+
+    def mine(out: torch.Tensor, *args: Any, **kwargs: Any) -> int:
+        return 7
+
+    FUNCTION_FLOPs_MAPPING["relu"] = mine
+    assert FUNCTION_FLOPs_MAPPING["relu"] is mine
+    for target in (torch.relu, F.relu):
+        formula = FORMULAS.resolve_function(target)
+        assert formula is not None and formula(None, torch.zeros(3), torch.zeros(3)) == 7
+    # a method of the same name is another kind of target: untouched
+    assert METHOD_FLOPs_MAPPING["relu"](torch.ones(3), torch.ones(3)) == (3, 0)
+    assert "relu" in FUNCTION_FLOPs_MAPPING and len(FUNCTION_FLOPs_MAPPING) > 100
+    # the counter made before keeps its own copy
+    assert before.tables.resolve_function(F.relu) is not FORMULAS.resolve_function(F.relu)
+
+
+@pytest.mark.usefixtures("clean_tables")
+def test_composite_formulas_use_the_counters_own_table() -> None:
+    layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(1, 5, 8)
+    first = TorchFLOPsByFX(nn.Sequential(layer))
+    with torch.no_grad():
+        first.propagate(x)
+    MODULE_FLOPs_MAPPING["Linear"] = lambda module, out, *args, **kwargs: (0, 0)  # edited after `first` exists
+    again = TorchFLOPsByFX(nn.Sequential(layer))
+    with torch.no_grad():
+        first.propagate(x)
+        again.propagate(x)
+    # the feed-forward Linears of the layer (8->16->8 on 5 tokens) are counted by each counter's own
+    # table: 5*8*16 + 5*16*8 = 1280 MACs fewer for the counter made after the edit
+    assert first.total_macs - again.total_macs == 1280
+    assert first.total_macs > 1280
+
+
+def test_register_takes_targets_not_names() -> None:
+    with pytest.raises(TypeError, match="functions\\('relu'\\)"):
+        register("relu")
+    with pytest.raises(TypeError, match="table key"):
+        register(object())(lambda *a: 0)
+    with pytest.raises(DuplicateFormulaError, match="override=True"):
+        register(torch.relu)(lambda *a: 0)
+    assert issubclass(DuplicateFormulaError, ValueError)
+
+
+def test_name_helpers_find_every_namespace() -> None:
+    assert set(functions("relu")) >= {torch.relu, F.relu}
+    assert F.logsigmoid in functions("logsigmoid") and torch.special.expit in functions("special_expit")
+    assert functions("no_such_function") == (Name("function", "no_such_function"),)
+    assert methods("relu", "real", "__neg__") == (torch.Tensor.relu, Name("method", "real"), torch.Tensor.neg)

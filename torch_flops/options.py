@@ -1,0 +1,77 @@
+"""The knobs of a profile, checked once, up front (before anything is traced or run).
+
+``Options`` is what ``TorchFLOPsByFX(model, **options)`` keeps. Each knob goes to one step:
+``ignore_ops``, ``leaf_modules``, ``concrete_args`` and ``tracer`` to capture and plan;
+``warmup``, ``repeat``, ``strict``, ``timer`` and ``mem_func_name`` to the run. The profile
+records them as its ``settings``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from torch_flops._validate import check_bool, check_choice, check_int, check_names
+from torch_flops.capture import CaptureOptions, split_leaf_modules
+from torch_flops.formulas import FormulaTable
+from torch_flops.measure import MEMORY_FUNCTIONS, Timer, make_timer
+
+__all__ = ["TRACERS", "Options", "TracerName"]
+
+TracerName = Literal["auto", "fx", "export"]
+TRACERS: tuple[str, ...] = ("auto", "fx", "export")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every option of :class:`~torch_flops.TorchFLOPsByFX` (documented there), validated:
+    ``TypeError`` for a value of the wrong type, ``ValueError`` for one out of range, naming it."""
+
+    ignore_ops: Iterable[str] = ()
+    mem_func_name: str = "memory_allocated"
+    strict: bool = False
+    warmup: int = 0
+    repeat: int = 1
+    leaf_modules: Iterable[type | str] = ()
+    concrete_args: Mapping[str, Any] | None = None
+    tracer: TracerName = "auto"
+    timer: Timer | Callable[[torch.device], Timer] | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "ignore_ops", check_names("ignore_ops", self.ignore_ops, "('relu', 'Dropout')"))
+        check_choice("mem_func_name", self.mem_func_name, MEMORY_FUNCTIONS)
+        check_bool("strict", self.strict)
+        check_int("warmup", self.warmup, 0)
+        check_int("repeat", self.repeat, 1)
+        check_choice("tracer", self.tracer, TRACERS)
+        split_leaf_modules(self.leaf_modules)  # TypeError naming a bad entry
+        set_(self, "leaf_modules", tuple(self.leaf_modules))
+        if self.concrete_args is not None and not isinstance(self.concrete_args, Mapping):
+            raise TypeError("concrete_args must be a mapping of argument name -> value")
+        if self.timer is not None and not callable(self.timer) and not hasattr(self.timer, "tick"):
+            raise TypeError(f"timer must be a Timer (tick/finish/elapsed_ms) or a function of the device, "
+                            f"got {self.timer!r}")
+
+    def capture_options(self, table: FormulaTable) -> CaptureOptions:
+        """The fx tracer's leaves: ``leaf_modules``, the module classes the user gave a formula
+        (counted by it, so kept whole) and the classes named in ``ignore_ops`` (one ignored node)."""
+        leaf_types, leaf_paths = split_leaf_modules(self.leaf_modules)
+        user_classes, user_names = table.user_module_keys()
+        return CaptureOptions(leaf_types=leaf_types + user_classes, leaf_paths=leaf_paths,
+                              leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args)
+
+    def timer_for(self, device: torch.device) -> Timer:
+        """The timer of a run on ``device``: the user's (or the one their function makes), else
+        device events on accelerators and ``perf_counter_ns`` on CPU."""
+        if self.timer is None:
+            return make_timer(device)
+        return self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[operator,return-value]
+
+    def settings(self) -> dict[str, Any]:
+        """What a profile records of the options it was made with (JSON ``settings``)."""
+        return {"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
+                "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name, "tracer": self.tracer}
