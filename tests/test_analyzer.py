@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from torch_flops import (
-    FUNCTION_FLOPs_MAPPING,
     DuplicateFormulaError,
+    FUNCTION_FLOPs_MAPPING,
     MODULE_FLOPs_MAPPING,
     NodeExecutionError,
     Status,

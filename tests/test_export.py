@@ -10,8 +10,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import Status, TorchFLOPsByFX, TracingError, zoo
-from torch_flops import TracerFallbackWarning
+from torch_flops import Status, TorchFLOPsByFX, TracerFallbackWarning, TracingError, zoo
 
 
 class DataDependent(nn.Module):

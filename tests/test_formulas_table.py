@@ -12,10 +12,10 @@ from torch import nn
 
 from torch_flops import (
     FORMULAS,
+    DuplicateFormulaError,
     FUNCTION_FLOPs_MAPPING,
     METHOD_FLOPs_MAPPING,
     MODULE_FLOPs_MAPPING,
-    DuplicateFormulaError,
     TorchFLOPsByFX,
     register,
 )

@@ -16,8 +16,7 @@ import torch
 from torch import fx
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import TorchFLOPsByFX
-from torch_flops import DroppedOutputWarning, TracerFallbackWarning
+from torch_flops import DroppedOutputWarning, TorchFLOPsByFX, TracerFallbackWarning
 from torch_flops.capture import CapturedGraph
 
 T = pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ import tabulate as tabulate_module
 import torch
 from torch import nn
 
-from torch_flops import Profile, Status, TorchFLOPsByFX, report
+from torch_flops import Profile, TorchFLOPsByFX, report
 
 MiB = 1 << 20
 

@@ -15,8 +15,8 @@ from torch_flops.errors import (
     UnsupportedOpWarning,
 )
 from torch_flops.formulas import (
-    ATEN_FLOPs_MAPPING,
     FORMULAS,
+    ATEN_FLOPs_MAPPING,
     FUNCTION_FLOPs_MAPPING,
     METHOD_FLOPs_MAPPING,
     MODULE_FLOPs_MAPPING,
@@ -33,13 +33,13 @@ from torch_flops.records import NodeRecord, Profile, Status
 __version__ = "0.1.0"
 
 __all__ = [
-    "ATEN_FLOPs_MAPPING",
     "FORMULAS",
+    "ATEN_FLOPs_MAPPING",
+    "DroppedOutputWarning",
+    "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
-    "DroppedOutputWarning",
-    "DuplicateFormulaError",
     "NodeExecutionError",
     "NodeRecord",
     "Profile",

@@ -153,12 +153,29 @@ class TorchFLOPsByFX:
                 module_params=module_params(self.model), batch_size=batch_size, settings=self.options.settings())
         return self._profile
 
-    records = property(lambda self: self.profile.records)  # type: tuple[NodeRecord, ...]
-    total_flops = property(lambda self: self.profile.total_flops)  # type: int
-    total_macs = property(lambda self: self.profile.total_macs)  # type: int
-    total_time_ms = property(lambda self: self.profile.total_time_ms)  # type: float | None
-    max_memory = property(lambda self: self.profile.max_memory)  # type: int | None
-    unsupported = property(lambda self: self.profile.unsupported)  # type: dict[str, int]
+    @property
+    def records(self) -> tuple[NodeRecord, ...]:
+        return self.profile.records
+
+    @property
+    def total_flops(self) -> int:
+        return self.profile.total_flops
+
+    @property
+    def total_macs(self) -> int:
+        return self.profile.total_macs
+
+    @property
+    def total_time_ms(self) -> float | None:
+        return self.profile.total_time_ms
+
+    @property
+    def max_memory(self) -> int | None:
+        return self.profile.max_memory
+
+    @property
+    def unsupported(self) -> dict[str, int]:
+        return self.profile.unsupported
 
     def print_result_table(self, show: bool = True, group_by: report.GroupBy = "node",
                            as_string: bool = False) -> list[list[Any]]:

@@ -60,7 +60,7 @@ class NodeRecord(NamedTuple):
     counted once); None where not measured.
     """
 
-    index: int  #: position in the profile (execution order)
+    index: int  # type: ignore[assignment]  # position in the profile (execution order); shadows tuple.index
     name: str  #: the graph node's name (unique within its graph)
     op: str  #: placeholder, get_attr, call_module, call_function, call_method, output
     target: str  #: readable target: ``Linear``, ``torch.relu``, ``Tensor.view``, ``aten.mm``

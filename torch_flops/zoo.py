@@ -24,6 +24,7 @@ numbers: ResNet-50 25,557,032; ViT-B/16 86,567,656; MobileNetV3-Large
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ __all__ = [
     "get",
     "gpt2",
     "gpt2_example_inputs",
+    "image_example_inputs",
     "llama",
     "llama2_70b_config",
     "llama_example_inputs",
@@ -206,15 +208,20 @@ def resnet50(num_classes: int = 1000) -> ResNet:
     return ResNet((3, 4, 6, 3), num_classes=num_classes)
 
 
-def resnet50_example_inputs(
+def image_example_inputs(
     batch_size: int = 1,
     device: str | torch.device | None = None,
     image_size: int = 224,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    in_channels: int = 3,
 ) -> tuple[torch.Tensor]:
-    """``(images,)`` with images of shape ``(batch_size, 3, image_size, image_size)``."""
-    return (_image_input(batch_size, 3, image_size, image_size, device, dtype, seed),)
+    """``(images,)`` with images of shape ``(batch_size, in_channels, image_size, image_size)``:
+    the example inputs of the image models (ResNet-50, ViT-B/16, MobileNetV3)."""
+    return (_image_input(batch_size, in_channels, image_size, image_size, device, dtype, seed),)
+
+
+resnet50_example_inputs = image_example_inputs
 
 
 # --------------------------------------------------------------------------- #
@@ -331,15 +338,7 @@ def vit_b16(
     )
 
 
-def vit_b16_example_inputs(
-    batch_size: int = 1,
-    device: str | torch.device | None = None,
-    image_size: int = 224,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-) -> tuple[torch.Tensor]:
-    """``(images,)`` with images of shape ``(batch_size, 3, image_size, image_size)``."""
-    return (_image_input(batch_size, 3, image_size, image_size, device, dtype, seed),)
+vit_b16_example_inputs = image_example_inputs
 
 
 # --------------------------------------------------------------------------- #
@@ -505,15 +504,7 @@ def mobilenet_v3_large(num_classes: int = 1000) -> MobileNetV3:
     return MobileNetV3(_MOBILENET_V3_LARGE, last_channels=1280, num_classes=num_classes)
 
 
-def mobilenet_v3_large_example_inputs(
-    batch_size: int = 1,
-    device: str | torch.device | None = None,
-    image_size: int = 224,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-) -> tuple[torch.Tensor]:
-    """``(images,)`` with images of shape ``(batch_size, 3, image_size, image_size)``."""
-    return (_image_input(batch_size, 3, image_size, image_size, device, dtype, seed),)
+mobilenet_v3_large_example_inputs = image_example_inputs
 
 
 # --------------------------------------------------------------------------- #
@@ -617,10 +608,7 @@ def gpt2(config: GPT2Config | None = None, **overrides: Any) -> GPT2:
     ``overrides`` replace fields of ``config`` (or of the default config), e.g.
     ``gpt2(n_layer=2, n_embd=64, n_head=4, vocab_size=1000)``.
     """
-    cfg = dataclasses.replace(
-        config if config is not None else GPT2Config(), **overrides
-    )
-    return GPT2(cfg)
+    return GPT2(dataclasses.replace(config or GPT2Config(), **overrides))
 
 
 def gpt2_example_inputs(
@@ -630,7 +618,8 @@ def gpt2_example_inputs(
     vocab_size: int = 50257,
     seed: int = 0,
 ) -> tuple[torch.Tensor]:
-    """``(input_ids,)``: a ``(batch_size, seq_len)`` LongTensor of ids in ``[0, vocab_size)``."""
+    """``(input_ids,)``: a ``(batch_size, seq_len)`` LongTensor of ids in ``[0, vocab_size)``
+    (the token models' example inputs; Llama's default vocabulary is 32000)."""
     return (_token_input(batch_size, seq_len, vocab_size, device, seed),)
 
 
@@ -861,21 +850,10 @@ def llama(config: LlamaConfig | None = None, **overrides: Any) -> Llama:
     ``overrides`` replace config fields, e.g. ``llama(num_layers=2)``; use
     ``llama(llama2_70b_config())`` (on the meta device!) for Llama-2-70B.
     """
-    cfg = dataclasses.replace(
-        config if config is not None else LlamaConfig(), **overrides
-    )
-    return Llama(cfg)
+    return Llama(dataclasses.replace(config or LlamaConfig(), **overrides))
 
 
-def llama_example_inputs(
-    batch_size: int = 1,
-    device: str | torch.device | None = None,
-    seq_len: int = 128,
-    vocab_size: int = 32000,
-    seed: int = 0,
-) -> tuple[torch.Tensor]:
-    """``(input_ids,)``: a ``(batch_size, seq_len)`` LongTensor of ids in ``[0, vocab_size)``."""
-    return (_token_input(batch_size, seq_len, vocab_size, device, seed),)
+llama_example_inputs = functools.partial(gpt2_example_inputs, vocab_size=32000)
 
 
 # --------------------------------------------------------------------------- #
@@ -966,11 +944,7 @@ def unet_example_inputs(
     seed: int = 0,
 ) -> tuple[torch.Tensor]:
     """``(images,)`` with images of shape ``(batch_size, in_channels, image_size, image_size)``."""
-    return (
-        _image_input(
-            batch_size, in_channels, image_size, image_size, device, dtype, seed
-        ),
-    )
+    return image_example_inputs(batch_size, device, image_size, dtype, seed, in_channels)
 
 
 # --------------------------------------------------------------------------- #
@@ -993,44 +967,20 @@ class ZooEntry:
 
 
 ZOO: dict[str, ZooEntry] = {
-    e.name: e
-    for e in (
-        ZooEntry(
-            "resnet50",
-            resnet50,
-            resnet50_example_inputs,
-            "ResNet-50 v1.5 (He et al. 2015), 25.6M params, input (B, 3, 224, 224)",
-        ),
-        ZooEntry(
-            "vit_b16",
-            vit_b16,
-            vit_b16_example_inputs,
-            "ViT-B/16 (Dosovitskiy et al. 2020) with explicit attention, 86.6M params, input (B, 3, 224, 224)",
-        ),
-        ZooEntry(
-            "mobilenet_v3_large",
-            mobilenet_v3_large,
-            mobilenet_v3_large_example_inputs,
-            "MobileNetV3-Large (Howard et al. 2019), 5.5M params, input (B, 3, 224, 224)",
-        ),
-        ZooEntry(
-            "gpt2",
-            gpt2,
-            gpt2_example_inputs,
-            "GPT-2 small (Radford et al. 2019), 124M params (tied head), input ids (B, 128)",
-        ),
-        ZooEntry(
-            "llama",
-            llama,
-            llama_example_inputs,
-            "Small Llama (Touvron et al. 2023): RMSNorm, RoPE, SwiGLU, GQA; input ids (B, 128)",
-        ),
-        ZooEntry(
-            "unet",
-            unet,
-            unet_example_inputs,
-            "Small UNet (Ronneberger et al. 2015), base 16 channels, depth 3, input (B, 3, 64, 64)",
-        ),
+    name: ZooEntry(name, build, inputs, description)
+    for name, build, inputs, description in (
+        ("resnet50", resnet50, resnet50_example_inputs,
+         "ResNet-50 v1.5 (He et al. 2015), 25.6M params, input (B, 3, 224, 224)"),
+        ("vit_b16", vit_b16, vit_b16_example_inputs,
+         "ViT-B/16 (Dosovitskiy et al. 2020) with explicit attention, 86.6M params, input (B, 3, 224, 224)"),
+        ("mobilenet_v3_large", mobilenet_v3_large, mobilenet_v3_large_example_inputs,
+         "MobileNetV3-Large (Howard et al. 2019), 5.5M params, input (B, 3, 224, 224)"),
+        ("gpt2", gpt2, gpt2_example_inputs,
+         "GPT-2 small (Radford et al. 2019), 124M params (tied head), input ids (B, 128)"),
+        ("llama", llama, llama_example_inputs,
+         "Small Llama (Touvron et al. 2023): RMSNorm, RoPE, SwiGLU, GQA; input ids (B, 128)"),
+        ("unet", unet, unet_example_inputs,
+         "Small UNet (Ronneberger et al. 2015), base 16 channels, depth 3, input (B, 3, 64, 64)"),
     )
 }
 

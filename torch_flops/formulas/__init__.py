@@ -72,11 +72,11 @@ from torch_flops.formulas.table import (
 )
 
 __all__ = [
-    "ATEN_FLOPs_MAPPING",
     "FORMULAS",
+    "ATEN_FLOPs_MAPPING",
+    "Composite",
     "FUNCTION_FLOPs_MAPPING",
     "FlopCount",
-    "Composite",
     "Formula",
     "FormulaTable",
     "METHOD_FLOPs_MAPPING",
@@ -95,6 +95,7 @@ __all__ = [
 ]
 
 FnT = TypeVar("FnT", bound=Callable[..., Any])
+RegT = TypeVar("RegT", bound=Callable[..., Any] | Composite)
 
 #: The package's formula table; each counter works on its own copy.
 FORMULAS = FormulaTable()
@@ -105,7 +106,7 @@ METHOD_FLOPs_MAPPING = NameView(FORMULAS, "method")
 ATEN_FLOPs_MAPPING = NameView(FORMULAS, "aten")
 
 
-def register(*targets: Any, override: bool = False) -> Callable[[FnT], FnT]:
+def register(*targets: Any, override: bool = False) -> Callable[[RegT], RegT]:
     """Register ``f(module, out, *args, **kwargs)`` for targets: module classes, callables,
     ``torch.Tensor`` methods, aten ops, :class:`Name` s (see :func:`functions`, :func:`methods`,
     :func:`aten_ops`). A :class:`Composite` is bound to the table it is looked up in."""
@@ -116,8 +117,8 @@ def register(*targets: Any, override: bool = False) -> Callable[[FnT], FnT]:
             raise TypeError(f"register takes targets, not names ({target!r}): use functions('{target}'), "
                             f"methods('{target}'), Name(kind, '{target}') or a register_<kind> decorator")
 
-    def wrap(fn: FnT) -> FnT:
-        FORMULAS.add(targets, fn, override)  # type: ignore[arg-type]
+    def wrap(fn: RegT) -> RegT:
+        FORMULAS.add(targets, fn, override)
         return fn
 
     return wrap
@@ -218,7 +219,7 @@ def register_aten(*ops: Any, override: bool = False) -> Callable[[FnT], FnT]:
 # The families register themselves (with every front door of each op: module, function, method,
 # aten) on import. Order matters only among targets sharing a name: the first registered is what a
 # name-keyed view returns (F.batch_norm before torch.batch_norm).
-from torch_flops.formulas import (  # noqa: E402, F401
+from torch_flops.formulas import (  # noqa: F401
     activation,
     attention,
     conv,

@@ -97,9 +97,7 @@ def addmm_flops(module: Any, out: Any, input: Any, a: Any, b: Any, **kwargs: Any
 @register(*functions("einsum"), *aten_ops("einsum"))
 def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs: Any) -> tuple[int, int]:
     # pairwise left to right; see _shapes.einsum_macs
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
-    elif operands and isinstance(operands[0], (list, tuple)):  # aten.einsum(equation, tensors, path)
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)) or operands and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     macs, extra = einsum_macs(equation, [o.shape for o in operands])
     return 2 * macs + extra, macs

@@ -68,7 +68,9 @@ class Composite:
 
     def __init__(self, fn: Callable[..., FlopCount]) -> None:
         self.fn = fn
-        functools.update_wrapper(self, fn)
+        self.__name__ = getattr(fn, "__name__", "composite")
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__doc__ = fn.__doc__
 
     def bind(self, table: FormulaTable) -> Formula:
         bound = functools.partial(self.fn, table)
