@@ -18,7 +18,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops import formulas, report
-from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx, module_params, module_types
+from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx
 from torch_flops.errors import DroppedOutputWarning, TracerFallbackWarning, TracingError, UnsupportedOpWarning
 from torch_flops.interpreter import Measurements, Runner
 from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
@@ -73,7 +73,7 @@ class TorchFLOPsByFX:
         self._capture: Capture | None = None
         self._fx_error: TracingError | None = None
         self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
-        self._measured: tuple[Measurements, int | None] | None = None
+        self._measured: tuple[Capture, Measurements, int | None] | None = None
         self._profile: Profile | None = None
         if tracer != "export":
             try:
@@ -100,7 +100,8 @@ class TorchFLOPsByFX:
     def propagate(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model's graph on these inputs, measuring every node; return the model's output."""
         options = self.options
-        graph = self._capture_for(args, kwargs).graphs[0]
+        capture = self._capture_for(args, kwargs)
+        graph = capture.graphs[0]
         runner, model_storages = self._runner(graph)
         if options.strict:
             runner.plan.check_strict()
@@ -110,7 +111,7 @@ class TorchFLOPsByFX:
             output, measurements = runner.run(
                 inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
                 timer=options.timer_for(device), memory=make_memory_probe(device, options.mem_func_name, model_storages))
-        self._measured, self._profile = (measurements, _batch_size((args, kwargs))), None
+        self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
         for target, nodes in measurements.unsupported().items():
             names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
             warnings.warn(
@@ -147,10 +148,10 @@ class TorchFLOPsByFX:
         if self._profile is None:
             if self._measured is None:
                 raise RuntimeError("no results yet: call propagate(*inputs) first")
-            measurements, batch_size = self._measured
+            capture, measurements, batch_size = self._measured
             self._profile = Profile.from_measurements(
-                measurements, tracer=self.tracer_used or "fx", module_types=module_types(self.model),
-                module_params=module_params(self.model), batch_size=batch_size, settings=self.options.settings())
+                measurements, tracer=capture.front_end, module_types=capture.module_types,
+                module_params=capture.module_params, batch_size=batch_size, settings=self.options.settings())
         return self._profile
 
     @property

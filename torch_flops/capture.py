@@ -181,6 +181,10 @@ class Capture:
 
     graphs: tuple[CapturedGraph, ...]
     front_end: str  #: "fx", "export" or "graph_module" (the model was a GraphModule already)
+    #: module path ("" = root) -> class name, for every module of the model
+    module_types: Mapping[str, str]
+    #: module path -> parameters it owns directly (a shared parameter counted once)
+    module_params: Mapping[str, int]
     dropped_outputs: tuple[str, ...] = ()
     #: the inputs an export graph is specialised to (see :meth:`accepts`); None: any inputs
     signature: Any = field(default=None, compare=False)
@@ -288,9 +292,10 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     """The fx front end: one graph, valid for any inputs."""
     gm = trace_fx(model, options)
-    front_end = "graph_module" if gm is model else "fx"
-    graph = CapturedGraph(gm, _locations(gm, module_types(model)), FxBinder.for_graph(gm, options.concrete_args))
-    return Capture(graphs=(graph,), front_end=front_end)
+    types = module_types(model)
+    graph = CapturedGraph(gm, _locations(gm, types), FxBinder.for_graph(gm, options.concrete_args))
+    return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=types,
+                   module_params=module_params(model))
 
 
 def _innermost_module(tracer: fx.Tracer) -> str:
@@ -389,9 +394,10 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
                           tuple(n.meta.get("val") for n in placeholders))
-    graph = CapturedGraph(gm, _locations(gm, module_types(model), prefix=_EXPORT_ROOT), binder)
-    return Capture(graphs=(graph,), front_end="export", dropped_outputs=tuple(dict.fromkeys(dropped)),
-                   signature=input_signature(args, kwargs))
+    types = module_types(model)
+    graph = CapturedGraph(gm, _locations(gm, types, prefix=_EXPORT_ROOT), binder)
+    return Capture(graphs=(graph,), front_end="export", module_types=types, module_params=module_params(model),
+                   dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs))
 
 
 def _forward_names(model: nn.Module) -> tuple[str, ...]:

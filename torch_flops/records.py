@@ -232,9 +232,10 @@ class Profile:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "records", tuple(self.records))
-        object.__setattr__(self, "module_types", MappingProxyType(dict(self.module_types)))
-        object.__setattr__(self, "module_params", MappingProxyType(dict(self.module_params)))
-        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        for name in ("module_types", "module_params", "settings"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
 
     @classmethod
     def from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],
