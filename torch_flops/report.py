@@ -101,11 +101,9 @@ __all__ = [
     "markdown",
     "max_memory_text",
     "model_profile_text",
-    "module_table",
     "module_tree",
     "node_rows",
     "node_table",
-    "operator_table",
     "profile_from_json",
     "profile_to_json",
     "rows_for",
@@ -425,18 +423,9 @@ def node_table(records: Sequence[NodeRecord]) -> str:
     return _tabulated(_node_table(records))
 
 
-def module_table(profile: Profile) -> str:
-    """One row per module (full paths, the model's order), each including its submodules."""
-    return _tabulated(_module_table(profile))
-
-
-def operator_table(profile: Profile) -> str:
-    """One row per operator, most FLOPs first, with a total row."""
-    return _tabulated(_operator_table(profile))
-
-
 def table_text(profile: Profile, group_by: GroupBy = "node") -> str:
-    """:func:`node_table`, :func:`module_table` or :func:`operator_table`."""
+    """One row per node (with a total row), per module (full paths in the model's order, each
+    including its submodules) or per operator (most FLOPs first, with a total row)."""
     return _tabulated(_table_for(profile, group_by))
 
 
