@@ -203,3 +203,15 @@ def test_capture_locations_are_clean_paths(models: Any) -> None:
         assert ("blocks.1.fc", "Linear", ("blocks", "blocks.1", "blocks.1.fc")) in located, capture.front_end
         assert ("blocks.0", "MixedModel", ("blocks", "blocks.0")) in located, capture.front_end
         assert not any(path.startswith("model") for path, _, _ in located)
+
+
+def test_lazy_modules_need_one_forward_first() -> None:
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU())
+    for tracer in ("fx", "export"):
+        with pytest.raises(ValueError, match=r"'0' \(LazyLinear\) is a lazy module .* run the model once"):
+            TorchFLOPsByFX(model, tracer=tracer).propagate(torch.randn(2, 3))  # type: ignore[arg-type]
+    model(torch.randn(2, 3))  # initialised: now a Linear(3, 4)
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(torch.randn(2, 3))
+    # Linear(3, 4) on (2, 3): 24 MACs, 48 + 8 bias = 56 FLOPs; ReLU 8; parameters 12 + 4
+    assert (counter.total_macs, counter.total_flops, counter.profile.total_params) == (24, 64, 16)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from torch_flops import TorchFLOPsByFX
 from torch_flops.formulas import FUNCTION_FLOPs_MAPPING, MODULE_FLOPs_MAPPING
 
 
@@ -369,3 +370,38 @@ def test_transformer_matches_flop_counter(batch_first: bool) -> None:
     enc = _module("TransformerEncoder", model.encoder, memory, src)
     dec = _module("TransformerDecoder", model.decoder, out, tgt, memory)
     assert (flops, macs) == (enc[0] + dec[0], enc[1] + dec[1])
+
+
+# --------------------------------------------------------------------------- broadcast batch and heads
+
+
+@pytest.mark.parametrize(("q", "kv", "mask", "expected_macs"), [
+    # Q K^T over bcast((1, 2), (3, 2)) = 6 rows of 4 queries x 5 keys x 8 = 960; P V the same 960
+    ((1, 2, 4, 8), (3, 2, 5, 8), None, 960 + 960),
+    # the mask broadcasts the scores to (3, 2): Q K^T on (1, 2): 2*4*5*8 = 320; P V on (3, 2): 960
+    ((1, 2, 4, 8), (1, 2, 5, 8), (3, 2, 4, 5), 320 + 960),
+    # heads broadcast from K/V: Q (2, 1, 4, 8), K/V (2, 3, 5, 8): 6 rows each: 960 + 960
+    ((2, 1, 4, 8), (2, 3, 5, 8), None, 960 + 960),
+])
+def test_attention_broadcast_matches_flop_counter_on_every_front_door(
+        q: tuple[int, ...], kv: tuple[int, ...], mask: tuple[int, ...] | None, expected_macs: int) -> None:
+    from torch_flops import FORMULAS
+
+    query, key = torch.empty(q, device="meta"), torch.empty(kv, device="meta")
+    attn_mask = torch.empty(mask, device="meta") if mask is not None else None
+    with FlopCounterMode(display=False) as mode:
+        out = F.scaled_dot_product_attention(query, key, key, attn_mask=attn_mask)
+    assert 2 * expected_macs == mode.get_total_flops()
+    for formula in (FORMULAS.resolve_function(F.scaled_dot_product_attention),
+                    FORMULAS.resolve_aten(torch.ops.aten.scaled_dot_product_attention.default)):
+        flops, macs = formula(None, out, query, key, key, attn_mask)  # type: ignore[misc]
+        # per score (B*L*S of the output: 6*4*5 = 120): scale + softmax 6 (+ mask add 1)
+        assert macs == expected_macs and flops == 2 * macs + 120 * (6 + (mask is not None))
+    counter = TorchFLOPsByFX(_Sdpa())
+    counter.propagate(query, key, key, attn_mask)
+    assert counter.total_macs == expected_macs
+
+
+class _Sdpa(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

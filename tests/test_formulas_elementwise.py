@@ -14,7 +14,7 @@ from torch import nn
 
 from torch_flops.formulas import FORMULAS, FUNCTION_FLOPs_MAPPING, METHOD_FLOPs_MAPPING, MODULE_FLOPs_MAPPING
 from torch_flops.formulas import elementwise as elementwise_module
-from torch_flops.formulas.elementwise import elementwise_flops
+from torch_flops.formulas.elementwise import div_flops, elementwise_flops, mul_flops
 
 
 def _randn(*shape: int) -> torch.Tensor:
@@ -104,12 +104,17 @@ def test_unary() -> None:
 def test_every_listed_name_maps_to_the_elementwise_formula() -> None:
     # one formula object behind every front door of these names (the views adapt it to their
     # historical convention, so compare in the one table)
+    # (multiply and divide have formulas of their own, which differ only for complex data)
+    own = {**dict.fromkeys(["mul", "multiply", "imul", "__rmul__", "mul_", "multiply_"], mul_flops),
+           **dict.fromkeys(["div", "divide", "true_divide", "truediv", "itruediv", "__rtruediv__", "div_", "divide_",
+                            "true_divide_"], div_flops)}
     for name in elementwise_module._UNARY_BINARY + elementwise_module._OPERATORS:
-        assert FORMULAS.formula_named("function", name) is elementwise_flops, name
+        assert FORMULAS.formula_named("function", name) is own.get(name, elementwise_flops), name
     for name in elementwise_module._UNARY_BINARY + elementwise_module._INPLACE + elementwise_module._METHOD_ONLY:
-        assert FORMULAS.formula_named("method", name) is elementwise_flops, name
-    assert FORMULAS.resolve_function(torch.mul) is FORMULAS.resolve_method("mul_") is elementwise_flops
-    assert FORMULAS.resolve_aten(torch.ops.aten.mul.Tensor) is elementwise_flops
+        assert FORMULAS.formula_named("method", name) is own.get(name, elementwise_flops), name
+    assert FORMULAS.resolve_function(torch.mul) is FORMULAS.resolve_method("mul_") is mul_flops
+    assert FORMULAS.resolve_aten(torch.ops.aten.mul.Tensor) is mul_flops
+    assert FORMULAS.resolve_function(torch.exp) is FORMULAS.resolve_aten(torch.ops.aten.exp.default) is elementwise_flops
 
 
 def test_non_tensor_output_is_free() -> None:
@@ -301,3 +306,16 @@ def test_unknown_interpolate_mode_raises() -> None:
     x = _randn(*X4)
     with pytest.raises(NotImplementedError, match="no formula"):
         _fn("interpolate", x, x, mode="cubic-spline")
+
+
+def test_complex_elementwise_counts_real_flops() -> None:
+    a, b = torch.randn(2, 3, dtype=torch.complex64), torch.randn(2, 3, dtype=torch.complex64)
+    # 6 complex elements: add 2 real FLOPs each, multiply 6, divide 11, anything else 2
+    assert _fn("add", a + b, a, b) == 12
+    assert _fn("mul", a * b, a, b) == 36
+    assert _fn("div", a / b, a, b) == 66
+    assert _fn("exp", a.exp(), a) == 12
+    assert _fn("add", torch.add(a, b, alpha=2), a, b, alpha=2) == 6 * (2 + 6)  # + a complex alpha multiply
+    assert _method("sum", a.sum(), a) == (12, 0)  # 6 complex adds
+    real = torch.randn(2, 3)
+    assert _fn("mul", real * real, real, real) == 6  # real data unchanged

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops.formulas import FUNCTION_FLOPs_MAPPING, METHOD_FLOPs_MAPPING, MODULE_FLOPs_MAPPING
+from torch_flops import TorchFLOPsByFX
+from torch_flops.formulas import FORMULAS, FUNCTION_FLOPs_MAPPING, METHOD_FLOPs_MAPPING, MODULE_FLOPs_MAPPING
 
 FAST = settings(max_examples=25, deadline=None, database=None)
 
@@ -319,3 +320,66 @@ def test_matmul_broadcasting_matches_flop_counter(shapes: tuple[tuple[int, ...],
         assert macs == a.numel()  # each element of a meets one element of b once
     else:
         assert counted == 2 * macs
+
+
+# --------------------------------------------------------------------------- out=, keywords, fp8/int8, complex
+
+
+class _OutArgs(nn.Module):
+    """Ops called with out= (and keyword operands): the out tensor is the node's output."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = a.new_empty((3, 5))  # made from an input, so that fx records it (torch.empty would be a constant)
+        torch.mm(a, b, out=c)
+        d = a.new_empty((3, 5))
+        torch.matmul(input=a, other=b, out=d)
+        e = a.new_empty((3, 5))
+        torch.add(c, d, out=e)
+        return e
+
+
+def test_out_keyword_never_reaches_a_formula() -> None:
+    counter = TorchFLOPsByFX(_OutArgs())
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    out = counter.propagate(a, b)
+    assert torch.allclose(out, 2 * (a @ b))
+    assert counter.unsupported == {}
+    rec = {r.name: r for r in counter.records}
+    # mm and matmul: 3*4*5 = 60 MACs, 120 FLOPs each; the add: 15
+    assert (rec["mm"].macs, rec["mm"].flops, rec["matmul"].macs, rec["add"].flops) == (60, 120, 60, 15)
+
+
+def test_scaled_and_int_matmuls_against_flop_counter() -> None:
+    class Fp8(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+            return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+
+    fp8 = torch.float8_e4m3fn
+    a = torch.empty(16, 32, dtype=fp8, device="meta")
+    b = torch.empty(64, 32, dtype=fp8, device="meta").t()
+    scale = torch.empty((), device="meta")
+    counter = TorchFLOPsByFX(Fp8())
+    counter.propagate(a, b, scale, scale)
+    with FlopCounterMode(display=False) as mode:
+        torch._scaled_mm(a, b, scale, scale, out_dtype=torch.bfloat16)
+    # 16*32*64 = 32768 MACs; FLOPs 2*32768 + 2 scale multiplies per output (16*64 = 1024)
+    assert counter.total_macs == 32768 and 2 * counter.total_macs == mode.get_total_flops()
+    assert counter.total_flops == 65536 + 2048
+    assert counter.records[-2].dtype == "bfloat16"
+
+    ai, bi = torch.randint(-5, 5, (32, 64), dtype=torch.int8), torch.randint(-5, 5, (64, 32), dtype=torch.int8)
+    formula = FORMULAS.resolve_function(torch._int_mm)
+    assert formula is not None and formula(None, torch._int_mm(ai, bi), ai, bi) == (2 * 65536, 65536)  # 32*64*32
+    assert FORMULAS.resolve_aten(torch.ops.aten._scaled_grouped_mm.default) is not None
+
+
+@pytest.mark.filterwarnings("ignore:Complex modules")
+def test_complex_matmul_counts_real_operations() -> None:
+    a, b = torch.randn(3, 4, dtype=torch.complex64), torch.randn(4, 5, dtype=torch.complex64)
+    # 3*4*5 = 60 complex MACs = 240 real MACs (4 real multiplies and 4 real adds each)
+    assert _fn("mm", a @ b, a, b) == (480, 240)
+    lin = nn.Linear(4, 5).to(torch.complex64)
+    # Linear on (3, 4): 60 complex MACs = 240 real; the bias adds 15 complex adds = 30 real FLOPs
+    assert MODULE_FLOPs_MAPPING["Linear"](lin, lin(a), a) == (480 + 30, 240)
+    # einsum: the same 60 complex MACs
+    assert _fn("einsum", torch.einsum("ij,jk->ik", a, b), "ij,jk->ik", a, b) == (480, 240)

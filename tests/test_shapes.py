@@ -204,3 +204,24 @@ def test_adaptive_window_total_brute_force(in_size: int, out_size: int) -> None:
     total = adaptive_window_total(in_size, out_size)
     assert total == _brute_window_total(in_size, out_size)
     assert total == _torch_window_total(in_size, out_size)
+
+
+@pytest.mark.parametrize(("equation", "a", "b", "expected"), [
+    # j broadcasts (1 vs 3): torch sums B over j first (12 adds), then multiplies (2*4 = 8): no MACs
+    ("ij,jk->ik", (2, 1), (3, 4), (0, 12 + 8)),
+    # j is 1 in both: nothing to accumulate, a broadcast multiply of 2*4
+    ("ij,jk->ik", (2, 1), (1, 4), (0, 8)),
+    # j broadcasts (1 vs 4) and k (3) is a real contraction: B summed over j (4*3*5 = 60 adds),
+    # then 2*3*5 = 30 MACs
+    ("ijk,jkl->il", (2, 1, 3), (4, 3, 5), (30, 60)),
+    # a broadcast batch is not a contraction: b = 5 rows of 2*3*4 = 120 MACs
+    ("bij,bjk->bik", (1, 2, 3), (5, 3, 4), (120, 0)),
+])
+def test_einsum_contraction_that_broadcasts(equation: str, a: tuple[int, ...], b: tuple[int, ...],
+                                           expected: tuple[int, int]) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    assert einsum_macs(equation, [a, b]) == expected
+    with FlopCounterMode(display=False) as mode:
+        torch.einsum(equation, torch.empty(a, device="meta"), torch.empty(b, device="meta"))
+    assert mode.get_total_flops() == 2 * expected[0]  # FlopCounterMode sees the same matmuls

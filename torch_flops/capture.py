@@ -289,8 +289,21 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
 
 
+def check_initialized(model: nn.Module) -> None:
+    """``ValueError`` naming a lazy module whose parameters do not exist yet (``nn.LazyLinear`` and
+    friends get their shapes from their first input): they cannot be counted before."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    for path, module in model.named_modules():
+        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+            raise ValueError(
+                f"module {path or '(root)'!r} ({type(module).__name__}) is a lazy module whose parameters are not "
+                "initialised yet: run the model once on an example input (model(x)), then profile it")
+
+
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     """The fx front end: one graph, valid for any inputs."""
+    check_initialized(model)
     gm = trace_fx(model, options)
     types = module_types(model)
     graph = CapturedGraph(gm, _locations(gm, types), FxBinder.for_graph(gm, options.concrete_args))
@@ -367,6 +380,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
+    check_initialized(model)
     dropped: list[str] = []
     wrapper = _ExportWrapper(model, dropped)
     was_training = [(m, m.training) for m in model.modules()]

@@ -213,6 +213,8 @@ class FlopsInterpreter(fx.Interpreter):
             if plan.holds:
                 self._storages[i] = storage_entries(out)
         if plan.kind is _COUNTED:
+            if kwargs and "out" in kwargs:  # an out= tensor is the node's output, never a formula argument
+                kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             try:
                 result = plan.formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
                 if type(result) is tuple:

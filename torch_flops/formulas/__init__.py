@@ -225,6 +225,7 @@ from torch_flops.formulas import (  # noqa: F401
     conv,
     elementwise,
     embedding,
+    loss,
     matmul,
     norm,
     pooling,

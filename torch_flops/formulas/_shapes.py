@@ -10,9 +10,15 @@ from typing import Any
 import torch
 
 __all__ = [
+    "COMPLEX_ADD",
+    "COMPLEX_DIV",
+    "COMPLEX_MAC",
+    "COMPLEX_MUL",
+    "COMPLEX_OTHER",
     "adaptive_window_total",
     "arg",
     "as_tuple",
+    "complex_factor",
     "conv_macs",
     "einsum_macs",
     "first_output",
@@ -47,6 +53,18 @@ def first_output(out: Any) -> Any:
     if isinstance(out, (tuple, list)):
         return out[0] if out else None
     return out
+
+
+#: Real FLOPs of one complex operation (a complex number is two reals):
+#: add/sub (a+c) + (b+d)i = 2; multiply (ac-bd) + (ad+bc)i = 4 mul + 2 add = 6; divide by c+di:
+#: numerator 6, c^2 + d^2 3, two divisions 2 = 11; a complex multiply-accumulate is 4 real MACs
+#: (4 mul, then 2 + 2 adds). Other elementwise functions count one real FLOP per component, 2.
+COMPLEX_ADD, COMPLEX_MUL, COMPLEX_DIV, COMPLEX_OTHER, COMPLEX_MAC = 2, 6, 11, 2, 4
+
+
+def complex_factor(cost: int, *tensors: Any) -> int:
+    """``cost`` when any of ``tensors`` is complex, else 1: the real-FLOP multiplier of one op."""
+    return cost if any(isinstance(t, Tensor) and t.is_complex() for t in tensors) else 1
 
 
 def is_float(t: Any) -> bool:
@@ -108,29 +126,46 @@ def conv_macs(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequenc
     return batch * prod(w_shape) * positions
 
 
-def sdpa_macs(q: Sequence[int], k: Sequence[int], v: Sequence[int]) -> tuple[int, int]:
-    """MACs of attention ``softmax(Q K^T) V`` and the number of attention scores.
+def sdpa_macs(q: Sequence[int], k: Sequence[int], v: Sequence[int],
+              out: Sequence[int] | None = None) -> tuple[int, int]:
+    """MACs of attention ``softmax(Q K^T [+ mask]) V`` and the number of attention scores.
 
-    ``Q: (..., Hq, L, E)``, ``K: (..., Hk, S, E)``, ``V: (..., Hk, S, Ev)``; with grouped-query
-    attention (``Hk < Hq``) every query head still does its own products, so the count uses Q's
-    leading dims: scores ``= prod(Q[:-1]) * S``; MACs ``= scores * E`` (Q K^T) ``+ scores * Ev`` (P V).
+    ``Q: (..., Hq, L, E)``, ``K: (..., Hk, S, E)``, ``V: (..., Hk, S, Ev)``; leading dims broadcast
+    (as the math kernel, and FlopCounterMode on meta, compute it): ``Q K^T`` runs over the
+    broadcast of Q's and K's leading dims, with grouped-query attention (``Hk`` divides ``Hq``)
+    every query head doing its own products; the mask (and V) may broadcast the scores further,
+    to the output's leading dims, over which softmax and ``P V`` run. So
+    MACs ``= prod(bcast(Q, K)[:-2]) * L * S * E + scores * Ev`` with
+    ``scores = prod(out[:-2]) * L * S`` (without ``out``: the broadcast of Q's, K's and V's).
     """
-    rows = prod(q[:-1])
-    s = k[-2]
-    scores = rows * s
-    return scores * (q[-1] + v[-1]), scores
+    q_lead, k_lead, v_lead = tuple(q[:-2]), _heads_as(tuple(k[:-2]), q), _heads_as(tuple(v[:-2]), q)
+    length, s = q[-2], k[-2]
+    qk_rows = prod(torch.broadcast_shapes(q_lead, k_lead)) * length
+    lead = out[:-2] if out is not None else torch.broadcast_shapes(q_lead, k_lead, v_lead)
+    scores = prod(lead) * length * s
+    return qk_rows * s * q[-1] + scores * v[-1], scores
+
+
+def _heads_as(lead: tuple[int, ...], q: Sequence[int]) -> tuple[int, ...]:
+    """Key/value leading dims with grouped-query heads (a divisor of the query's) repeated."""
+    heads = q[-3] if len(q) >= 3 else None
+    if lead and heads is not None and lead[-1] not in (1, heads) and heads % lead[-1] == 0:
+        return (*lead[:-1], heads)
+    return lead
 
 
 def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, int]:
-    """MACs of ``torch.einsum`` contracted left to right, and the adds of pre-summed indices.
+    """MACs of ``torch.einsum`` contracted left to right, and its other FLOPs, as torch computes it.
 
-    Each pairwise step that sums an index shared by both operands is a batched matmul:
-    ``prod(size of every index in either operand)`` MACs. A step that sums nothing (an outer or
-    elementwise product) is a broadcast multiply: that many FLOPs and no MACs, as in torch.
-    An index found in one operand only, and neither in the output nor a later operand, is summed
-    out first (as torch does): that costs one add per element of the operand, counted as FLOPs.
-    One operand alone has no MACs: a transpose is free, a sum over indices is one add per element.
-    Returns ``(macs, extra_flops)``.
+    Each pairwise step that sums an index of size > 1 shared by both operands is a batched
+    matmul: ``prod(size of every index in either operand)`` MACs. A step that sums nothing (an
+    outer or elementwise product) is a broadcast multiply: that many FLOPs and no MACs.
+    Sums torch does first, one add per element of the operand summed (FLOPs, no MACs):
+    an index found in one operand only and neither in the output nor a later operand; and a summed
+    index that broadcasts (size 1 in one operand, n in the other), which the operand of size n
+    sums out before the product (so "ij,jk->ik" with j of sizes 1 and 3 is a sum and a multiply,
+    no MACs, as FlopCounterMode sees it on meta tensors). One operand alone has no MACs: a
+    transpose is free, a sum over indices is one add per element. Returns ``(macs, extra_flops)``.
     """
     eq = equation.replace(" ", "")
     if "->" in eq:
@@ -143,34 +178,39 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
     terms = lhs.split(",")
     if "..." in eq:
         terms, out = _expand_ellipsis(terms, out, shapes)
-    sizes: dict[str, int] = {}
-    for term, shape in zip(terms, shapes):
-        for letter, size in zip(term, shape):
-            sizes[letter] = max(sizes.get(letter, 1), int(size))
+    operands = [dict(zip(term, (int(d) for d in shape))) for term, shape in zip(terms, shapes)]
 
     extra = 0
-    operands = [set(t) for t in terms]
-    for i, indices in enumerate(operands):
+    for i, dims in enumerate(operands):
         needed = set(out).union(*(o for j, o in enumerate(operands) if j != i))
-        lone = indices - needed
+        lone = dims.keys() - needed
         if lone and len(operands) > 1:
-            extra += prod(sizes[c] for c in indices)
-            operands[i] = indices - lone
+            extra += prod(dims.values())
+            operands[i] = {c: n for c, n in dims.items() if c not in lone}
     if len(operands) == 1:
         # one operand: a transpose/diagonal is free; summing indices out is one add per element
-        return 0, (prod(sizes[c] for c in operands[0]) if operands[0] - set(out) else 0)
+        dims = operands[0]
+        return 0, (prod(dims.values()) if dims.keys() - set(out) else 0)
     macs = 0
     current = operands[0]
     for i in range(1, len(operands)):
-        step = current | operands[i]
+        other = dict(operands[i])
         later = set(out).union(*operands[i + 1:])
-        summed = (current & operands[i]) - later
-        if summed:
-            macs += prod(sizes[c] for c in step)
+        summed = (current.keys() & other.keys()) - later
+        for c in summed:  # a broadcast contraction index: the operand where it is > 1 sums it out first
+            if current[c] == 1 and other[c] > 1:
+                extra += prod(other.values())
+                other[c] = 1
+            elif other[c] == 1 and current[c] > 1:
+                extra += prod(current.values())
+                current = {**current, c: 1}
+        step = {c: max(current.get(c, 1), other.get(c, 1)) for c in (*current, *other)}
+        if any(step[c] > 1 for c in summed):
+            macs += prod(step.values())
         else:
-            # No index is summed: torch multiplies elementwise (broadcast), one FLOP per product.
-            extra += prod(sizes[c] for c in step)
-        current = step & later
+            # nothing (left) to accumulate: torch multiplies elementwise (broadcast), one FLOP a product
+            extra += prod(step.values())
+        current = {c: n for c, n in step.items() if c in later}
     return macs, extra
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, register
-from torch_flops.formulas._shapes import arg, numel, sdpa_macs
+from torch_flops.formulas._shapes import arg, first_output, numel, sdpa_macs
 from torch_flops.formulas.table import Composite, FormulaTable
 
 __all__ = ["mha_flops", "sdpa_flops", "transformer_layer_flops"]
@@ -30,9 +30,12 @@ def _score_flops(scores: int, masked: bool, dropout: bool) -> int:
     return scores * (_SCALE + _SOFTMAX + int(masked) + int(dropout))
 
 
-def _sdpa(query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> tuple[int, int]:
-    # 2 * (scores*E + scores*Ev) for Q K^T and P V, + per-score scale/softmax/mask/dropout
-    macs, scores = sdpa_macs(query.shape, key.shape, value.shape)
+def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> tuple[int, int]:
+    # 2 * (Q K^T MACs + P V MACs) + per-score scale/softmax/mask/dropout; leading dims broadcast
+    # (see _shapes.sdpa_macs); the output (the first of a backend's tuple) has the broadcast shape
+    result = first_output(out)
+    shape = result.shape if isinstance(result, torch.Tensor) else None
+    macs, scores = sdpa_macs(query.shape, key.shape, value.shape, shape)
     return 2 * macs + _score_flops(scores, masked, dropout), macs
 
 
@@ -42,7 +45,7 @@ def sdpa_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: A
     attn_mask = arg(args, kwargs, 0, "attn_mask")
     dropout_p = arg(args, kwargs, 1, "dropout_p", 0.0)
     is_causal = arg(args, kwargs, 2, "is_causal", False)
-    return _sdpa(query, key, value, attn_mask is not None or bool(is_causal), dropout_p > 0)
+    return _sdpa(out, query, key, value, attn_mask is not None or bool(is_causal), dropout_p > 0)
 
 
 # aten backend op -> (position of dropout_p, of is_causal, of the mask/bias) after (query, key, value)
@@ -71,7 +74,7 @@ def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None
         is_causal = args[p_causal] if p_causal is not None and len(args) > p_causal else kwargs.get("is_causal", False)
         mask = args[p_mask] if p_mask is not None and len(args) > p_mask else kwargs.get(
             "attn_mask", kwargs.get("attn_bias"))
-        return _sdpa(query, key, value, mask is not None or bool(is_causal), bool(dropout_p))
+        return _sdpa(out, query, key, value, mask is not None or bool(is_causal), bool(dropout_p))
 
     backend_flops.__name__ = backend_flops.__qualname__ = f"{name}_flops"
     return backend_flops

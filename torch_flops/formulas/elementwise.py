@@ -1,7 +1,9 @@
 """Elementwise arithmetic: one FLOP per output element per arithmetic step, for floating point
 data only (``_shapes.float_numel``). ``torch.*``, ``operator.*`` (``x + y``, ``x += 1``), Tensor
-methods with their in-place ``_`` forms and the aten ops share these formulas. Dropout lives here
-too: it is an elementwise mask multiply while active and free otherwise."""
+methods with their in-place ``_`` forms and the aten ops share these formulas. Complex data counts
+real FLOPs (``_shapes.COMPLEX_*``): add/sub 2, multiply 6, divide 11, any other elementwise op 2
+(one per component). Dropout lives here too: it is an elementwise mask multiply while active and
+free otherwise."""
 
 from __future__ import annotations
 
@@ -10,9 +12,17 @@ from typing import Any
 from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register
-from torch_flops.formulas._shapes import arg, float_numel
+from torch_flops.formulas._shapes import (
+    COMPLEX_ADD,
+    COMPLEX_DIV,
+    COMPLEX_MUL,
+    COMPLEX_OTHER,
+    arg,
+    complex_factor,
+    float_numel,
+)
 
-__all__ = ["add_flops", "clamp_flops", "dropout_flops", "elementwise_flops"]
+__all__ = ["add_flops", "clamp_flops", "div_flops", "dropout_flops", "elementwise_flops", "mul_flops"]
 
 # One arithmetic step (or one transcendental call) per output element.
 _UNARY_BINARY = [
@@ -39,12 +49,32 @@ _BITWISE_METHODS = ["__and__", "__or__", "__xor__", "__invert__", "__rand__", "_
 _ATEN_BITWISE = ["__and__", "__or__", "__xor__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"]
 
 
-@register(*functions(*_UNARY_BINARY, *_OPERATORS, *_BITWISE),
-          *methods(*_UNARY_BINARY, *_INPLACE, *_METHOD_ONLY, *_BITWISE_METHODS),
-          *aten_ops(*_UNARY_BINARY, *_ATEN_BITWISE))
+# multiplies and divides: their own formulas, for the cost of complex data
+_MUL = ["mul", "multiply"]
+_DIV = ["div", "divide", "true_divide"]
+_GENERIC = [n for n in _UNARY_BINARY if n not in _MUL + _DIV]
+
+
+@register(*functions(*_GENERIC, *[o for o in _OPERATORS if o not in ("imul", "truediv", "itruediv")], *_BITWISE),
+          *methods(*_GENERIC, *[f"{n}_" for n in _GENERIC if f"{n}_" in _INPLACE], "__rpow__", "__neg__", "__abs__",
+                   *_BITWISE_METHODS),
+          *aten_ops(*_GENERIC, *_ATEN_BITWISE))
 def elementwise_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
-    # 1 per output element (broadcast included); 0 for integer/boolean data
-    return float_numel(out, *args)
+    # 1 per output element (broadcast included), 2 for complex data; 0 for integer/boolean data
+    return float_numel(out, *args) * complex_factor(COMPLEX_OTHER, out, *args)
+
+
+@register(*functions(*_MUL, "imul"), *methods(*_MUL, "mul_", "multiply_", "__rmul__"), *aten_ops(*_MUL))
+def mul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # 1 per output element; a complex multiply is 6 real FLOPs
+    return float_numel(out, *args) * complex_factor(COMPLEX_MUL, out, *args)
+
+
+@register(*functions(*_DIV, "truediv", "itruediv"), *methods(*_DIV, "div_", "divide_", "true_divide_", "__rtruediv__"),
+          *aten_ops(*_DIV))
+def div_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # 1 per output element; a complex divide is 11 real FLOPs
+    return float_numel(out, *args) * complex_factor(COMPLEX_DIV, out, *args)
 
 
 _ADD_SUB = ["add", "sub", "subtract", "rsub"]
@@ -54,8 +84,11 @@ _ADD_SUB = ["add", "sub", "subtract", "rsub"]
           *methods(*_ADD_SUB, *[f"{n}_" for n in _ADD_SUB], "__radd__", "__rsub__", "__iadd__", "__isub__"),
           *aten_ops(*_ADD_SUB))
 def add_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
-    # x + alpha*y: 1 per output element, 2 when alpha scales the second operand
+    # x + alpha*y: 1 per output element, 2 when alpha scales the second operand; complex data:
+    # 2 per add, + 6 per complex alpha multiply
     alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+    if complex_factor(2, out, *args) > 1:
+        return float_numel(out, *args) * (COMPLEX_ADD + (0 if alpha == 1 else COMPLEX_MUL))
     return float_numel(out, *args) * (1 if alpha == 1 else 2)
 
 

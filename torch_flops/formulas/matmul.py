@@ -1,15 +1,27 @@
 """Linear layers and the matmul family: linear, bilinear, matmul/@, mm, bmm, mv, dot, addmm,
-baddbmm, addbmm, addmv, einsum, outer, and grouped matmuls of mixture-of-experts layers. All MACs
-go through ``_shapes.matmul_macs``/``einsum_macs``."""
+baddbmm, addbmm, addmv, einsum, outer, the fp8/int8 matmuls (``_scaled_mm``, ``_int_mm``) and
+grouped matmuls of mixture-of-experts layers. All MACs go through
+``_shapes.matmul_macs``/``einsum_macs``; with complex operands every MAC is 4 real MACs and every
+add 2 real FLOPs (``_shapes.COMPLEX_*``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from torch_flops.formulas import Name, aten_ops, functions, methods, modules, register
-from torch_flops.formulas._shapes import arg, einsum_macs, matmul_macs, numel
+from torch_flops.formulas._shapes import (
+    COMPLEX_ADD,
+    COMPLEX_MAC,
+    arg,
+    complex_factor,
+    einsum_macs,
+    first_output,
+    matmul_macs,
+    numel,
+)
 
 __all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "grouped_mm_flops", "linear_flops", "matmul_flops"]
 
@@ -26,6 +38,8 @@ def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int,
         has_bias = arg(args, kwargs, 2, "bias") is not None
     n = out.numel()
     macs = n * in_features
+    if out.is_complex():  # complex: 4 real MACs a MAC, 2 real adds a bias add
+        return 2 * COMPLEX_MAC * macs + (COMPLEX_ADD * n if has_bias else 0), COMPLEX_MAC * macs
     return (2 * macs + n, macs) if has_bias else (2 * macs, macs)
 
 
@@ -46,14 +60,23 @@ def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[in
 _MATMUL = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 
 
+def _operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The two matrices of a matmul-like call, given by position or by any of torch's keywords."""
+    a = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    b = args[1] if len(args) > 1 else next(kwargs[k] for k in ("other", "mat2", "vec", "tensor") if k in kwargs)
+    return a, b
+
+
 @register(*functions(*_MATMUL), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL))
-def matmul_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
+    a, b = _operands(args, kwargs)
     if a.dim() == 1 and b.dim() == 1:
         macs = a.shape[0]  # dot / inner of vectors: k MACs
     else:
         macs = matmul_macs(a.shape, b.shape)
+    macs *= complex_factor(COMPLEX_MAC, a, b)
     return 2 * macs, macs
 
 
@@ -61,6 +84,24 @@ def matmul_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: An
 def rmatmul_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
     # a.__rmatmul__(b) computes b @ a
     return matmul_flops(module, out, b, a)
+
+
+@register(torch._scaled_mm, *aten_ops("_scaled_mm", "_scaled_mm_v2"))
+def scaled_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # fp8 (M, K) x (K, N): 2*M*K*N, + 2 per output element for the two scales (scale_a, scale_b)
+    # applied to the accumulator, + 1 bias add per output element when a bias is given
+    # (_scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype, ...))
+    macs = matmul_macs(a.shape, b.shape)
+    bias = arg(args, kwargs, 2, "bias")
+    return 2 * macs + 2 * numel(first_output(out)) + (numel(first_output(out)) if bias is not None else 0), macs
+
+
+@register(torch._int_mm, *aten_ops("_int_mm"))
+def int_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # int8 (M, K) x (K, N) -> int32: M*K*N integer multiply-accumulates. Counted as MACs like any
+    # other dot product (they are the matmul's work); FlopCounterMode counts _int_mm as 0.
+    macs = matmul_macs(a.shape, b.shape)
+    return 2 * macs, macs
 
 
 @register(*functions("inner"), *methods("inner"), *aten_ops("inner"))
@@ -84,14 +125,26 @@ def _scaled_add(out: Any, kwargs: Any) -> int:
 
 
 _ADDMM = ("addmm", "addmv", "baddbmm", "addbmm")
+_ADDMM_KEYWORDS = (("mat1", "mat2"), ("mat", "vec"), ("batch1", "batch2"))
+
+
+def _addmm_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """The two factors of addmm(input, mat1, mat2) / addmv(input, mat, vec) / (add)baddbmm(input,
+    batch1, batch2), by position or keyword."""
+    for first, second in _ADDMM_KEYWORDS:
+        if len(args) >= 3 or first in kwargs or second in kwargs:
+            return arg(args, kwargs, 1, first), arg(args, kwargs, 2, second)
+    raise TypeError(f"no matrix operands among {len(args)} argument(s) and keywords {sorted(kwargs)}")
 
 
 @register(*functions(*_ADDMM), *methods(*_ADDMM, *(f"{n}_" for n in _ADDMM)), *aten_ops(*_ADDMM))
-def addmm_flops(module: Any, out: Any, input: Any, a: Any, b: Any, **kwargs: Any) -> tuple[int, int]:
+def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # beta*input + alpha*(a @ b): 2*M*K*N for the product (addbmm sums the batch of products: its
     # batch sum is part of the accumulation, B*M*K*N MACs), + the scaled add per output element
-    macs = matmul_macs(a.shape, b.shape)
-    return 2 * macs + _scaled_add(out, kwargs), macs
+    a, b = _addmm_operands(args, kwargs)
+    factor = complex_factor(COMPLEX_MAC, a, b)
+    macs = matmul_macs(a.shape, b.shape) * factor
+    return 2 * macs + _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1), macs
 
 
 @register(*functions("einsum"), *aten_ops("einsum"))
@@ -100,6 +153,8 @@ def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs:
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)) or operands and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     macs, extra = einsum_macs(equation, [o.shape for o in operands])
+    if any(o.is_complex() for o in operands):  # 4 real MACs a complex MAC, 2 real FLOPs an add
+        return 2 * COMPLEX_MAC * macs + COMPLEX_ADD * extra, COMPLEX_MAC * macs
     return 2 * macs + extra, macs
 
 
@@ -109,11 +164,12 @@ def outer_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
     return numel(out), 0
 
 
-@register(*aten_ops("_grouped_mm"), Name("aten", "transformers.grouped_mm_fallback"),
+@register(*aten_ops("_grouped_mm", "_scaled_grouped_mm"), Name("aten", "transformers.grouped_mm_fallback"),
           Name("aten", "transformers.grouped_mm"))
 def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # grouped matmul of token rows by per-group weights: (M, K) x (G, K, N) with offsets puts every
     # row through exactly one group's (K, N) matrix: M*K*N MACs. 3-D x 3-D is a plain batched mm.
+    # (_scaled_grouped_mm: the same products in fp8; its per-output scaling is not counted.)
     if a.dim() == 2 and b.dim() == 3:
         macs = a.shape[0] * a.shape[1] * b.shape[-1]
     elif a.dim() == 2 and b.dim() == 2:  # (M, K) x (K, N_total) grouped along N, or (K, M)^T x ...

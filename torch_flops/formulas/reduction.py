@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from torch_flops.formulas import aten_ops, functions, methods, register
-from torch_flops.formulas._shapes import arg, first_output, float_numel, is_float, numel
+from torch_flops.formulas._shapes import COMPLEX_OTHER, arg, complex_factor, first_output, float_numel, is_float, numel
 
 __all__: list[str] = []
 
@@ -32,7 +32,8 @@ def _reduction_flops(out: Any, x: Any, per_input: int, per_output: int = 0) -> t
     values = first_output(out)
     if not (is_float(x) or is_float(values)):
         return (0, 0)
-    return (per_input * numel(x) + per_output * numel(values), 0)
+    # complex data: 2 real FLOPs per step (one per component)
+    return ((per_input * numel(x) + per_output * numel(values)) * complex_factor(COMPLEX_OTHER, x), 0)
 
 
 def _register_reduction(name: str, per_input: int, per_output: int = 0, function_names: tuple[str, ...] = (),

@@ -29,7 +29,7 @@ _CREATION = [
     "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like",
     "empty_like", "full_like", "rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
     "tensor", "as_tensor", "scalar_tensor", "triu_indices", "tril_indices", "meshgrid", "atleast_1d",
-    "atleast_2d", "atleast_3d",
+    "atleast_2d", "atleast_3d", "broadcast_tensors", "broadcast_shapes",
 ]
 # Python-level plumbing that fx records as call_function nodes.
 _PLUMBING = ["getitem", "setitem", "getattr", "is_tensor", "numel", "_assert", "_assert_is_none", "len", "sym_size",
@@ -75,7 +75,8 @@ ATEN_ZERO_OPS: list[str] = [
     "upsample_nearest3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
     "resolve_conj", "resolve_neg", "set", "resize", "empty_strided", "new_empty_strided", "slice_scatter",
     "select_scatter", "diagonal_scatter", "as_strided_scatter", "unsafe_split", "unsafe_chunk", "movedim",
-    "swapaxes", "swapdims", "broadcast_to", "atleast_1d", "atleast_2d", "atleast_3d", "_reshape_alias",
+    "swapaxes", "swapdims", "broadcast_to", "broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d",
+    "_reshape_alias",
     "_empty_affine_quantized",
 ]
 
