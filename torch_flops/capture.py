@@ -295,7 +295,7 @@ def check_initialized(model: nn.Module) -> None:
     from torch.nn.modules.lazy import LazyModuleMixin
 
     for path, module in model.named_modules():
-        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():  # type: ignore[misc]
             raise ValueError(
                 f"module {path or '(root)'!r} ({type(module).__name__}) is a lazy module whose parameters are not "
                 "initialised yet: run the model once on an example input (model(x)), then profile it")
