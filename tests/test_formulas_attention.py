@@ -394,9 +394,11 @@ def test_attention_broadcast_matches_flop_counter_on_every_front_door(
     assert 2 * expected_macs == mode.get_total_flops()
     for formula in (FORMULAS.resolve_function(F.scaled_dot_product_attention),
                     FORMULAS.resolve_aten(torch.ops.aten.scaled_dot_product_attention.default)):
-        flops, macs = formula(None, out, query, key, key, attn_mask)  # type: ignore[misc]
+        count = formula(None, out, query, key, key, attn_mask)  # type: ignore[misc]
         # per score (B*L*S of the output: 6*4*5 = 120): scale + softmax 6 (+ mask add 1)
-        assert macs == expected_macs and flops == 2 * macs + 120 * (6 + (mask is not None))
+        assert count.macs == expected_macs and count.flops == 2 * count.macs + 120 * (6 + (mask is not None))
+        # dot products: Q K^T scores of length 8 (MACs / 8) + output elements 6*4*8 = 192 of length 5
+        assert count.dot_outputs == (expected_macs - 960) // 8 + 192 and count.mm_macs == expected_macs
     counter = TorchFLOPsByFX(_Sdpa())
     counter.propagate(query, key, key, attn_mask)
     assert counter.total_macs == expected_macs

@@ -232,11 +232,11 @@ def test_rows_for_each_grouping(hand_profile: Any) -> None:
 
 # ---------------------------------------------------------------------- JSON
 _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status", "time_ms",
-                "phase", "dtype", "graph",
+                "phase", "dtype", "graph", "dot_outputs", "mm_macs",
                 "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note"}
 _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
-                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported"}
+                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention"}
 
 
 def _check_schema(doc: dict[str, Any]) -> None:

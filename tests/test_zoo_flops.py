@@ -45,6 +45,8 @@ def test_zoo_default_config_matches_flop_counter_mode_on_meta(name: str) -> None
     reference = _flop_counter_total(model, inputs)
     assert reference > 0
     assert 2 * counter.total_macs == reference
+    # the same profile in FlopCounterMode's own convention: exactly its total
+    assert counter.profile.with_convention("flop_counter").total_flops == reference
     # flops = 2*macs + the non-dot-product work (norms, activations, softmax, adds...), never less
     assert counter.total_flops > 2 * counter.total_macs
     assert counter.total_time_ms is None  # nothing timed on meta

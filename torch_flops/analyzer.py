@@ -178,19 +178,28 @@ class TorchFLOPsByFX:
     def unsupported(self) -> dict[str, int]:
         return self.profile.unsupported
 
+    def in_convention(self, convention: str = "torch_flops") -> Profile:
+        """:attr:`profile` counted in another convention (:mod:`torch_flops.conventions`): the
+        ``convention=`` argument of the print and export methods."""
+        return self.profile.with_convention(convention)
+
     def print_result_table(self, show: bool = True, group_by: report.GroupBy = "node",
-                           as_string: bool = False) -> list[list[Any]]:
+                           as_string: bool = False, convention: str = "torch_flops") -> list[list[Any]]:
         """Print one row per node (``group_by="node"``), per module (``"module"``, each including
         its submodules) or per operator (``"operator"``) and return the rows: raw numbers, or as
         printed with ``as_string=True``. Columns: ``report.NODE_COLUMNS`` / ``MODULE_COLUMNS`` /
         ``OPERATOR_COLUMNS``."""
-        columns, rows = report.rows_for(self.profile, group_by)
+        profile = self.in_convention(convention)
+        columns, rows = report.rows_for(profile, group_by)
         if show:
-            print(report.table_text(self.profile, group_by))
+            print(report.table_text(profile, group_by))
         return report.format_rows(columns, rows) if as_string else rows
 
-    def print_total_flops(self, show: bool = True) -> int:
-        return self._show(report.total_flops_text, show, self.profile.total_flops)
+    def print_total_flops(self, show: bool = True, convention: str = "torch_flops") -> int:
+        profile = self.in_convention(convention)
+        if show:
+            print(report.total_flops_text(profile))
+        return profile.total_flops
 
     def print_total_time(self, show: bool = True) -> float | None:
         return self._show(report.total_time_text, show, self.profile.total_time_ms)
@@ -203,38 +212,39 @@ class TorchFLOPsByFX:
             print(text(self.profile))
         return value
 
-    def save_result_to_csv(self, path: str, mode: str = "w") -> None:
+    def save_result_to_csv(self, path: str, mode: str = "w", convention: str = "torch_flops") -> None:
         """Write the node table (raw numbers) as CSV; ``mode='a'`` appends without a second header."""
         if mode not in ("w", "a"):
             raise ValueError(f"mode must be 'w' or 'a', got {mode!r}")
-        report.write_csv(self.profile.records, path, mode)
+        report.write_csv(self.in_convention(convention).records, path, mode)
 
     def print_model_profile(self, depth: int = -1, show: bool = True, as_string: bool = False,
-                            top_modules: int = 0) -> list[list[Any]]:
+                            top_modules: int = 0, convention: str = "torch_flops") -> list[list[Any]]:
         """Print the summary and the module tree down to ``depth`` (0 = root, -1 = all), and with
         ``top_modules=k`` the top k modules at that depth. Returns the tree's rows
         (``report.TREE_COLUMNS``): raw numbers, or as printed with ``as_string=True``."""
-        rows = report.tree_rows(self.profile, depth)
+        profile = self.in_convention(convention)
+        rows = report.tree_rows(profile, depth)
         if show:
-            print(report.model_profile_text(self.profile, depth, top_modules))
+            print(report.model_profile_text(profile, depth, top_modules))
         return report.format_rows(report.TREE_COLUMNS, rows) if as_string else rows
 
-    def to_json(self, path: str | None = None) -> str:
+    def to_json(self, path: str | None = None, convention: str = "torch_flops") -> str:
         """The profile as a versioned JSON document (schema in :mod:`torch_flops.report`), also
         written to ``path`` when given."""
-        return report.profile_to_json(self.profile, path)
+        return report.profile_to_json(self.in_convention(convention), path)
 
-    def to_dataframe(self, group_by: report.GroupBy = "node") -> Any:
+    def to_dataframe(self, group_by: report.GroupBy = "node", convention: str = "torch_flops") -> Any:
         """The raw rows per node, module or operator as a ``pandas.DataFrame`` (needs pandas)."""
-        return report.to_dataframe(self.profile, group_by)
+        return report.to_dataframe(self.in_convention(convention), group_by)
 
-    def to_markdown(self, group_by: report.GroupBy = "node") -> str:
+    def to_markdown(self, group_by: report.GroupBy = "node", convention: str = "torch_flops") -> str:
         """A summary line and the node, module or operator table as GitHub Markdown."""
-        return report.markdown(self.profile, group_by)
+        return report.markdown(self.in_convention(convention), group_by)
 
-    def export_chrome_trace(self, path: str) -> None:
+    def export_chrome_trace(self, path: str, convention: str = "torch_flops") -> None:
         """Write a Trace Event Format file (chrome://tracing, Perfetto); ``ValueError`` untimed."""
-        report.write_chrome_trace(self.profile, path)
+        report.write_chrome_trace(self.in_convention(convention), path)
 
 
 def _batch_size(inputs: Any) -> int | None:

@@ -38,6 +38,8 @@ class GraphRun:
     graph: int  #: which graph of the capture ran (a graph may run several times in one forward)
     flops: Sequence[int | None]  #: None where no formula counted the node
     macs: Sequence[int | None]
+    dot_outputs: Sequence[int | None]  #: see formulas.Count; None where the formula did not say
+    mm_macs: Sequence[int | None]
     time_ms: Sequence[float | None]  #: median over the timed runs; None where nothing was timed
     mem_before: Sequence[int | None]  #: bytes (see ``Measurements.memory_source``)
     mem_after: Sequence[int | None]
@@ -97,7 +99,8 @@ class Runner:
             times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
             mem_before, mem_after = interp.memory()
             graph_run = GraphRun(
-                plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, time_ms=times, mem_before=mem_before,
+                plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, dot_outputs=interp.dot_outputs,
+                mm_macs=interp.mm_macs, time_ms=times, mem_before=mem_before,
                 mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors),
                 skipped=dict(interp.skipped),
             )
@@ -141,6 +144,8 @@ class FlopsInterpreter(fx.Interpreter):
         n = len(self._plan.nodes)
         self.flops: list[int | None] = [None] * n
         self.macs: list[int | None] = [None] * n
+        self.dot_outputs: list[int | None] = [None] * n
+        self.mm_macs: list[int | None] = [None] * n
         self._starts: list[Any] = [None] * n
         self._ends: list[Any] = [None] * n
         self._mem_before: list[int | None] = [None] * n
@@ -220,6 +225,9 @@ class FlopsInterpreter(fx.Interpreter):
                 if type(result) is tuple:
                     self.flops[i] = int(result[0])
                     self.macs[i] = int(result[1])
+                elif isinstance(result, tuple):  # a formulas.Count
+                    self.flops[i], self.macs[i] = int(result[0]), int(result[1])
+                    self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
                 else:
                     self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0

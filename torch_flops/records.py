@@ -10,6 +10,7 @@ copying it over, and a column in :mod:`torch_flops.report`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import json
@@ -21,6 +22,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from torch_flops._validate import check_choice, check_depth, check_int
+from torch_flops.conventions import CONVENTIONS, recount
 from torch_flops.paths import ancestors, depth, module_chain
 
 if TYPE_CHECKING:
@@ -84,6 +86,10 @@ class NodeRecord(NamedTuple):
     dtype: str | None = None
     #: which captured graph the node belongs to (0 for single-graph front ends)
     graph: int = 0
+    #: the outputs the node's MACs are summed into (one dot product each); None: unknown
+    dot_outputs: int | None = None
+    #: of ``macs``, those a matrix-multiply kernel does (what FlopCounterMode counts); None: all
+    mm_macs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -109,7 +115,7 @@ class NodeRecord(NamedTuple):
             mem_before=data["mem_before"], mem_after=data["mem_after"], mem_delta=data["mem_delta"],
             output_shape=_tuple_shape(data["output_shape"]), module_stack=tuple(data.get("module_stack", ())),
             note=data.get("note", ""), phase=data.get("phase", "forward"), dtype=data.get("dtype"),
-            graph=int(data.get("graph", 0)),
+            graph=int(data.get("graph", 0)), dot_outputs=data.get("dot_outputs"), mm_macs=data.get("mm_macs"),
         )
 
 
@@ -135,7 +141,7 @@ def _dtype_name(dtype: Any) -> str | None:
 # node. The assert keeps the two in step when a field is added.
 _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
-                  "phase", "dtype", "graph")
+                  "phase", "dtype", "graph", "dot_outputs", "mm_macs")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -229,6 +235,10 @@ class Profile:
     module_params: Mapping[str, int] = field(default_factory=dict)
     batch_size: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: how ``flops``/``macs`` are counted (:mod:`torch_flops.conventions`); see :meth:`with_convention`
+    convention: str = "torch_flops"
+    #: the ``torch_flops`` profile a converted one was made from
+    source: Profile | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "records", tuple(self.records))
@@ -255,6 +265,7 @@ class Profile:
         for graph_run in measurements.runs:
             graph_index = graph_run.graph
             flops_of, macs_of, times = graph_run.flops, graph_run.macs, graph_run.time_ms
+            dots_of, mm_of = graph_run.dot_outputs, graph_run.mm_macs
             befores, afters = graph_run.mem_before, graph_run.mem_after
             shapes, dtypes = graph_run.shapes, graph_run.dtypes
             errors, skipped = graph_run.errors, graph_run.skipped
@@ -293,7 +304,7 @@ class Profile:
                 records.append(new(NodeRecord, (  # the order of _RECORD_FIELDS
                     len(records), node.name, node.op, p.target, location.path, location.module_type, flops, macs,
                     status, t, before, after, delta, shapes[i], location.chain, note, "forward",
-                    _dtype_name(dtypes[i]), graph_index,
+                    _dtype_name(dtypes[i]), graph_index, dots_of[i], mm_of[i],
                 )))
         profile = cls(records=tuple(records), device=measurements.device, tracer=tracer,
                       memory_source=measurements.memory_source, module_types=module_types,
@@ -302,6 +313,19 @@ class Profile:
         profile.__dict__["_totals"] = totals  # the cached properties, already known
         profile.__dict__["max_memory"] = peak
         return profile
+
+    def with_convention(self, name: str) -> Profile:
+        """The same profile with every record's FLOPs (and MACs) as the convention ``name``
+        counts them: ``"torch_flops"``, ``"flop_counter"``, ``"macs"`` or ``"exact"`` (see
+        :mod:`torch_flops.conventions`). Nothing runs again."""
+        check_choice("convention", name, tuple(CONVENTIONS))
+        base = self.source if self.source is not None else self
+        if name == base.convention:
+            return base
+        if base.convention != "torch_flops":
+            raise ValueError(f"this profile is counted in the {base.convention!r} convention; re-express the "
+                             f"'torch_flops' profile it came from (a read-back file keeps only its own convention)")
+        return dataclasses.replace(base, records=recount(base.records, name), convention=name, source=base)
 
     # ------------------------------------------------------------------ totals
     @functools.cached_property
@@ -423,6 +447,7 @@ class Profile:
             "memory_source": self.memory_source, "batch_size": self.batch_size, "device": self.device,
             "tracer": self.tracer, "nodes": len(self.records),
             "unsupported_nodes": sum(self.unsupported.values()), "unsupported": self.unsupported,
+            "convention": self.convention,
         }
 
     # ------------------------------------------------------------------ serialization
@@ -455,6 +480,7 @@ class Profile:
             module_types={p: m.get("module_type", "") for p, m in modules.items()},
             module_params={p: int(m.get("own_params", 0)) for p, m in modules.items()},
             batch_size=summary.get("batch_size"), settings=data.get("settings", {}),
+            convention=summary.get("convention", "torch_flops"),
         )
 
     @classmethod

@@ -27,7 +27,9 @@ One object::
         "max_memory": int | null, "memory_source": str,    # bytes; how memory was measured
         "batch_size": int | null, "device": str, "tracer": str,   # "fx" | "export" | "graph_module"
         "nodes": int, "unsupported_nodes": int,
-        "unsupported": {target: node count}
+        "unsupported": {target: node count},
+        "convention": str                # since version 2: how flops/macs are counted
+                                         #   ("torch_flops" | "flop_counter" | "macs" | "exact")
       },
       "records": [                       # one per executed graph node, in execution order
         {"index": int, "name": str, "op": str, "target": str, "module_path": str,
@@ -39,7 +41,9 @@ One object::
          "module_stack": [str, ...], "note": str,
          "phase": "forward",             # since version 2 (later also "backward", "optimizer")
          "dtype": str | null,            # since version 2: the output's dtype, e.g. "float32"
-         "graph": int}                   # since version 2: which captured graph (0 for one graph)
+         "graph": int,                   # since version 2: which captured graph (0 for one graph)
+         "dot_outputs": int | null,      # since version 2: outputs the MACs are summed into
+         "mm_macs": int | null}          # since version 2: MACs of matrix-multiply kernels
       ],
       "modules": {                       # every module path ("" = root), in the model's order
         path: {"module_type": str, "depth": int, "params": int, "own_params": int,
@@ -506,6 +510,7 @@ def summary_text(profile: Profile) -> str:
         ("Batch size", "unknown" if profile.batch_size is None else str(profile.batch_size)),
         ("Device", profile.device),
         ("Tracer", profile.tracer),
+        *((("Convention", profile.convention),) if profile.convention != "torch_flops" else ()),
         ("Nodes", str(len(profile.records))),
         ("Unsupported", f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"
          if n_unsupported else "0"),
@@ -551,7 +556,8 @@ def markdown(profile: Profile, group_by: GroupBy = "node") -> str:
     summary = (f"**torch_flops profile**: {format_count(profile.total_params)} params, "
                f"{format_count(profile.total_macs, 'MACs')}, {format_count(profile.total_flops, 'FLOPs')}, "
                f"latency {format_time_ms(t) if t is not None else 'not measured'} on {profile.device} "
-               f"(tracer {profile.tracer}, {sum(profile.unsupported.values())} unsupported node(s))")
+               f"(tracer {profile.tracer}, {sum(profile.unsupported.values())} unsupported node(s)"
+               f"{'' if profile.convention == 'torch_flops' else f', convention {profile.convention}'})")
     return summary + "\n\n" + _tabulated(_table_for(profile, group_by), tablefmt="github", escape=True)
 
 

@@ -33,7 +33,9 @@ an aten overload packet; see :mod:`torch_flops.formulas.table`) to a formula cal
 real output; ``args``/``kwargs`` its real inputs (a method's ``self`` first). So one formula
 serves ``nn.ReLU()(x)``, ``F.relu(x)``, ``x.relu()`` and ``aten.relu(x)``. Formulas read only
 shapes, dtypes and attributes (they work on meta tensors), never time or print. A formula may
-return a plain ``int``: it is taken as ``flops`` with ``macs = 0``. :func:`register` fills the
+return a plain ``int``: it is taken as ``flops`` with ``macs = 0``; formulas of dot products
+return a :class:`Count`, which also says how many dot-product outputs the MACs go into and how
+many of them a matrix-multiply kernel does (see :mod:`torch_flops.conventions`). :func:`register` fills the
 table next to each formula; registering a target twice raises unless ``override=True``. Ops that
 are 0 *by definition* (views, copies, shape queries) are registered with :func:`zero_flops`, so a
 node can be told apart as "zero" rather than "counted".
@@ -59,6 +61,7 @@ from torch import nn
 
 from torch_flops.formulas.table import (
     Composite,
+    Count,
     FlopCount,
     Formula,
     FormulaTable,
@@ -75,6 +78,7 @@ __all__ = [
     "FORMULAS",
     "ATEN_FLOPs_MAPPING",
     "Composite",
+    "Count",
     "FUNCTION_FLOPs_MAPPING",
     "FlopCount",
     "Formula",

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torch_flops.formulas import aten_ops, functions, register
+from torch_flops.formulas import Count, aten_ops, functions, register
 from torch_flops.formulas._shapes import arg, first_output, numel, sdpa_macs
 from torch_flops.formulas.table import Composite, FormulaTable
 
@@ -30,17 +30,20 @@ def _score_flops(scores: int, masked: bool, dropout: bool) -> int:
     return scores * (_SCALE + _SOFTMAX + int(masked) + int(dropout))
 
 
-def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> tuple[int, int]:
+def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> Count:
     # 2 * (Q K^T MACs + P V MACs) + per-score scale/softmax/mask/dropout; leading dims broadcast
-    # (see _shapes.sdpa_macs); the output (the first of a backend's tuple) has the broadcast shape
+    # (see _shapes.sdpa_macs); the output (the first of a backend's tuple) has the broadcast shape.
+    # Dot products: one per Q K^T score (length E) and one per output element (length S).
     result = first_output(out)
     shape = result.shape if isinstance(result, torch.Tensor) else None
     macs, scores = sdpa_macs(query.shape, key.shape, value.shape, shape)
-    return 2 * macs + _score_flops(scores, masked, dropout), macs
+    qk_dots = (macs - scores * value.shape[-1]) // max(query.shape[-1], 1)
+    dots = qk_dots + scores // max(key.shape[-2], 1) * value.shape[-1]
+    return Count(2 * macs + _score_flops(scores, masked, dropout), macs, dots, macs)
 
 
 @register(*functions("scaled_dot_product_attention"), *aten_ops("scaled_dot_product_attention"))
-def sdpa_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def sdpa_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Count:
     # F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, ...)
     attn_mask = arg(args, kwargs, 0, "attn_mask")
     dropout_p = arg(args, kwargs, 1, "dropout_p", 0.0)
@@ -64,11 +67,11 @@ _SDPA_BACKENDS: dict[str, tuple[int | None, int | None, int | None]] = {
 }
 
 
-def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None]) -> Callable[..., tuple[int, int]]:
+def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None]) -> Callable[..., Count]:
     p_drop, p_causal, p_mask = positions
 
     def backend_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any,
-                      **kwargs: Any) -> tuple[int, int]:
+                      **kwargs: Any) -> Count:
         # the same count as scaled_dot_product_attention, reading this backend's argument positions
         dropout_p = args[p_drop] if p_drop is not None and len(args) > p_drop else kwargs.get("dropout_p", 0.0)
         is_causal = args[p_causal] if p_causal is not None and len(args) > p_causal else kwargs.get("is_causal", False)
@@ -85,7 +88,7 @@ for _name, _positions in _SDPA_BACKENDS.items():
 
 
 def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
-         masked: bool, need_weights: bool, average: bool) -> tuple[int, int]:
+         masked: bool, need_weights: bool, average: bool) -> Count:
     # Shapes are (L, N, E) / (S, N, kdim), or (N, L, E) with batch_first, or unbatched (L, E).
     if len(q_shape) == 3:
         if module.batch_first:
@@ -112,12 +115,15 @@ def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple
     if need_weights and average:
         extra += scores  # mean of the attention weights over heads: one add (or div) per score
     macs = proj_macs + attn_macs
-    return 2 * macs + extra, macs
+    # dot products: the projections' outputs ((L + S + S + L) * N * E), one per score (Q K^T) and
+    # one per attention output element (P V: L * N * E)
+    dots = (2 * tgt_len + 2 * s_len) * n * e + scores + tgt_len * n * e
+    return Count(2 * macs + extra, macs, dots, macs)
 
 
 @register(nn.MultiheadAttention)
 def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any,
-              *args: Any, **kwargs: Any) -> tuple[int, int]:
+              *args: Any, **kwargs: Any) -> Count:
     # forward(query, key, value, key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal)
     key_padding_mask = arg(args, kwargs, 0, "key_padding_mask")
     need_weights = arg(args, kwargs, 1, "need_weights", True)
@@ -132,49 +138,59 @@ def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, val
 # nn.Transformer*: composites counted by their children's formulas from the counter's own table.
 # ---------------------------------------------------------------------------------------------
 
-def _as_pair(result: Any) -> tuple[int, int]:
-    return (result, 0) if isinstance(result, int) else result
+def _as_count(result: Any) -> Count:
+    if isinstance(result, int):
+        return Count(result, 0, 0, 0)
+    return Count(*result) if len(result) > 2 else Count(result[0], result[1], None, None)
 
 
-def _sub(table: FormulaTable, module: nn.Module | None, x: torch.Tensor, *args: Any) -> tuple[int, int]:
+def _sub(table: FormulaTable, module: nn.Module | None, x: torch.Tensor, *args: Any) -> Count:
     """A child module's own formula, evaluated on a meta tensor of the right shape."""
     if module is None:
-        return (0, 0)
+        return Count(0, 0, 0, 0)
     formula = table.resolve_module(type(module))
     if formula is None:
         raise NotImplementedError(f"no formula for {type(module).__name__} inside a Transformer layer")
-    return _as_pair(formula(module, x, x, *args))
+    return _as_count(formula(module, x, x, *args))
 
 
-def _activation(table: FormulaTable, layer: Any, x: torch.Tensor) -> tuple[int, int]:
+def _activation(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
     act = layer.activation
     if isinstance(act, nn.Module):
         return _sub(table, act, x)
     formula = table.resolve_function(act)
     if formula is None:
         raise NotImplementedError(f"no formula for activation {act!r} inside a Transformer layer")
-    return _as_pair(formula(None, x, x))
+    return _as_count(formula(None, x, x))
 
 
-def _add(*counts: tuple[int, int]) -> tuple[int, int]:
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+def _add(*counts: Any) -> Count:
+    """The sum of counts; a dot-output or mm-MAC total is known when every part knows it (a part
+    without MACs has none)."""
+    parts = [_as_count(c) for c in counts]
+
+    def total(index: int) -> int | None:
+        values = [p[index] if p[index] is not None else (0 if p.macs == 0 else None) for p in parts]
+        return None if None in values else sum(values)  # type: ignore[arg-type]
+
+    return Count(sum(p.flops for p in parts), sum(p.macs for p in parts), total(2), total(3))
 
 
-def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> tuple[int, int]:
+def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
     # linear1 -> activation -> dropout -> linear2 (-> dropout2), + the residual add
     hidden = x.new_empty((*x.shape[:-1], layer.linear1.out_features))
     return _add(_sub(table, layer.linear1, hidden), _activation(table, layer, hidden),
-                _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x), (numel(x), 0))
+                _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x), Count(numel(x), 0, 0, 0))
 
 
-def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool) -> tuple[int, int]:
+def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool) -> Count:
     # attention (weights not needed inside the layers) + the residual add
     count = _mha(attn, tuple(x.shape), tuple(mem.shape), masked, need_weights=False, average=False)
-    return _add(count, (numel(x), 0))
+    return _add(count, Count(numel(x), 0, 0, 0))
 
 
 def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: torch.Tensor,
-                   masked: bool) -> tuple[int, int]:
+                   masked: bool) -> Count:
     x = src.new_empty(src.shape, device="meta")
     return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
                 _sub(table, layer.norm1, x), _ffn(table, layer, x), _sub(table, layer.dropout2, x),
@@ -182,7 +198,7 @@ def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: 
 
 
 def _decoder_layer(table: FormulaTable, layer: nn.TransformerDecoderLayer, tgt: torch.Tensor,
-                   memory: torch.Tensor, masked: bool, memory_masked: bool) -> tuple[int, int]:
+                   memory: torch.Tensor, masked: bool, memory_masked: bool) -> Count:
     x = tgt.new_empty(tgt.shape, device="meta")
     mem = memory.new_empty(memory.shape, device="meta")
     return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
@@ -216,19 +232,19 @@ _T_MEMORY_SLOTS = ((2, "memory_mask"), (5, "memory_key_padding_mask"), (8, "memo
 
 
 def transformer_layer_flops(table: FormulaTable, module: nn.TransformerEncoderLayer, out: Any, src: Any,
-                            *args: Any, **kwargs: Any) -> tuple[int, int]:
+                            *args: Any, **kwargs: Any) -> Count:
     # self-attention block + norms + feed-forward block, each by its own formula
     return _encoder_layer(table, module, src, _masked(args, kwargs, *_ENCODER_SLOTS))
 
 
 def transformer_decoder_layer_flops(table: FormulaTable, module: nn.TransformerDecoderLayer, out: Any, tgt: Any,
-                                    memory: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+                                    memory: Any, *args: Any, **kwargs: Any) -> Count:
     return _decoder_layer(table, module, tgt, memory, _masked(args, kwargs, *_DECODER_SELF_SLOTS),
                           _masked(args, kwargs, *_DECODER_CROSS_SLOTS))
 
 
 def transformer_encoder_flops(table: FormulaTable, module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
-                              **kwargs: Any) -> tuple[int, int]:
+                              **kwargs: Any) -> Count:
     # every layer + the optional final norm
     masked = _masked(args, kwargs, *_ENCODER_STACK_SLOTS)
     x = src.new_empty(src.shape, device="meta")
@@ -236,7 +252,7 @@ def transformer_encoder_flops(table: FormulaTable, module: nn.TransformerEncoder
 
 
 def transformer_decoder_flops(table: FormulaTable, module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any,
-                              *args: Any, **kwargs: Any) -> tuple[int, int]:
+                              *args: Any, **kwargs: Any) -> Count:
     masked = _masked(args, kwargs, *_DECODER_SELF_SLOTS)
     memory_masked = _masked(args, kwargs, *_DECODER_CROSS_SLOTS)
     x = tgt.new_empty(tgt.shape, device="meta")
@@ -245,7 +261,7 @@ def transformer_decoder_flops(table: FormulaTable, module: nn.TransformerDecoder
 
 
 def transformer_flops(table: FormulaTable, module: nn.Transformer, out: Any, src: Any, tgt: Any, *args: Any,
-                      **kwargs: Any) -> tuple[int, int]:
+                      **kwargs: Any) -> Count:
     # encoder over src, decoder over tgt attending to the encoder output (same shape as src)
     src_masked = _masked(args, kwargs, *_T_SRC_SLOTS)
     tgt_masked = _masked(args, kwargs, *_T_TGT_SLOTS)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from torch_flops.formulas import Name, aten_ops, functions, methods, modules, register
+from torch_flops.formulas import Count, Name, aten_ops, functions, methods, modules, register
 from torch_flops.formulas._shapes import (
     COMPLEX_ADD,
     COMPLEX_MAC,
@@ -27,7 +27,7 @@ __all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "grouped_mm_flops", 
 
 
 @register(*modules("Linear", "LazyLinear"), NonDynamicallyQuantizableLinear, *functions("linear"), *aten_ops("linear"))
-def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # macs = output elements * in_features; flops = 2*macs + one bias add per output element.
     # nn.Linear: in_features is a plain attribute (parameters go through nn.Module.__getattr__,
     # slow: read the dict once); F.linear(input, weight, bias): weight is (out, in).
@@ -38,13 +38,21 @@ def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int,
         has_bias = arg(args, kwargs, 2, "bias") is not None
     n = out.numel()
     macs = n * in_features
-    if out.is_complex():  # complex: 4 real MACs a MAC, 2 real adds a bias add
-        return 2 * COMPLEX_MAC * macs + (COMPLEX_ADD * n if has_bias else 0), COMPLEX_MAC * macs
-    return (2 * macs + n, macs) if has_bias else (2 * macs, macs)
+    if out.is_complex():  # complex: 4 real MACs a MAC, 2 real adds a bias add; a complex output is 2 real
+        return _dots(2 * COMPLEX_MAC * macs + (COMPLEX_ADD * n if has_bias else 0), COMPLEX_MAC * macs, n, mm=macs)
+    return _dots(2 * macs + (n if has_bias else 0), macs, n)
+
+
+def _dots(flops: int, macs: int, outputs: int, mm: int | None = None) -> Count:
+    """A count of ``outputs`` dot products (two real ones each when ``macs`` are complex: see
+    ``mm``): ``mm`` is what a matrix-multiply kernel counts (FlopCounterMode: one per complex MAC,
+    0 for mv/dot/...); by default all ``macs``."""
+    complex_ = mm is not None and mm > 0 and macs == COMPLEX_MAC * mm
+    return Count(flops, macs, 2 * outputs if complex_ else outputs, macs if mm is None else mm)
 
 
 @register(*modules("Bilinear"), *functions("bilinear"), *aten_ops("bilinear"))
-def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # y_k = x1^T W_k x2: W_k x2 is in1*in2 MACs, then the dot with x1 is in1 MACs, per output.
     # (FlopCounterMode counts aten._trilinear as 0; we count the real work.)
     # F.bilinear(input1, input2, weight, bias) with weight (out, in1, in2)
@@ -54,7 +62,9 @@ def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[in
         weight = arg(args, kwargs, 2, "weight")
         in1, in2, has_bias = weight.shape[1], weight.shape[2], arg(args, kwargs, 3, "bias") is not None
     macs = numel(out) * (in1 * in2 + in1)
-    return 2 * macs + (numel(out) if has_bias else 0), macs
+    # per output: in1 dot products of length in2, then one of length in1; FlopCounterMode counts
+    # aten._trilinear as 0
+    return Count(2 * macs + (numel(out) if has_bias else 0), macs, numel(out) * (in1 + 1), 0)
 
 
 _MATMUL = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
@@ -68,7 +78,7 @@ def _operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
 
 
 @register(*functions(*_MATMUL), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL))
-def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
     a, b = _operands(args, kwargs)
@@ -76,41 +86,44 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int,
         macs = a.shape[0]  # dot / inner of vectors: k MACs
     else:
         macs = matmul_macs(a.shape, b.shape)
-    macs *= complex_factor(COMPLEX_MAC, a, b)
-    return 2 * macs, macs
+    factor = complex_factor(COMPLEX_MAC, a, b)
+    # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0
+    return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
 
 
 @register(*methods("__rmatmul__"))
-def rmatmul_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
+def rmatmul_flops(module: Any, out: Any, a: Any, b: Any) -> Count | tuple[int, int]:
     # a.__rmatmul__(b) computes b @ a
     return matmul_flops(module, out, b, a)
 
 
 @register(torch._scaled_mm, *aten_ops("_scaled_mm", "_scaled_mm_v2"))
-def scaled_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def scaled_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # fp8 (M, K) x (K, N): 2*M*K*N, + 2 per output element for the two scales (scale_a, scale_b)
     # applied to the accumulator, + 1 bias add per output element when a bias is given
     # (_scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype, ...))
     macs = matmul_macs(a.shape, b.shape)
     bias = arg(args, kwargs, 2, "bias")
-    return 2 * macs + 2 * numel(first_output(out)) + (numel(first_output(out)) if bias is not None else 0), macs
+    n = numel(first_output(out))
+    return _dots(2 * macs + 2 * n + (n if bias is not None else 0), macs, n)
 
 
 @register(torch._int_mm, *aten_ops("_int_mm"))
-def int_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def int_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # int8 (M, K) x (K, N) -> int32: M*K*N integer multiply-accumulates. Counted as MACs like any
     # other dot product (they are the matmul's work); FlopCounterMode counts _int_mm as 0.
     macs = matmul_macs(a.shape, b.shape)
-    return 2 * macs, macs
+    return _dots(2 * macs, macs, numel(out), 0)
 
 
 @register(*functions("inner"), *methods("inner"), *aten_ops("inner"))
-def inner_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
+def inner_flops(module: Any, out: Any, a: Any, b: Any) -> Count | tuple[int, int]:
     # inner contracts the last dim of both operands: every output element is a K-term dot product
     if a.dim() == 0 or b.dim() == 0:
         return numel(out), 0  # a scalar operand: a plain multiply
-    macs = max(numel(out), 1) * a.shape[-1]
-    return 2 * macs, macs
+    outputs = max(numel(out), 1)
+    macs = outputs * a.shape[-1]
+    return _dots(2 * macs, macs, outputs, 0 if a.dim() == 1 and b.dim() == 1 else macs)  # 1-D: aten.dot
 
 
 def _scaled_add(out: Any, kwargs: Any) -> int:
@@ -138,35 +151,40 @@ def _addmm_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any,
 
 
 @register(*functions(*_ADDMM), *methods(*_ADDMM, *(f"{n}_" for n in _ADDMM)), *aten_ops(*_ADDMM))
-def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # beta*input + alpha*(a @ b): 2*M*K*N for the product (addbmm sums the batch of products: its
     # batch sum is part of the accumulation, B*M*K*N MACs), + the scaled add per output element
     a, b = _addmm_operands(args, kwargs)
     factor = complex_factor(COMPLEX_MAC, a, b)
-    macs = matmul_macs(a.shape, b.shape) * factor
-    return 2 * macs + _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1), macs
+    macs = matmul_macs(a.shape, b.shape)
+    # dot outputs: one per product element (addbmm's batch sum is part of each dot product);
+    # FlopCounterMode counts addmm and baddbmm, but addmv and addbmm as 0
+    counted = 0 if b.dim() == 1 or (a.dim() == 3 and out.dim() == 2) else macs
+    return _dots(2 * macs * factor + _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1), macs * factor,
+                 numel(out), counted)
 
 
 @register(*functions("einsum"), *aten_ops("einsum"))
-def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs: Any) -> tuple[int, int]:
+def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # pairwise left to right; see _shapes.einsum_macs
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)) or operands and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     macs, extra = einsum_macs(equation, [o.shape for o in operands])
+    outputs = numel(out) if macs else 0  # the MAC steps' outputs (exact only for one step)
     if any(o.is_complex() for o in operands):  # 4 real MACs a complex MAC, 2 real FLOPs an add
-        return 2 * COMPLEX_MAC * macs + COMPLEX_ADD * extra, COMPLEX_MAC * macs
-    return 2 * macs + extra, macs
+        return _dots(2 * COMPLEX_MAC * macs + COMPLEX_ADD * extra, COMPLEX_MAC * macs, outputs, macs)
+    return _dots(2 * macs + extra, macs, outputs)
 
 
 @register(*functions("outer", "ger"), *methods("outer", "ger"), *aten_ops("outer", "ger"))
-def outer_flops(module: Any, out: Any, a: Any, b: Any) -> tuple[int, int]:
+def outer_flops(module: Any, out: Any, a: Any, b: Any) -> Count | tuple[int, int]:
     # an outer product sums nothing: one multiply per output element, no MACs
     return numel(out), 0
 
 
 @register(*aten_ops("_grouped_mm", "_scaled_grouped_mm"), Name("aten", "transformers.grouped_mm_fallback"),
           Name("aten", "transformers.grouped_mm"))
-def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # grouped matmul of token rows by per-group weights: (M, K) x (G, K, N) with offsets puts every
     # row through exactly one group's (K, N) matrix: M*K*N MACs. 3-D x 3-D is a plain batched mm.
     # (_scaled_grouped_mm: the same products in fp8; its per-output scaling is not counted.)
@@ -176,4 +194,4 @@ def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs
         macs = a.shape[0] * a.shape[1] * b.shape[-1] if a.shape[1] == b.shape[0] else numel(out) * a.shape[0]
     else:
         macs = numel(out) * a.shape[-1]
-    return 2 * macs, macs
+    return _dots(2 * macs, macs, numel(first_output(out)), 0)  # FlopCounterMode: 0 for grouped mm

@@ -27,22 +27,38 @@ import functools
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
 
 from torch_flops.errors import DuplicateFormulaError
 
-__all__ = ["Composite", "FlopCount", "Formula", "FormulaTable", "Kind", "Name", "NameView", "zero_flops"]
+__all__ = ["Composite", "Count", "FlopCount", "Formula", "FormulaTable", "Kind", "Name", "NameView", "zero_flops"]
 
-#: What a formula returns: ``(flops, macs)``, or a bare int meaning ``(flops, 0)``.
-FlopCount = int | tuple[int, int]
+class Count(NamedTuple):
+    """What a formula of dot products returns, when it says more than ``(flops, macs)``: the facts
+    the counting conventions (:mod:`torch_flops.conventions`) re-express a count with."""
+
+    flops: int
+    macs: int = 0
+    #: the outputs the MACs are summed into (a dot product of length K per output): the "exact"
+    #: convention counts K - 1 adds, not K, per output. None: unknown.
+    dot_outputs: int | None = None
+    #: of ``macs``, those a matrix-multiply kernel does (aten mm, bmm, addmm, baddbmm,
+    #: convolution, attention, _scaled_mm): what FlopCounterMode counts (mv, dot, addmv, addbmm,
+    #: bilinear, _int_mm and grouped mm it counts as 0). None: all of them.
+    mm_macs: int | None = None
+
+
+#: What a formula returns: ``(flops, macs)``, a :class:`Count`, or a bare int meaning ``(flops, 0)``.
+FlopCount = int | tuple[int, int] | Count
 Formula = Callable[..., FlopCount]
 Kind = Literal["module", "function", "method", "aten"]
 KINDS: tuple[Kind, ...] = ("module", "function", "method", "aten")
 
 _LEGACY = "__torch_flops_legacy__"  # on an adapter: the user's function in the historical convention
+
 
 
 def zero_flops(*args: Any, **kwargs: Any) -> tuple[int, int]:
@@ -130,14 +146,16 @@ class FormulaTable:
         self._entries: dict[Any, Formula | Composite] = {}
         self._index: dict[tuple[Kind, str], list[Any]] | None = None
         self._builtin: dict[Any, Formula | Composite] = {}
-        self._legacy_adapters: weakref.WeakKeyDictionary[Any, Formula] = weakref.WeakKeyDictionary()
+        self._builtin_formulas: set[int] = set()
+        self._legacy_adapters: dict[bool, weakref.WeakKeyDictionary[Any, Formula]] = {
+            False: weakref.WeakKeyDictionary(), True: weakref.WeakKeyDictionary()}
 
     # ------------------------------------------------------------------ building
     def copy(self) -> FormulaTable:
         """An independent table with the same entries (later edits to either do not leak)."""
         table = FormulaTable()
         table._entries = dict(self._entries)
-        table._builtin = self._builtin
+        table._builtin, table._builtin_formulas = self._builtin, self._builtin_formulas
         return table
 
     def restore(self, snapshot: FormulaTable) -> None:
@@ -188,6 +206,11 @@ class FormulaTable:
     def mark_builtin(self) -> None:
         """Remember the current entries as the package's own (see :meth:`user_module_keys`)."""
         self._builtin = dict(self._entries)
+        self._builtin_formulas = {id(f) for f in self._builtin.values()}
+
+    def is_builtin(self, formula: Any) -> bool:
+        """Whether ``formula`` is one of the package's own."""
+        return id(formula) in self._builtin_formulas
 
     def user_module_keys(self) -> tuple[tuple[type, ...], frozenset[str]]:
         """Module classes and class names whose formula the user added or replaced."""
@@ -287,19 +310,31 @@ class FormulaTable:
         return self.bound(self._entries.get(packet) or self._entries.get(Name("aten", str(packet))))
 
     # ------------------------------------------------------------------ the historical convention
-    def to_legacy(self, formula: Formula) -> Formula:
-        """``f(out, *args, **kwargs)`` calling ``formula(None, out, *args, **kwargs)`` (cached, so
-        two views of one formula give the same object; a user's own function comes back as is)."""
+    def to_legacy(self, formula: Formula, with_module: bool = False) -> Formula:
+        """The historical calling convention: ``f(out, *args, **kwargs)`` calling
+        ``formula(None, out, *args, **kwargs)`` (``with_module``: ``f(module, out, *args,
+        **kwargs)``), returning ``(flops, macs)`` where the formula returns a :class:`Count`.
+        Cached, so two views of one formula give the same object; a user's own function comes
+        back as is."""
         original = getattr(formula, _LEGACY, None)
         if original is not None or formula is zero_flops:
             return original or formula
-        adapter = self._legacy_adapters.get(formula)
+        cache = self._legacy_adapters[with_module]
+        adapter = cache.get(formula)
         if adapter is None:
-            def adapter(out: Any, *args: Any, **kwargs: Any) -> FlopCount:
-                return formula(None, out, *args, **kwargs)
+            if with_module:
+                def adapter(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+                    return _pair(formula(module, out, *args, **kwargs))
+            else:
+                def adapter(out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+                    return _pair(formula(None, out, *args, **kwargs))
             functools.update_wrapper(adapter, formula)
-            self._legacy_adapters[formula] = adapter
+            cache[formula] = adapter
         return adapter
+
+
+def _pair(result: FlopCount) -> FlopCount:
+    return (result[0], result[1]) if isinstance(result, Count) else result
 
 
 def from_legacy(fn: Callable[..., FlopCount]) -> Formula:
@@ -330,10 +365,15 @@ class NameView(MutableMapping[Any, Formula]):
         self._historical = kind != "module"
 
     def __getitem__(self, name: Any) -> Formula:
-        formula = self._table.bound(self._table.formula_named(self._kind, name))
+        raw = self._table.formula_named(self._kind, name)
+        formula = self._table.bound(raw)
         if formula is None:
             raise KeyError(name)
-        return self._table.to_legacy(formula) if self._historical else formula
+        if self._historical:
+            return self._table.to_legacy(formula)
+        # module formulas already take the module first: the package's own come back returning
+        # (flops, macs) where they return a Count; a user's come back as they were set
+        return self._table.to_legacy(formula, with_module=True) if self._table.is_builtin(raw) else formula
 
     def __setitem__(self, name: Any, fn: Formula) -> None:
         if not callable(fn):
