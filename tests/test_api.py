@@ -81,7 +81,7 @@ def test_get_model_profile_output_file_and_kwargs(tmp_path: Any, capsys: pytest.
     get_model_profile(MLP(), args=(torch.randn(2, 6),), kwargs={"scale": torch.tensor(3.0)}, output_file=str(path))
     assert capsys.readouterr().out == ""
     text = path.read_text()
-    assert text.startswith("torch_flops profile") and "Top 3 innermost modules:" in text
+    assert text.startswith("torch_flops profile") and "Top 1 innermost modules:" in text  # DeepSpeed's default
 
 
 def test_get_model_profile_ignore_modules() -> None:
@@ -141,3 +141,76 @@ def test_every_error_and_warning_is_importable_from_the_package() -> None:
     for warning in (torch_flops.UnsupportedOpWarning, torch_flops.TracerFallbackWarning,
                     torch_flops.DroppedOutputWarning):
         assert issubclass(warning, UserWarning)
+
+
+# --------------------------------------------------------------------------- coming from DeepSpeed
+
+
+class LeNet5(nn.Module):
+    """The model of DeepSpeed's own flops-profiler test (tests/unit/profiling/flops_profiler)."""
+
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.feature_extractor = nn.Sequential(
+            nn.Conv2d(1, 6, kernel_size=5, stride=1), nn.Tanh(), nn.AvgPool2d(kernel_size=2),
+            nn.Conv2d(6, 16, kernel_size=5, stride=1), nn.Tanh(), nn.AvgPool2d(kernel_size=2),
+            nn.Conv2d(16, 120, kernel_size=5, stride=1), nn.Tanh(),
+        )
+        self.classifier = nn.Sequential(nn.Linear(120, 84), nn.Tanh(), nn.Linear(84, n_classes))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.flatten(self.feature_extractor(x), 1)
+        logits = self.classifier(x)
+        return logits, torch.nn.functional.softmax(logits, dim=1)
+
+
+def test_deepspeeds_own_test_call_runs_unchanged(capsys: pytest.CaptureFixture[str]) -> None:
+    mod = LeNet5(10)
+    batch_size = 1024
+    input = torch.randn(batch_size, 1, 32, 32)
+    # the call in DeepSpeed's test_flops_profiler_in_inference, argument for argument
+    flops, macs, params = get_model_profile(
+        mod, tuple(input.shape), print_profile=True, detailed=True, module_depth=-1, top_modules=3, warm_up=1,
+        as_string=False, ignore_modules=None)
+    # MACs by hand, batch 1024: conv1 6*28*28*25 = 117600, conv2 16*10*10*150 = 240000,
+    # conv3 120*400 = 48000, fc 120*84 = 10080 and 84*10 = 840: 416520 per image = 426,516,480,
+    # exactly DeepSpeed's expected value; its FLOPs (866,076,672) and ours are within its 5%
+    assert macs == 426_516_480
+    assert abs(flops - 866_076_672) / 866_076_672 < 0.05  # type: ignore[operator]
+    assert params == 61706
+    assert "feature_extractor (Sequential)" in capsys.readouterr().out
+
+
+def test_get_model_profile_detailed_and_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    get_model_profile(MLP(), input_shape=(2, 6), detailed=False, top_modules=1)
+    out = capsys.readouterr().out
+    assert "Top 1 innermost modules:" in out and "fc1 (Linear)" not in out.split("Top 1")[0]  # no tree
+    with pytest.raises(ValueError, match="mode must be 'forward'"):
+        get_model_profile(MLP(), input_shape=(2, 6), mode="generate")
+
+
+# --------------------------------------------------------------------------- coming from fvcore
+
+
+def test_fvcore_flop_count_analysis() -> None:
+    from torch_flops import FlopCountAnalysis, flop_count_table
+
+    class WithSpare(MLP):
+        def __init__(self) -> None:
+            super().__init__()
+            self.spare = nn.Linear(3, 3)  # never called
+
+    model = WithSpare()
+    flops = FlopCountAnalysis(model, torch.randn(2, 6))
+    # fvcore's convention: one per multiply-accumulate; fc1 120 MACs, fc2 60 (see MLP above)
+    assert flops.total() == MACS == 180
+    assert flops.total("fc1") == 120
+    assert flops.by_module()["fc2"] == 60 and flops.by_module()[""] == 180
+    assert flops.by_operator() == {"linear": 180}
+    assert flops.by_module_and_operator()["fc2"] == {"linear": 60}
+    assert flops.uncalled_modules() == {"spare"}
+    assert flops.unsupported_ops() == {}
+    assert flops.unsupported_ops_warnings(False).uncalled_modules_warnings(False) is flops
+    table = flop_count_table(flops, max_depth=1)
+    assert table.splitlines()[0].startswith("| module") and "|   fc1" in table and "120" in table
+    assert FlopCountAnalysis(model, (torch.randn(2, 6),)).total() == 180  # inputs as a tuple

@@ -3,7 +3,7 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 :mod:`torch_flops.formulas`."""
 
 from torch_flops.analyzer import TorchFLOPsByFX
-from torch_flops.api import get_model_profile, profile
+from torch_flops.api import FlopCountAnalysis, flop_count_table, get_model_profile, profile
 from torch_flops.errors import (
     DroppedOutputWarning,
     DuplicateFormulaError,
@@ -38,6 +38,7 @@ __all__ = [
     "DroppedOutputWarning",
     "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",
+    "FlopCountAnalysis",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
     "NodeExecutionError",
@@ -52,6 +53,7 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "__version__",
+    "flop_count_table",
     "get_model_profile",
     "profile",
     "register",
