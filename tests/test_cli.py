@@ -140,7 +140,13 @@ def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None
     (["unet", "--format", "xml"], 2, "argument --format: invalid choice"),
     (["unet", "--input-shape", "1,3,8,8", "--tokens", "1,8"], 2, "not allowed with argument"),
     (["unet", "--repeat", "0"], 2, "--repeat must be >= 1"),
-    (["unet", "--meta", "--chrome-trace", "t.json"], 1, "a chrome trace needs measured times"),
+    (["unet", "--meta", "--chrome-trace", "t.json"], 2, "a chrome trace needs measured times"),
+    (["unet", "--input-shape", ""], 2, "bad --input-shape ''"),
+    (["unet", "--output", "/no/such/dir/out.json"], 2, "--output '/no/such/dir/out.json': no such directory"),
+    (["unet", "--chrome-trace", "."], 2, "--chrome-trace '.' is a directory"),
+    (["./no/such/model.py"], 1, "no such file: ./no/such/model.py"),
+    (["gpt2", "--meta", "--tokens", "1,2048"], 2, "takes at most 1024 (n_positions = 1024)"),
+    (["unet", "--model-class", "BertModel"], 2, "--model-class is for a transformers config.json"),
     (["no_such_module_xyz:build", "--input-shape", "1,8"], 1, "cannot import 'no_such_module_xyz'"),
     (["tinynet_cli:missing", "--input-shape", "1,8"], 1, "has no attribute 'missing'"),
     (["tinynet_cli:not_a_model", "--input-shape", "1,8"], 1, "is a int: expected a model factory"),
@@ -167,7 +173,7 @@ def test_missing_transformers_is_one_line(capsys: pytest.CaptureFixture[str], tm
     assert code == 1 and out == ""
     assert err.strip() == "torch-flops: error: a config.json model needs transformers: pip install transformers"
     code, _, err = run_main(capsys, str(tmp_path / "nope.json"))
-    assert code == 1 and "no such config file" in err
+    assert code == 1 and "no such file" in err
 
 
 # ---------------------------------------------------------------------- in-process: outputs
@@ -232,3 +238,54 @@ def test_transformers_config(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     doc: dict[str, Any] = json.loads(out)
     assert doc["modules"][""]["module_type"] == "GPT2LMHeadModel"
     assert doc["summary"]["macs"] > 0 and doc["summary"]["device"] == "meta"
+
+
+# ---------------------------------------------------------------------- polish found as a new user
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_main(capsys, "unet", "--device", "cuda")
+    assert code == 2 and out == "" and "there is no CUDA device here" in err
+
+
+def test_convention_all_nodes_top_at_depth_0_and_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["unet", "--input-shape", "1,3,16,16", "--quiet"]
+    code, out, _ = run_main(capsys, *base, "--format", "json", "--convention", "macs")
+    doc = json.loads(out)
+    assert code == 0 and doc["summary"]["convention"] == "macs" and doc["summary"]["flops"] == doc["summary"]["macs"]
+    assert doc["settings"]["memory_source"] == "live_tensors"  # the source used on CPU, not mem_func_name
+    code, out, _ = run_main(capsys, *base, "--depth", "0", "--top", "2")
+    assert code == 0 and "Top 2 modules at depth 1:" in out and "(root)" not in out.split("Top 2")[1]
+    code, out, _ = run_main(capsys, *base, "--format", "table", "--tracer", "export")
+    assert code == 0 and "get_attr" not in out and "_guards_fn" not in out and " counted " in out
+    code, out, _ = run_main(capsys, *base, "--format", "table", "--tracer", "export", "--all-nodes")
+    assert code == 0 and "_guards_fn" in out and "down.0.block.0.weight" in out
+
+
+def test_meta_moves_an_instance_and_config_without_architectures(capsys: pytest.CaptureFixture[str],
+                                                                 tiny_module: Path) -> None:
+    code, out, err = run_main(capsys, "tinynet_cli:model", "--meta", "--input-shape", "3,8", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["summary"]["device"] == "meta"
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                     vocab_size=100)
+    config.save_pretrained(tiny_module)
+    code, out, err = run_main(capsys, str(tiny_module / "config.json"), "--meta", "--tokens", "1,8", "--format",
+                              "json")
+    assert code == 0 and "names no architectures: built BertModel; pick another class with --model-class" in err
+    code, out, err = run_main(capsys, str(tiny_module / "config.json"), "--meta", "--tokens", "1,8", "--format",
+                              "json", "--model-class", "BertForMaskedLM")
+    assert code == 0, err
+    assert json.loads(out)["modules"][""]["module_type"] == "BertForMaskedLM"
+
+
+def test_closed_stdout_is_not_a_traceback() -> None:
+    process = subprocess.Popen([sys.executable, "-m", "torch_flops", "unet", "--input-shape", "1,3,16,16",
+                                "--format", "table"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()  # as `| head -1` does
+    err = process.stderr.read()
+    assert process.wait(timeout=300) == 0
+    assert first.startswith("torch_flops profile") and "Traceback" not in err and "BrokenPipe" not in err

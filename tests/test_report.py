@@ -109,16 +109,16 @@ total                8   1.26 K                560  4.86 ms                     
 """
 
 NODE_TABLE_GOLDEN = """\
-node       target         module     status         FLOPs    MACs     time    mem after    mem delta  output shape
----------  -------------  ---------  -----------  -------  ------  -------  -----------  -----------  --------------
-x          x              -          zero               0       0  10.0 us     1.00 MiB     1.00 MiB  (4, 10)
-encoder_0  Linear         encoder.0                   840     400  2.00 ms     3.00 MiB     2.00 MiB  (4, 10)
-encoder_1  ReLU           encoder.1                    40       0   500 us     2.00 MiB    -1.00 MiB  (4, 10)
-add        operator.add   -                            40       0   100 us            -            -  (4, 10)
-head       Linear         head                        168      80  1.00 ms            -            -  (4, 2)
-mystery    torch.mystery  -          unsupported        -       -   250 us            -            -  (4, 10)
-head_1     Linear         head                        168      80  1.00 ms            -            -  (4, 2)
-output     output         -          zero               0       0  5.00 us            -            -  [(4, 2), -]
+node       target         module     status         FLOPs    MACs     time    mem before    mem after    mem delta  output shape
+---------  -------------  ---------  -----------  -------  ------  -------  ------------  -----------  -----------  --------------
+x          x              -          zero               0       0  10.0 us           0 B     1.00 MiB     1.00 MiB  (4, 10)
+encoder_0  Linear         encoder.0  counted          840     400  2.00 ms      1.00 MiB     3.00 MiB     2.00 MiB  (4, 10)
+encoder_1  ReLU           encoder.1  counted           40       0   500 us      3.00 MiB     2.00 MiB    -1.00 MiB  (4, 10)
+add        operator.add   -          counted           40       0   100 us             -            -            -  (4, 10)
+head       Linear         head       counted          168      80  1.00 ms             -            -            -  (4, 2)
+mystery    torch.mystery  -          unsupported        -       -   250 us             -            -            -  (4, 10)
+head_1     Linear         head       counted          168      80  1.00 ms             -            -            -  (4, 2)
+output     output         -          zero               0       0  5.00 us             -            -            -  [(4, 2), -]
 total                                              1.26 K     560  4.86 ms
 """
 
@@ -408,3 +408,64 @@ def test_markdown_and_csv_wrappers(counter: TorchFLOPsByFX, tmp_path: Any) -> No
     assert rows[0] == counter.result_header and len(rows) == 1 + len(counter.records)
     pytest.importorskip("pandas")
     assert len(counter.to_dataframe(group_by="module")) == len(counter.profile.by_module())
+
+
+# ---------------------------------------------------------------------- the graph's plumbing, own parameters
+def test_internal_rows_hidden_and_not_timed_into_modules() -> None:
+    from torch_flops.records import is_internal
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    counter = TorchFLOPsByFX(model, tracer="export")
+    counter.propagate(torch.randn(2, 4))
+    internal = [r for r in counter.records if is_internal(r)]
+    # export lifts the parameters to get_attr reads (0.weight, 0.bias) and adds its input guard
+    assert sorted(r.target for r in internal) == ["0.bias", "0.weight", "GuardsFn"]
+    assert {r.module_path for r in internal if r.op == "get_attr"} == {"0"}  # read for module 0
+    model_time = sum(r.time_ms for r in counter.records if not is_internal(r))
+    assert counter.total_time_ms == pytest.approx(model_time)
+    assert counter.profile.by_module()["0"].time_ms == pytest.approx(
+        sum(r.time_ms for r in counter.records if r.module_path == "0" and not is_internal(r)))
+    text = report.table_text(counter.profile)
+    assert "0.weight" not in text and "_guards_fn" not in text and "linear" in text
+    assert "0.weight" in report.table_text(counter.profile, all_nodes=True)
+    assert len(report.rows_for(counter.profile)[1]) == len(counter.records)  # raw rows keep every node
+
+
+def test_tree_shows_a_modules_own_parameters() -> None:
+    class WithToken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.token = nn.Parameter(torch.zeros(1, 4))  # 4 parameters the root owns
+            self.fc = nn.Linear(4, 4)  # 20
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x + self.token)
+
+    counter = TorchFLOPsByFX(WithToken())
+    counter.propagate(torch.randn(2, 4))
+    tree = report.module_tree(counter.profile)
+    lines = tree.splitlines()
+    assert lines[2].split()[:2] == ["WithToken", "24"]
+    assert lines[3].split()[:4] == ["(own", "parameters)", "4", "16.67%"]  # 4 of 24
+    assert lines[4].split()[:3] == ["fc", "(Linear)", "20"]
+    assert [row[0] for row in report.tree_rows(counter.profile)] == ["", "fc"]  # raw rows: modules only
+
+
+def test_progress_line_only_on_a_terminal_after_a_delay() -> None:
+    from torch_flops.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    shown = Terminal()
+    progress = Progress(stream=shown, delay_s=0.0)
+    progress.step("run 1/3")
+    progress.done()
+    assert shown.getvalue() == "\rtorch_flops: run 1/3...\033[K\r\033[K"
+    quiet = Terminal()
+    Progress(stream=quiet, delay_s=60.0).step("run 1/3")  # not a second old yet
+    Progress(False, stream=quiet, delay_s=0.0).step("run 1/3")  # switched off
+    piped = io.StringIO()
+    Progress(stream=piped, delay_s=0.0).step("run 1/3")  # not a terminal
+    assert quiet.getvalue() == piped.getvalue() == ""

@@ -24,6 +24,7 @@ from torch_flops.interpreter import Measurements, Runner
 from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
 from torch_flops.options import Options, TracerName
 from torch_flops.plan import make_plan
+from torch_flops.progress import Progress
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.state import model_state_restored
 
@@ -53,6 +54,8 @@ class TorchFLOPsByFX:
             ``propagate``) or ``"auto"`` (fx, falling back to export with a warning).
         timer: a :class:`~torch_flops.measure.Timer` (``tick``/``finish``/``elapsed_ms``) or a
             function ``device -> Timer``; default: events on accelerators, ``perf_counter_ns`` on CPU.
+        progress: a progress line on stderr for steps that take more than a second (None: only
+            when stderr is a terminal).
     """
 
     #: column names of :meth:`print_result_table`'s rows and of the CSV file
@@ -62,12 +65,12 @@ class TorchFLOPsByFX:
                  mem_func_name: str = "memory_allocated", strict: bool = False, warmup: int = 0,
                  repeat: int = 1, leaf_modules: Iterable[type | str] = (),
                  concrete_args: Mapping[str, Any] | None = None, tracer: TracerName = "auto",
-                 timer: Timer | Callable[[torch.device], Timer] | None = None) -> None:
+                 timer: Timer | Callable[[torch.device], Timer] | None = None, progress: bool | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.options = Options(ignore_ops=ignore_ops, mem_func_name=mem_func_name, strict=strict, warmup=warmup,
                                repeat=repeat, leaf_modules=leaf_modules, concrete_args=concrete_args, tracer=tracer,
-                               timer=timer)
+                               timer=timer, progress=progress)
         self.model = model
         self.tables = formulas.FORMULAS.copy()  # this counter's own formulas: later edits do not leak in
         self._capture: Capture | None = None
@@ -76,12 +79,16 @@ class TorchFLOPsByFX:
         self._measured: tuple[Capture, Measurements, int | None] | None = None
         self._profile: Profile | None = None
         if tracer != "export":
+            shown = Progress(progress)
+            shown.step("capturing (torch.fx)")
             try:
                 self._capture = capture_fx(model, self.options.capture_options(self.tables))
             except TracingError as e:
                 if tracer == "fx":
                     raise
                 self._fx_error = e
+            finally:
+                shown.done()
 
     @property
     def capture(self) -> Capture | None:
@@ -100,17 +107,23 @@ class TorchFLOPsByFX:
     def propagate(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model's graph on these inputs, measuring every node; return the model's output."""
         options = self.options
-        capture = self._capture_for(args, kwargs)
-        graph = capture.graphs[0]
-        runner, model_storages = self._runner(graph)
-        if options.strict:
-            runner.plan.check_strict()
-        inputs = graph.bind(args, kwargs)
-        device = input_device((args, kwargs), self.model)
-        with model_state_restored(self.model):
-            output, measurements = runner.run(
-                inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
-                timer=options.timer_for(device), memory=make_memory_probe(device, options.mem_func_name, model_storages))
+        progress = Progress(options.progress)
+        try:
+            capture = self._capture_for(args, kwargs, progress)
+            graph = capture.graphs[0]
+            progress.step("planning")
+            runner, model_storages = self._runner(graph)
+            if options.strict:
+                runner.plan.check_strict()
+            inputs = graph.bind(args, kwargs)
+            device = input_device((args, kwargs), self.model)
+            with model_state_restored(self.model):
+                output, measurements = runner.run(
+                    inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
+                    timer=options.timer_for(device), progress=progress,
+                    memory=make_memory_probe(device, options.mem_func_name, model_storages))
+        finally:
+            progress.done()
         self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
         for target, nodes in measurements.unsupported().items():
             names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
@@ -120,9 +133,10 @@ class TorchFLOPsByFX:
                 "register_method/register_module, or pass ignore_ops / strict=True.", UnsupportedOpWarning, stacklevel=2)
         return output
 
-    def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Capture:
+    def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
         if self._capture is not None and self._capture.accepts(args, kwargs):
             return self._capture
+        progress.step("capturing (torch.export)")
         capture = capture_export(self.model, args, kwargs, fx_error=self._fx_error)
         if self._fx_error is not None and self._capture is None:
             warnings.warn(f"torch_flops: profiling the torch.export graph because symbolic tracing failed: "
@@ -151,7 +165,8 @@ class TorchFLOPsByFX:
             capture, measurements, batch_size = self._measured
             self._profile = Profile.from_measurements(
                 measurements, tracer=capture.front_end, module_types=capture.module_types,
-                module_params=capture.module_params, batch_size=batch_size, settings=self.options.settings())
+                module_params=capture.module_params, batch_size=batch_size,
+                settings={**self.options.settings(), "memory_source": measurements.memory_source})
         return self._profile
 
     @property

@@ -31,7 +31,7 @@ __all__ = ["FlopCountAnalysis", "flop_count_table", "get_model_profile", "profil
 
 def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: int = 0, repeat: int = 1,
             ignore_ops: Iterable[str] = (), strict: bool = False, leaf_modules: Iterable[type | str] = (),
-            **kwargs: Any) -> Profile:
+            progress: bool | None = None, **kwargs: Any) -> Profile:
     """Profile ``model(*args, **kwargs)`` and return its :class:`Profile`.
 
     >>> p = torch_flops.profile(model, x)
@@ -42,7 +42,7 @@ def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: i
     goes to the model (a model argument named like an option needs ``TorchFLOPsByFX`` itself).
     """
     counter = TorchFLOPsByFX(model, tracer=tracer, warmup=warmup, repeat=repeat, ignore_ops=ignore_ops,
-                             strict=strict, leaf_modules=leaf_modules)
+                             strict=strict, leaf_modules=leaf_modules, progress=progress)
     with torch.no_grad():
         counter.propagate(*args, **kwargs)
     return counter.profile

@@ -61,6 +61,8 @@ class NodeLocation:
     path: str  #: the innermost module's dotted path ("" for the root)
     module_type: str  #: that module's class name
     chain: tuple[str, ...]  #: every enclosing module path, outermost first, root excluded
+    #: a get_attr node's parameter or buffer, as the model names it ("0.weight")
+    attribute: str | None = None
 
 
 @dataclass(frozen=True)
@@ -469,6 +471,13 @@ def _locations(gm: fx.GraphModule, module_types: Mapping[str, str], prefix: str 
     for node in gm.graph.nodes:
         if node.op == "call_module" and str(node.target).startswith("_guards"):
             locations[node] = NodeLocation("", root_type, ())  # torch.export's input guard check
+            continue
+        if node.op == "get_attr" and not node.meta.get("nn_module_stack"):
+            # a parameter or buffer read at the top of the graph (torch.export lifts them): its owner
+            attribute = _clean_path(str(node.target), prefix)
+            owner = attribute.rpartition(".")[0]
+            locations[node] = NodeLocation(owner, module_types.get(owner, root_type), module_chain((owner,)),
+                                           attribute)
             continue
         stack = node.meta.get("nn_module_stack") or {}
         paths = [_clean_path(v[0] if isinstance(v, tuple) else k, prefix) for k, v in stack.items()]

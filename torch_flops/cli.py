@@ -33,6 +33,7 @@ from torch import nn
 
 from torch_flops import report, zoo
 from torch_flops.api import profile
+from torch_flops.conventions import CONVENTIONS
 
 __all__ = ["main"]
 
@@ -75,13 +76,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=_FORMATS, default="tree", help="output (default: tree)")
     p.add_argument("--group-by", choices=report.GROUP_BY, default="node",
                    help="rows of --format table/csv/markdown (default: node)")
+    p.add_argument("--all-nodes", action="store_true",
+                   help="node tables: also show the graph's plumbing (parameter reads, export's checks)")
+    p.add_argument("--convention", choices=tuple(CONVENTIONS), default="torch_flops",
+                   help="how FLOPs are counted: torch_flops (default), flop_counter (PyTorch's FlopCounterMode), "
+                        "macs (fvcore, thop), exact (2K-1 per dot product)")
     p.add_argument("--depth", type=int, default=-1, help="module tree depth, 0 = root, -1 = all (default)")
     p.add_argument("--top", type=int, default=3, metavar="K",
-                   help="list the top K modules at --depth (-1: innermost) in text formats; 0 = none")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default: 1)")
+                   help="text formats: list the top K modules (K >= 0, 0 = none) at --depth (innermost ones "
+                        "with --depth -1, the root's children with --depth 0)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed runs first (default: 0, as in the API)")
     p.add_argument("--repeat", type=int, default=1, help="timed runs, median per node (default: 1)")
     p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
     p.add_argument("--chrome-trace", metavar="FILE", help="also write a chrome://tracing / Perfetto trace")
+    p.add_argument("--model-class", metavar="NAME",
+                   help="config.json: the transformers class to build (e.g. BertForMaskedLM), instead of the "
+                        "config's architectures[0]")
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument("--traceback", action="store_true", help="show the full traceback on errors")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return p
@@ -113,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("torch-flops: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+            _silence_stdout()
+            return 0
         except Exception as e:
             if ns.traceback:
                 raise
@@ -137,6 +151,15 @@ def _one_line(e: BaseException | str) -> str:
     return lines[0] if lines else text
 
 
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _zoo_listing() -> str:
     width = max(len(name) for name in zoo.ZOO)
     return "\n".join(f"{name:<{width}}  {entry.description}" for name, entry in sorted(zoo.ZOO.items()))
@@ -152,36 +175,53 @@ def _run(ns: argparse.Namespace) -> int:
             raise CLIError(f"--{name} must be >= {low}, got {value}", 2)
     if ns.meta and ns.device not in (None, "meta"):
         raise CLIError("--meta and --device are exclusive (--meta puts everything on the meta device)", 2)
-    input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape else None
-    tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens else None
+    input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape is not None else None
+    tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens is not None else None
     device = torch.device("meta") if ns.meta else _device(ns.device or "cpu")
     dtype = _DTYPES[ns.dtype]
+    if ns.chrome_trace and device.type == "meta":
+        raise CLIError("--chrome-trace: a chrome trace needs measured times, and --meta measures none", 2)
+    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace)):
+        if path is not None:
+            _check_writable(option, path)  # before a profile that may take minutes
 
-    model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens)
+    model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class)
     model.eval()
-    result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat, **kwargs)
+    result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
+                     progress=False if ns.quiet else None, **kwargs).with_convention(ns.convention)
 
     if ns.format == "tree":
         text = report.model_profile_text(result, depth=ns.depth, top=ns.top)
     elif ns.format == "table":
-        parts = [report.summary_text(result), report.table_text(result, ns.group_by)]
+        parts = [report.summary_text(result), report.table_text(result, ns.group_by, ns.all_nodes)]
         if ns.top:
             parts.append(report.top_modules_text(result, ns.top, ns.depth))
         text = "\n\n".join(parts)
     elif ns.format == "json":
         text = report.profile_to_json(result)
     elif ns.format == "csv":
-        text = report.csv_text(result, ns.group_by).rstrip("\n")
+        text = report.csv_text(result, ns.group_by, ns.all_nodes).rstrip("\n")
     else:
-        text = report.markdown(result, ns.group_by)
-    if ns.chrome_trace:
-        report.write_chrome_trace(result, ns.chrome_trace)
+        text = report.markdown(result, ns.group_by, ns.all_nodes)
     if ns.output:
-        with open(ns.output, "w", newline="") as f:
-            f.write(text + "\n")
+        report.write_atomic(ns.output, text + "\n")
     else:
         print(text)
+    if ns.chrome_trace:
+        report.write_chrome_trace(result, ns.chrome_trace)
     return 0
+
+
+def _check_writable(option: str, path: str) -> None:
+    """``CLIError`` unless ``path`` can be written: its directory exists and is writable, and it
+    is not a directory itself."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CLIError(f"{option} {path!r} is a directory", 2)
+    if not os.path.isdir(directory):
+        raise CLIError(f"{option} {path!r}: no such directory {directory!r}", 2)
+    if not os.access(directory, os.W_OK):
+        raise CLIError(f"{option} {path!r}: directory {directory!r} is not writable", 2)
 
 
 def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int, ...]:
@@ -199,9 +239,15 @@ def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int,
 
 def _device(name: str) -> torch.device:
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as e:
         raise CLIError(f"bad --device {name!r}: {e}", 2) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CLIError(f"--device {name}: there is no CUDA device here (torch {torch.__version__}, "
+                       f"CUDA build: {torch.version.cuda or 'no'})", 2)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise CLIError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here", 2)
+    return device
 
 
 @contextlib.contextmanager
@@ -215,13 +261,18 @@ def _on(device: torch.device) -> Iterator[None]:
 
 
 def _build(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
-           tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+           tokens: tuple[int, ...] | None,
+           model_class: str | None = None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    if model_class is not None and not (spec.endswith(".json") or os.path.isdir(spec)):
+        raise CLIError("--model-class is for a transformers config.json", 2)
     if spec in zoo.ZOO:
         return _build_zoo(spec, device, dtype, input_shape, tokens)
     if spec.endswith(".json") or os.path.isdir(spec):
-        return _build_transformers(spec, device, dtype, input_shape, tokens)
-    if ":" in spec:
+        return _build_transformers(spec, device, dtype, input_shape, tokens, model_class)
+    if ":" in spec and os.sep not in spec.partition(":")[0]:
         return _build_import(spec, device, dtype, input_shape, tokens)
+    if os.sep in spec or spec.endswith((".py", ".pt", ".pth", ".json")):
+        raise CLIError(f"no such file: {spec}")
     close = difflib.get_close_matches(spec, zoo.ZOO, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     raise CLIError(f"unknown model {spec!r}{hint}: not a zoo name ({', '.join(sorted(zoo.ZOO))}), an import path "
@@ -253,6 +304,7 @@ def _build_zoo(name: str, device: torch.device, dtype: torch.dtype, input_shape:
         model = entry.build()
     model = _finish(model, device, dtype)
     if tokens is not None:
+        _check_positions(model, tokens[1])
         args = entry.example_inputs(batch_size=tokens[0], device=device, seq_len=tokens[1])
     elif input_shape is not None:
         args = (_float_input(input_shape, device, dtype),)
@@ -281,7 +333,7 @@ def _build_import(spec: str, device: torch.device, dtype: torch.dtype, input_sha
         except AttributeError:
             raise CLIError(f"{module_name!r} has no attribute {attr!r}") from None
     if isinstance(obj, nn.Module):
-        model = obj.to(device) if device.type != "meta" else obj
+        model = obj.to(device)  # an instance: moved (to meta too: its weights are dropped, counts need shapes only)
     elif callable(obj):
         with _on(device):
             model = obj()
@@ -291,24 +343,50 @@ def _build_import(spec: str, device: torch.device, dtype: torch.dtype, input_sha
         raise CLIError(f"{spec} is a {type(obj).__name__}: expected a model factory or a torch.nn.Module")
     model = _finish(model, device, dtype)
     if tokens is not None:
+        _check_positions(model, tokens[1])
         return model, (torch.zeros(tokens, dtype=torch.long, device=device),), {}
     return model, (_float_input(input_shape, device, dtype),), {}  # type: ignore[arg-type]
 
 
+_POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "block_size")
+
+
+def _check_positions(model: nn.Module, seq: int) -> None:
+    """``CLIError`` for more tokens than the model has positions (a learned position table would
+    fail deep inside, or, on meta, count a sequence the model cannot run)."""
+    for holder in (getattr(model, "config", None), model):
+        for name in _POSITION_LIMITS:
+            limit = getattr(holder, name, None)
+            if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < seq:
+                raise CLIError(f"--tokens asks for {seq} tokens but {type(model).__name__} takes at most {limit} "
+                               f"({name} = {limit})", 2)
+
+
 def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
-                        tokens: tuple[int, ...] | None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+                        tokens: tuple[int, ...] | None,
+                        model_class: str | None = None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     if not os.path.exists(spec):
-        raise CLIError(f"no such config file: {spec}")
+        raise CLIError(f"no such file: {spec}")
     try:
         import transformers
     except ImportError:
         raise CLIError("a config.json model needs transformers: pip install transformers") from None
     config = transformers.AutoConfig.from_pretrained(spec)
     architectures = getattr(config, "architectures", None) or []
-    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
-    auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
-    with _on(device):
-        model = auto.from_config(config)
+    if model_class is not None:
+        cls = getattr(transformers, model_class, None)
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise CLIError(f"--model-class {model_class!r} is not a transformers model class", 2)
+        with _on(device):
+            model = cls(config)
+    else:
+        causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+        auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
+        with _on(device):
+            model = auto.from_config(config)
+        if not architectures:
+            print(f"torch-flops: {spec} names no architectures: built {type(model).__name__}; "
+                  "pick another class with --model-class", file=sys.stderr)
     model = _finish(model, device, dtype)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no cache object in the output: nothing to carry through a graph
@@ -318,6 +396,7 @@ def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, inp
     if main_input != "input_ids":
         raise CLIError(f"{type(model).__name__} takes {main_input!r}: give --input-shape", 2)
     batch, seq = tokens or _DEFAULT_TOKENS
+    _check_positions(model, seq)
     vocab = int(getattr(config, "vocab_size", 0) or 1)
     if device.type == "meta":
         ids = torch.empty((batch, seq), dtype=torch.long, device=device)

@@ -24,6 +24,7 @@ from torch import fx
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import LiveTensors, MemoryProbe, StorageEntries, Timer, storage_entries, tensors_of
 from torch_flops.plan import NodeKind, NodePlan, Plan
+from torch_flops.progress import Progress
 
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
@@ -81,19 +82,25 @@ class Runner:
         self._lock = threading.Lock()
 
     def run(self, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
-            memory: MemoryProbe, strict: bool) -> tuple[Any, Measurements]:
+            memory: MemoryProbe, strict: bool, progress: Progress | None = None) -> tuple[Any, Measurements]:
         """Run the graph on the bound ``inputs`` (its placeholder values): ``warmup`` untimed runs,
         the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only).
         Returns the counting run's output and the measurements (time: the median per node)."""
         timed = device.type != "meta"
+        warmups, repeats = (warmup, repeat - 1) if timed else (0, 0)
+        total = warmups + 1 + repeats
+        step = progress.step if progress is not None else (lambda text: None)
         with self._lock:
             interp = self._interpreter
             interp.start(timer, memory, strict, skip_unneeded=not timed)
-            for _ in range(warmup if timed else 0):
+            for i in range(warmups):
+                step(f"run {i + 1}/{total} (warmup)")
                 interp.execute(inputs, count=False)
+            step(f"run {warmups + 1}/{total}")
             output = interp.execute(inputs, count=True)
             runs = [interp.times()]
-            for _ in range((repeat - 1) if timed else 0):
+            for i in range(repeats):
+                step(f"run {warmups + 2 + i}/{total}")
                 interp.execute(inputs, count=False)
                 runs.append(interp.times())
             times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]

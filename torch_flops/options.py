@@ -39,6 +39,7 @@ class Options:
     concrete_args: Mapping[str, Any] | None = None
     tracer: TracerName = "auto"
     timer: Timer | Callable[[torch.device], Timer] | None = None
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -52,6 +53,8 @@ class Options:
         set_(self, "leaf_modules", tuple(self.leaf_modules))
         if self.concrete_args is not None and not isinstance(self.concrete_args, Mapping):
             raise TypeError("concrete_args must be a mapping of argument name -> value")
+        if self.progress is not None:
+            check_bool("progress", self.progress)
         if self.timer is not None and not callable(self.timer) and not hasattr(self.timer, "tick"):
             raise TypeError(f"timer must be a Timer (tick/finish/elapsed_ms) or a function of the device, "
                             f"got {self.timer!r}")

@@ -24,6 +24,7 @@ from torch import fx, nn
 from torch_flops.capture import CapturedGraph, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
+from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
 __all__ = ["NodeKind", "NodePlan", "Plan", "make_plan", "readable_target"]
 
@@ -56,6 +57,8 @@ class NodePlan:
     frees: tuple[int, ...]
     #: whether the node's value is held by the graph (every node but the output)
     holds: bool
+    #: graph plumbing, not model work (a get_attr, export's guard and assertions): see records.is_internal
+    internal: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,10 +95,13 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         key = _table_key(node, module) if node.op.startswith("call_") else node.op
         kind, formula = _choose(node, module, key, table, ignored)
+        location = graph.locations[node]
+        target = location.attribute if node.op == "get_attr" and location.attribute else readable_target(node, gm)
         nodes.append(NodePlan(
-            node=node, position=position, kind=kind, formula=formula, module=module,
-            target=readable_target(node, gm), key=key, location=graph.locations[node],
-            needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
+            node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
+            location=location, needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
+            internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
+                                                                     node.name.startswith("_guards")),
         ))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))

@@ -28,7 +28,8 @@ from torch_flops.paths import ancestors, depth, module_chain
 if TYPE_CHECKING:
     from torch_flops.interpreter import Measurements
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "OperatorStats", "Profile", "Status"]
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "OperatorStats", "Profile", "Status",
+           "is_internal"]
 
 #: ``"schema"`` and ``"version"`` of :meth:`Profile.to_dict` (the schema is described in :mod:`torch_flops.report`)
 SCHEMA_NAME = "torch_flops.profile"
@@ -149,6 +150,21 @@ assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.
 # roll-ups
 # ---------------------------------------------------------------------------------------------
 
+#: targets of graph plumbing rather than model work: torch.export's input checks and assertions
+_INTERNAL_TARGETS = frozenset({
+    "aten._assert_tensor_metadata", "aten._assert_scalar", "aten._assert_async", "aten.sym_constrain_range",
+    "aten.sym_constrain_range_for_size", "aten._functional_assert_async", "torch._assert", "GuardsFn",
+})
+
+
+def is_internal(r: NodeRecord) -> bool:
+    """A node of the graph's plumbing, not of the model: a parameter or buffer read (``get_attr``),
+    torch.export's input guard and assertions. Text tables leave them out unless asked, and their
+    time counts toward no module's latency (nor the total): it is the interpreter's, not the model's."""
+    return r.op == "get_attr" or r.target in _INTERNAL_TARGETS or (r.op == "call_module" and
+                                                                   r.name.startswith("_guards"))
+
+
 @dataclass(slots=True)
 class _Sums:
     """What a roll-up adds up over its nodes."""
@@ -164,7 +180,7 @@ class _Sums:
             self.flops += r.flops
         if r.macs is not None:
             self.macs += r.macs
-        if r.time_ms is not None:
+        if r.time_ms is not None and not is_internal(r):
             self.time_ms = r.time_ms if self.time_ms is None else self.time_ms + r.time_ms
         self.nodes += 1
         if r.status is Status.UNSUPPORTED:
@@ -292,7 +308,7 @@ class Profile:
                     if after is not None:
                         delta = after - before
                 t = times[i]
-                if t is not None:
+                if t is not None and not p.internal:
                     total_time = t if total_time is None else total_time + t
                 if flops is not None:
                     total_flops += flops

@@ -84,7 +84,7 @@ from typing import Any, Literal
 from tabulate import tabulate
 
 from torch_flops._validate import check_depth
-from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, Status
+from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 
 __all__ = [
     "GROUP_BY",
@@ -238,11 +238,11 @@ NODE_VIEW: tuple[Column, ...] = (
     Column("target", "target", _attr("target"), align="left"),
     Column("module_path", "module", _attr("module_path"), lambda p: p or "-", "left"),
     Column("module_type", None, _attr("module_type")),
-    Column("status", "status", lambda r, _c: r.status.value, lambda s: "" if s == Status.COUNTED.value else s, "left"),
+    Column("status", "status", lambda r, _c: r.status.value, align="left"),
     Column("flops", "FLOPs", _attr("flops"), format_count),
     Column("macs", "MACs", _attr("macs"), format_count),
     Column("time_ms", "time", _attr("time_ms"), format_time_ms),
-    Column("mem_before", None, _attr("mem_before"), format_bytes),
+    Column("mem_before", "mem before", _attr("mem_before"), format_bytes),
     Column("mem_after", "mem after", _attr("mem_after"), format_bytes),
     Column("mem_delta", "mem delta", _attr("mem_delta"), format_bytes),
     Column("output_shape", "output shape", _attr("output_shape"), _shape_text, "left"),
@@ -276,8 +276,24 @@ OPERATOR_VIEW: tuple[Column, ...] = (
 
 @dataclass(frozen=True)
 class _TreeRow:
-    module: ModuleStats
+    module: ModuleStats | _OwnParameters
     label: str  #: indented name and type, as the tree shows it
+    text_only: bool = False  #: not one of the raw rows
+
+
+@dataclass(frozen=True)
+class _OwnParameters:
+    """The tree's row for the parameters a module with submodules owns itself (a ViT's class
+    token), so that its children's rows add up to it; it counts nothing else."""
+
+    path: str
+    depth: int
+    params: int
+    module_type: str = ""
+    macs: None = None
+    flops: None = None
+    time_ms: None = None
+    flops_per_s: None = None
 
 
 TREE_VIEW: tuple[Column, ...] = (
@@ -325,7 +341,7 @@ class _Table:
     def raw_rows(self) -> list[list[Any]]:
         columns = [c for c in self.columns if c.raw]
         ctx = self.context
-        return [[c.get(item, ctx) for c in columns] for item in self.items]
+        return [[c.get(item, ctx) for c in columns] for item in self.items if not getattr(item, "text_only", False)]
 
     def text(self) -> tuple[list[str], list[list[str]], list[str]]:
         """(headers, formatted rows with the total row, alignments) of the text columns."""
@@ -340,12 +356,15 @@ class _Table:
                 [columns[i].align for i in keep])
 
 
-def _node_table(records: Sequence[NodeRecord]) -> _Table:
+def _node_table(records: Sequence[NodeRecord], all_nodes: bool = True) -> _Table:
+    """The node view; without ``all_nodes`` the graph's plumbing (records.is_internal) is left
+    out. The total row sums the model's nodes either way."""
     flops = sum(r.flops for r in records if r.flops is not None)
     macs = sum(r.macs for r in records if r.macs is not None)
-    times = [r.time_ms for r in records if r.time_ms is not None]
+    times = [r.time_ms for r in records if r.time_ms is not None and not is_internal(r)]
     total = {"node": "total", "flops": flops, "macs": macs, "time_ms": sum(times) if times else None}
-    return _Table(NODE_VIEW, list(records), total=total)
+    shown = list(records) if all_nodes else [r for r in records if not is_internal(r)]
+    return _Table(NODE_VIEW, shown, total=total)
 
 
 def _module_table(profile: Profile) -> _Table:
@@ -364,8 +383,10 @@ def _operator_table(profile: Profile) -> _Table:
 def _tree_table(profile: Profile, depth: int) -> _Table:
     check_depth("depth", depth)
     modules = profile.by_module()
+    order = _tree_order(modules)
+    has_children = {parent for _, parent, level in order if level}
     rows = []
-    for path, parent, level in _tree_order(modules):
+    for path, parent, level in order:
         m = modules[path]
         if depth >= 0 and m.depth > depth:
             continue
@@ -375,13 +396,16 @@ def _tree_table(profile: Profile, depth: int) -> _Table:
             name = path[len(parent) + 1:] if parent else path
             label = f"{name} ({m.module_type})" if m.module_type else name
         rows.append(_TreeRow(m, "  " * level + label))
+        if m.own_params and path in has_children and (depth < 0 or m.depth < depth):
+            rows.append(_TreeRow(_OwnParameters(path, m.depth + 1, m.own_params), "  " * (level + 1) +
+                                 "(own parameters)", text_only=True))
     return _Table(TREE_VIEW, rows, context=modules[""])
 
 
-def _table_for(profile: Profile, group_by: GroupBy) -> _Table:
+def _table_for(profile: Profile, group_by: GroupBy, all_nodes: bool = True) -> _Table:
     """The one ``group_by`` dispatcher."""
     if group_by == "node":
-        return _node_table(profile.records)
+        return _node_table(profile.records, all_nodes)
     if group_by == "module":
         return _module_table(profile)
     if group_by == "operator":
@@ -397,9 +421,11 @@ def _tabulated(table: _Table, tablefmt: str = "simple", escape: bool = False) ->
 
 
 # ---------------------------------------------------------------------- rows
-def rows_for(profile: Profile, group_by: GroupBy = "node") -> tuple[tuple[str, ...], list[list[Any]]]:
-    """``(columns, raw rows)`` of one grouping: ``"node"``, ``"module"`` or ``"operator"``."""
-    table = _table_for(profile, group_by)
+def rows_for(profile: Profile, group_by: GroupBy = "node",
+             all_nodes: bool = True) -> tuple[tuple[str, ...], list[list[Any]]]:
+    """``(columns, raw rows)`` of one grouping: ``"node"`` (every node, or without ``all_nodes``
+    only the model's: see ``records.is_internal``), ``"module"`` or ``"operator"``."""
+    table = _table_for(profile, group_by, all_nodes)
     return _raw_names(table.columns), table.raw_rows()
 
 
@@ -422,15 +448,17 @@ def format_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[l
 
 
 # ---------------------------------------------------------------------- tables and text
-def node_table(records: Sequence[NodeRecord]) -> str:
-    """The per-node table as text, with readable numbers and a total row."""
-    return _tabulated(_node_table(records))
+def node_table(records: Sequence[NodeRecord], all_nodes: bool = False) -> str:
+    """The per-node table as text, with readable numbers and a total row (the graph's plumbing,
+    parameter reads and export's checks, only with ``all_nodes``)."""
+    return _tabulated(_node_table(records, all_nodes))
 
 
-def table_text(profile: Profile, group_by: GroupBy = "node") -> str:
-    """One row per node (with a total row), per module (full paths in the model's order, each
-    including its submodules) or per operator (most FLOPs first, with a total row)."""
-    return _tabulated(_table_for(profile, group_by))
+def table_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False) -> str:
+    """One row per node (with a total row; the graph's plumbing only with ``all_nodes``), per
+    module (full paths in the model's order, each including its submodules) or per operator
+    (most FLOPs first, with a total row)."""
+    return _tabulated(_table_for(profile, group_by, all_nodes))
 
 
 def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]]:
@@ -525,9 +553,11 @@ _TOP_METRICS = (("flops", "FLOPs", format_count), ("macs", "MACs", format_count)
 
 
 def top_modules_text(profile: Profile, k: int = 3, depth: int = -1) -> str:
-    """Aggregated profile: the top ``k`` modules at ``depth`` (-1 = innermost) by FLOPs, MACs,
-    parameters and latency (latency only when timed), with their share of the model."""
+    """Aggregated profile: the top ``k`` modules at ``depth`` (-1 = innermost; 0, the root alone,
+    lists its children instead) by FLOPs, MACs, parameters and latency (latency only when timed),
+    with their share of the model."""
     root = profile.by_module()[""]
+    depth = 1 if depth == 0 else depth
     where = "innermost modules" if depth == -1 else f"modules at depth {depth}"
     lines = [f"Top {k} {where}:"]
     for attr, title, fmt in _TOP_METRICS:
@@ -550,7 +580,7 @@ def model_profile_text(profile: Profile, depth: int = -1, top: int = 0) -> str:
 
 
 # ---------------------------------------------------------------------- exports
-def markdown(profile: Profile, group_by: GroupBy = "node") -> str:
+def markdown(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False) -> str:
     """A one-line summary and the ``group_by`` table as GitHub-flavoured Markdown."""
     t = profile.total_time_ms
     summary = (f"**torch_flops profile**: {format_count(profile.total_params)} params, "
@@ -558,7 +588,7 @@ def markdown(profile: Profile, group_by: GroupBy = "node") -> str:
                f"latency {format_time_ms(t) if t is not None else 'not measured'} on {profile.device} "
                f"(tracer {profile.tracer}, {sum(profile.unsupported.values())} unsupported node(s)"
                f"{'' if profile.convention == 'torch_flops' else f', convention {profile.convention}'})")
-    return summary + "\n\n" + _tabulated(_table_for(profile, group_by), tablefmt="github", escape=True)
+    return summary + "\n\n" + _tabulated(_table_for(profile, group_by, all_nodes), tablefmt="github", escape=True)
 
 
 def _csv(columns: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -> str:
@@ -571,9 +601,9 @@ def _csv(columns: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -> str:
     return buffer.getvalue()
 
 
-def csv_text(profile: Profile, group_by: GroupBy = "node") -> str:
+def csv_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = True) -> str:
     """The raw rows of one grouping as CSV text (header first; None as an empty cell)."""
-    columns, rows = rows_for(profile, group_by)
+    columns, rows = rows_for(profile, group_by, all_nodes)
     return _csv(columns, rows)
 
 
@@ -633,7 +663,7 @@ def profile_from_json(source: str | os.PathLike[str] | dict[str, Any]) -> Profil
 
 def chrome_trace(profile: Profile) -> dict[str, Any]:
     """The Trace Event Format document described above; ``ValueError`` when no node was timed."""
-    timed = [r for r in profile.records if r.time_ms is not None]
+    timed = [r for r in profile.records if r.time_ms is not None and not is_internal(r)]
     if not timed:
         raise ValueError(f"a chrome trace needs measured times, and no node was timed on device {profile.device!r} "
                          "(meta tensors are never timed): profile on cpu or an accelerator")
