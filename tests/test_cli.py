@@ -46,13 +46,27 @@ _RUNS: dict[str, tuple[list[str], bool]] = {  # name -> (arguments, run in the i
     "import_path": (["-m", "torch_flops", "tinynet_cli:build", "--input-shape", "2,8", "--format", "csv",
                      "--group-by", "module"], True),
     "bad_argument": (["-m", "torch_flops", "resnet50", "--input-shape", "1,a"], False),
+    # the polish of issue 9, each as a new user would meet it
+    "piped": (["-m", "torch_flops", "unet", "--input-shape", "1,3,16,16", "--format", "table"], False),
+    "export_all_nodes": (["-m", "torch_flops", "unet", "--input-shape", "1,3,16,16", "--format", "table",
+                          "--tracer", "export", "--all-nodes", "--quiet"], False),
+    "no_such_file": (["-m", "torch_flops", "./no/such/model.py"], False),
+    "empty_shape": (["-m", "torch_flops", "unet", "--input-shape", ""], False),
+    "bad_output": (["-m", "torch_flops", "unet", "--output", "/no/such/dir/out.json"], False),
+    "too_many_tokens": (["-m", "torch_flops", "gpt2", "--meta", "--tokens", "1,2048"], False),
+    "cuda": (["-m", "torch_flops", "unet", "--device", "cuda"], False),
+    "no_architectures": (["-m", "torch_flops", "config.json", "--meta", "--tokens", "1,8", "--format", "json"], True),
 }
+# a transformers config without "architectures" (AutoConfig reads its model_type)
+BERT_CONFIG = ('{"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, '
+               '"intermediate_size": 64, "vocab_size": 100}')
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
     directory = tmp_path_factory.mktemp("import_path")
     (directory / "tinynet_cli.py").write_text(TINY_MODULE)
+    (directory / "config.json").write_text(BERT_CONFIG)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     started = {}
     for name, (args, in_directory) in _RUNS.items():
@@ -289,3 +303,49 @@ def test_closed_stdout_is_not_a_traceback() -> None:
     err = process.stderr.read()
     assert process.wait(timeout=300) == 0
     assert first.startswith("torch_flops profile") and "Traceback" not in err and "BrokenPipe" not in err
+
+
+# ---------------------------------------------------------------------- issue 9's polish, as subprocesses
+def test_subprocess_piped_output_is_clean(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "piped")
+    assert code == 0, err
+    assert err == ""  # stderr is a pipe: no progress line; numpy is a dependency: no NumPy warning
+    node_table = out.split("\n\n")[1]
+    header = node_table.splitlines()[0].split()
+    assert header[:4] == ["node", "target", "module", "status"] and "before" in header
+    assert " counted " in node_table and "get_attr" not in node_table
+
+
+def test_subprocess_export_all_nodes(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, out, err = finished(runs, "export_all_nodes")
+    assert code == 0, err
+    assert "_guards_fn" in out and "down.0.block.0.weight" in out
+
+
+@pytest.mark.parametrize(("name", "code", "message"), [
+    ("no_such_file", 1, "no such file: ./no/such/model.py"),
+    ("empty_shape", 2, "bad --input-shape '': expected comma-separated positive integers like 1,3,224,224"),
+    ("bad_output", 2, "--output '/no/such/dir/out.json': no such directory '/no/such/dir'"),
+    ("too_many_tokens", 2, "--tokens asks for 2048 tokens but GPT2 takes at most 1024 (n_positions = 1024)"),
+])
+def test_subprocess_errors(runs: dict[str, subprocess.Popen[str]], name: str, code: int, message: str) -> None:
+    got, out, err = finished(runs, name)
+    assert got == code and out == ""
+    assert err.strip() == f"torch-flops: error: {message}"
+
+
+def test_subprocess_cuda_without_a_gpu(runs: dict[str, subprocess.Popen[str]]) -> None:
+    code, _, err = finished(runs, "cuda")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    assert code == 2 and "--device cuda: there is no CUDA device here" in err
+
+
+def test_subprocess_config_without_architectures(runs: dict[str, subprocess.Popen[str]]) -> None:
+    pytest.importorskip("transformers")
+    code, out, err = finished(runs, "no_architectures")
+    assert code == 0, err
+    assert "config.json names no architectures: built BertModel; pick another class with --model-class" in err
+    assert json.loads(out)["modules"][""]["module_type"] == "BertModel"
