@@ -66,3 +66,15 @@ def test_last_uses_and_needed() -> None:
 def test_check_strict_lists_the_nodes_before_anything_runs() -> None:
     with pytest.raises(UnsupportedOpError, match=r"1 node\(s\) have no FLOPs formula: 'odd' \(Odd\)"):
         _plan().check_strict()
+
+
+def test_flat_arguments_are_marked_for_the_fast_fetch() -> None:
+    from torch_flops.plan import FlatArgs
+
+    plan = _plan()
+    shape = {p.node.name: p.flat_args for p in plan.nodes}
+    # fc(x), relu(fc), odd(view): nodes only; view(relu, -1): a node and a constant; placeholders,
+    # get_attr and the output never use it; add(odd, sum_1): nodes
+    assert shape == {"x": FlatArgs.NESTED, "fc": FlatArgs.NODES, "relu": FlatArgs.NODES,
+                     "view": FlatArgs.NODES_AND_CONSTANTS, "odd": FlatArgs.NODES, "sum_1": FlatArgs.NODES,
+                     "add": FlatArgs.NODES, "output": FlatArgs.NESTED}

@@ -23,12 +23,13 @@ from torch import fx
 
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import LiveTensors, MemoryProbe, StorageEntries, Timer, storage_entries, tensors_of
-from torch_flops.plan import NodeKind, NodePlan, Plan
+from torch_flops.plan import FlatArgs, NodeKind, NodePlan, Plan
 from torch_flops.progress import Progress
 
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
 _COUNTED = NodeKind.COUNTED
+_NODES, _NODES_AND_CONSTANTS = FlatArgs.NODES, FlatArgs.NODES_AND_CONSTANTS
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,7 +196,14 @@ class FlopsInterpreter(fx.Interpreter):
         # here, and it cost about 2 us a node.
         plan = self._plans[n]
         i = plan.position
-        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        flat = plan.flat_args
+        if flat is _NODES:  # the arguments are earlier nodes' values (and plain constants): fetched directly
+            args, kwargs = tuple(map(self.env.__getitem__, n.args)), {}
+        elif flat is _NODES_AND_CONSTANTS:
+            env = self.env
+            args, kwargs = tuple([env[a] if type(a) is fx.Node else a for a in n.args]), {}
+        else:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
         count = self._count
         read = self._read_memory
         if read is not None and count:
@@ -229,12 +237,11 @@ class FlopsInterpreter(fx.Interpreter):
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             try:
                 result = plan.formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
-                if type(result) is tuple:
+                if isinstance(result, tuple):  # (flops, macs[, dot_outputs, mm_macs]), or a formulas.Count
                     self.flops[i] = int(result[0])
                     self.macs[i] = int(result[1])
-                elif isinstance(result, tuple):  # a formulas.Count
-                    self.flops[i], self.macs[i] = int(result[0]), int(result[1])
-                    self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
+                    if len(result) > 2:
+                        self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
                 else:
                     self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0

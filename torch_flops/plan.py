@@ -26,7 +26,7 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
-__all__ = ["NodeKind", "NodePlan", "Plan", "make_plan", "readable_target"]
+__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "make_plan", "readable_target"]
 
 
 class NodeKind(enum.Enum):
@@ -59,6 +59,8 @@ class NodePlan:
     holds: bool
     #: graph plumbing, not model work (a get_attr, export's guard and assertions): see records.is_internal
     internal: bool
+    #: how the interpreter may fetch the node's arguments (directly when they are flat)
+    flat_args: FlatArgs
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,9 +104,31 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             location=location, needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
             internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
                                                                      node.name.startswith("_guards")),
+            flat_args=_flat_args(node),
         ))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))
+
+
+class FlatArgs(enum.Enum):
+    """The shape of a node's arguments, for fetching them without fx's recursive map."""
+
+    NODES = "nodes"  #: positional arguments only, every one a node
+    NODES_AND_CONSTANTS = "nodes_and_constants"  #: positional only, nodes and plain constants
+    NESTED = "nested"  #: keywords, containers, slices...: fx's own fetch
+
+
+_CONSTANTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _flat_args(node: fx.Node) -> FlatArgs:
+    if not node.op.startswith("call_") or node.kwargs or not node.args:
+        return FlatArgs.NESTED
+    if all(type(a) is fx.Node for a in node.args):
+        return FlatArgs.NODES
+    if all(type(a) is fx.Node or isinstance(a, _CONSTANTS) for a in node.args):
+        return FlatArgs.NODES_AND_CONSTANTS
+    return FlatArgs.NESTED
 
 
 def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTable,

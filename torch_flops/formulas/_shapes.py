@@ -63,8 +63,12 @@ COMPLEX_ADD, COMPLEX_MUL, COMPLEX_DIV, COMPLEX_OTHER, COMPLEX_MAC = 2, 6, 11, 2,
 
 
 def complex_factor(cost: int, *tensors: Any) -> int:
-    """``cost`` when any of ``tensors`` is complex, else 1: the real-FLOP multiplier of one op."""
-    return cost if any(isinstance(t, Tensor) and t.is_complex() for t in tensors) else 1
+    """``cost`` when any of ``tensors`` is complex, else 1: the real-FLOP multiplier of one op
+    (pass the output alone where complex inputs make a complex output: it is checked first)."""
+    for t in tensors:
+        if isinstance(t, Tensor) and t.is_complex():
+            return cost
+    return 1
 
 
 def is_float(t: Any) -> bool:

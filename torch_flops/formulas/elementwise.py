@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register
 from torch_flops.formulas._shapes import (
@@ -61,20 +61,20 @@ _GENERIC = [n for n in _UNARY_BINARY if n not in _MUL + _DIV]
           *aten_ops(*_GENERIC, *_ATEN_BITWISE))
 def elementwise_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
     # 1 per output element (broadcast included), 2 for complex data; 0 for integer/boolean data
-    return float_numel(out, *args) * complex_factor(COMPLEX_OTHER, out, *args)
+    return float_numel(out, *args) * complex_factor(COMPLEX_OTHER, out)
 
 
 @register(*functions(*_MUL, "imul"), *methods(*_MUL, "mul_", "multiply_", "__rmul__"), *aten_ops(*_MUL))
 def mul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
     # 1 per output element; a complex multiply is 6 real FLOPs
-    return float_numel(out, *args) * complex_factor(COMPLEX_MUL, out, *args)
+    return float_numel(out, *args) * complex_factor(COMPLEX_MUL, out)
 
 
 @register(*functions(*_DIV, "truediv", "itruediv"), *methods(*_DIV, "div_", "divide_", "true_divide_", "__rtruediv__"),
           *aten_ops(*_DIV))
 def div_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
     # 1 per output element; a complex divide is 11 real FLOPs
-    return float_numel(out, *args) * complex_factor(COMPLEX_DIV, out, *args)
+    return float_numel(out, *args) * complex_factor(COMPLEX_DIV, out)
 
 
 _ADD_SUB = ["add", "sub", "subtract", "rsub"]
@@ -87,7 +87,7 @@ def add_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
     # x + alpha*y: 1 per output element, 2 when alpha scales the second operand; complex data:
     # 2 per add, + 6 per complex alpha multiply
     alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
-    if complex_factor(2, out, *args) > 1:
+    if type(out) is Tensor and out.is_complex():  # complex operands give a complex result
         return float_numel(out, *args) * (COMPLEX_ADD + (0 if alpha == 1 else COMPLEX_MUL))
     return float_numel(out, *args) * (1 if alpha == 1 else 2)
 

@@ -51,8 +51,10 @@ class Count(NamedTuple):
     mm_macs: int | None = None
 
 
-#: What a formula returns: ``(flops, macs)``, a :class:`Count`, or a bare int meaning ``(flops, 0)``.
-FlopCount = int | tuple[int, int] | Count
+#: What a formula returns: ``(flops, macs)``, a :class:`Count` (or the plain tuple
+#: ``(flops, macs, dot_outputs, mm_macs)``, cheaper to build on hot paths), or a bare int meaning
+#: ``(flops, 0)``.
+FlopCount = int | tuple[int, int] | tuple[int, int, int | None, int | None] | Count
 Formula = Callable[..., FlopCount]
 Kind = Literal["module", "function", "method", "aten"]
 KINDS: tuple[Kind, ...] = ("module", "function", "method", "aten")
@@ -334,7 +336,7 @@ class FormulaTable:
 
 
 def _pair(result: FlopCount) -> FlopCount:
-    return (result[0], result[1]) if isinstance(result, Count) else result
+    return (result[0], result[1]) if isinstance(result, tuple) and len(result) > 2 else result
 
 
 def from_legacy(fn: Callable[..., FlopCount]) -> Formula:
