@@ -197,8 +197,9 @@ class FlopsInterpreter(fx.Interpreter):
         plan = self._plans[n]
         i = plan.position
         flat = plan.flat_args
+        kwargs: dict[str, Any]
         if flat is _NODES:  # the arguments are earlier nodes' values (and plain constants): fetched directly
-            args, kwargs = tuple(map(self.env.__getitem__, n.args)), {}
+            args, kwargs = tuple(map(self.env.__getitem__, n.args)), {}  # type: ignore[arg-type]
         elif flat is _NODES_AND_CONSTANTS:
             env = self.env
             args, kwargs = tuple([env[a] if type(a) is fx.Node else a for a in n.args]), {}

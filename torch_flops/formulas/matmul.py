@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from torch_flops.formulas import Count, Name, aten_ops, functions, methods, modules, register
+from torch_flops.formulas import Count, FlopCount, Name, aten_ops, functions, methods, modules, register
 from torch_flops.formulas._shapes import (
     COMPLEX_ADD,
     COMPLEX_MAC,
@@ -27,7 +27,7 @@ __all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "grouped_mm_flops", 
 
 
 @register(*modules("Linear", "LazyLinear"), NonDynamicallyQuantizableLinear, *functions("linear"), *aten_ops("linear"))
-def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
+def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
     # macs = output elements * in_features; flops = 2*macs + one bias add per output element.
     # nn.Linear: in_features is a plain attribute (parameters go through nn.Module.__getattr__,
     # slow: read the dict once); F.linear(input, weight, bias): weight is (out, in).
