@@ -236,7 +236,7 @@ def test_profile_of_graphs_run_in_sequence(models: Any) -> None:
     assert all(r.phase == "forward" for r in p.records)
 
 
-def test_records_carry_the_output_dtype() -> None:
+def test_records_carry_the_compute_dtype() -> None:
     class Lookup(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -247,5 +247,70 @@ def test_records_carry_the_output_dtype() -> None:
 
     counter = TorchFLOPsByFX(Lookup())
     counter.propagate(torch.randint(0, 9, (2, 3)))
+    # the dtype a node computes in: the embedding looks up float32 rows by int64 ids; the cast reads
+    # float32; argmax compares the int64 ids; a placeholder and the output: their values'
     assert {r.name: r.dtype for r in counter.records} == {
-        "ids": "int64", "emb": "float32", "double": "float64", "argmax": "int64", "output": "float64"}
+        "ids": "int64", "emb": "float32", "double": "float32", "argmax": "int64", "output": "float64"}
+
+
+# --------------------------------------------------------------------------- bytes moved (the roofline's)
+
+
+class _Moves(nn.Module):
+    """One node of each way of moving memory; float32 (4 bytes), x: (3, 4), ids: (2, 3) int64."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 5)
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = self.fc(x)
+        r = torch.relu(y)
+        t = r.t()
+        c = t.contiguous()
+        same = c.contiguous()
+        sq = r * r
+        sq.add_(1)
+        a, b = y.chunk(2, dim=0)
+        cat = torch.cat([a, b], dim=0)
+        e = self.emb(ids)
+        return same, sq, cat, e
+
+
+def test_bytes_read_and_written_by_hand() -> None:
+    counter = TorchFLOPsByFX(_Moves())
+    counter.propagate(torch.randn(3, 4), torch.randint(0, 10, (2, 3)))
+    moved = {r.name: (r.bytes_read, r.bytes_written) for r in counter.records}
+    assert moved == {
+        "x": (0, 0), "ids": (0, 0), "output": (0, 0),  # inputs and the output move nothing
+        # Linear(4, 5) on (3, 4): reads x 12*4 = 48, its weight 20*4 = 80 and bias 5*4 = 20; writes 15*4 = 60
+        "fc": (48 + 80 + 20, 60),
+        "relu": (60, 60),  # reads its input, writes its output
+        "t": (0, 0),  # a view
+        "contiguous": (60, 60),  # a transposed tensor is copied: read and written
+        "contiguous_1": (0, 0),  # already contiguous: the same tensor, nothing moves
+        "mul": (60, 60),  # r * r reads r once
+        "add_": (60, 60),  # in place: reads and writes the same 60 bytes
+        "chunk": (0, 0), "getitem": (0, 0), "getitem_1": (0, 0),  # views
+        "cat": (60, 60),  # two halves of 24 + 36 read, 60 written
+        # Embedding(10, 4) on (2, 3) ids: a gather reads the 6 rows it writes (6*4*4 = 96) and the
+        # ids (6*8 = 48), not the 160-byte table
+        "emb": (96 + 48, 96),
+    }
+    m = counter.profile.by_module()
+    assert (m["fc"].bytes_read, m["fc"].bytes_written) == (148, 60)
+    assert m[""].bytes_written == sum(w for _, w in moved.values())
+    assert counter.profile.by_operator()["Linear"].bytes_read == 148
+
+
+def test_bytes_on_meta_and_through_export_match() -> None:
+    x, ids = torch.randn(3, 4), torch.randint(0, 10, (2, 3))
+    results = []
+    for device, tracer in (("cpu", "fx"), ("meta", "fx"), ("cpu", "export")):
+        counter = TorchFLOPsByFX(_Moves().to(device), tracer=tracer)  # type: ignore[arg-type]
+        counter.propagate(x.to(device), ids.to(device))
+        results.append((counter.profile.by_module()[""].bytes_read, counter.profile.by_module()[""].bytes_written))
+    # fx reads the Linear's parameters as the module's; export reads them as get_attr nodes (which move
+    # nothing themselves) feeding aten.linear: the same bytes either way, on any device
+    assert results[0] == results[1] == results[2]

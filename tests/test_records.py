@@ -249,7 +249,8 @@ def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
     assert set(doc) == {"schema", "version", "settings", "summary", "records", "modules"}
     assert doc["summary"]["flops"] == 1256 and doc["summary"]["unsupported"] == {"torch.mystery": 1}
     assert doc["modules"]["head"] == {"module_type": "Linear", "depth": 1, "params": 22, "own_params": 22,
-                                      "flops": 336, "macs": 160, "time_ms": 2.0, "nodes": 2, "unsupported": 0}
+                                      "flops": 336, "macs": 160, "time_ms": 2.0, "nodes": 2, "unsupported": 0,
+                                      "bytes_read": 0, "bytes_written": 0}
     back = Profile.from_dict(json.loads(json.dumps(doc)))
     assert back.records == p.records
     assert back.records[7].output_shape == ((4, 2), None)

@@ -136,13 +136,13 @@ MARKDOWN_GOLDEN = """\
 """
 
 CSV_GOLDEN = """\
-operator,calls,flops,macs,time_ms,unsupported
-Linear,3,1176,560,4.0,0
-ReLU,1,40,0,0.5,0
-operator.add,1,40,0,0.1,0
-placeholder,1,0,0,0.01,0
-torch.mystery,1,0,0,0.25,1
-output,1,0,0,0.005,0
+operator,calls,flops,macs,time_ms,unsupported,bytes_read,bytes_written
+Linear,3,1176,560,4.0,0,0,0
+ReLU,1,40,0,0.5,0,0,0
+operator.add,1,40,0,0.1,0,0,0
+placeholder,1,0,0,0.01,0,0,0
+torch.mystery,1,0,0,0.25,1,0,0
+output,1,0,0,0.005,0,0,0
 """
 
 
@@ -223,18 +223,19 @@ def test_rows_for_each_grouping(hand_profile: Any) -> None:
     p = hand_profile()
     columns, rows = report.rows_for(p, "operator")
     assert columns == report.OPERATOR_COLUMNS
-    assert rows[0] == ["Linear", 3, 1176, 560, 4.0, 0]
+    assert rows[0] == ["Linear", 3, 1176, 560, 4.0, 0, 0, 0]  # hand-made records move no bytes
     columns, rows = report.rows_for(p, "module")
     assert columns == report.MODULE_COLUMNS
-    assert rows[-1] == ["unused", "Linear", 1, 0, 5, 5, 0, 0, None, 0]
+    assert rows[-1] == ["unused", "Linear", 1, 0, 5, 5, 0, 0, None, 0, 0, 0]
     assert report.rows_for(p, "node") == (report.NODE_COLUMNS, report.node_rows(p.records))
 
 
 # ---------------------------------------------------------------------- JSON
 _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status", "time_ms",
-                "phase", "dtype", "graph", "dot_outputs", "mm_macs",
+                "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
                 "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note"}
-_MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported"}
+_MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported",
+                "bytes_read", "bytes_written"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
                  "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention"}
 

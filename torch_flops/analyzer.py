@@ -20,12 +20,14 @@ from torch import fx, nn
 from torch_flops import formulas, report
 from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx
 from torch_flops.errors import DroppedOutputWarning, TracerFallbackWarning, TracingError, UnsupportedOpWarning
+from torch_flops.hardware import HardwareSpec, detect
 from torch_flops.interpreter import Measurements, Runner
 from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
 from torch_flops.options import Options, TracerName
 from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
 from torch_flops.records import NodeRecord, Profile
+from torch_flops.roofline import Roofline, roofline
 from torch_flops.state import model_state_restored
 
 __all__ = ["TorchFLOPsByFX"]
@@ -166,7 +168,8 @@ class TorchFLOPsByFX:
             self._profile = Profile.from_measurements(
                 measurements, tracer=capture.front_end, module_types=capture.module_types,
                 module_params=capture.module_params, batch_size=batch_size,
-                settings={**self.options.settings(), "memory_source": measurements.memory_source})
+                settings={**self.options.settings(), "memory_source": measurements.memory_source,
+                          **({"device_name": measurements.device_name} if measurements.device_name else {})})
         return self._profile
 
     @property
@@ -234,20 +237,48 @@ class TorchFLOPsByFX:
         report.write_csv(self.in_convention(convention).records, path, mode)
 
     def print_model_profile(self, depth: int = -1, show: bool = True, as_string: bool = False,
-                            top_modules: int = 0, convention: str = "torch_flops") -> list[list[Any]]:
-        """Print the summary and the module tree down to ``depth`` (0 = root, -1 = all), and with
-        ``top_modules=k`` the top k modules at that depth. Returns the tree's rows
-        (``report.TREE_COLUMNS``): raw numbers, or as printed with ``as_string=True``."""
+                            top_modules: int = 0, convention: str = "torch_flops",
+                            hardware: str | HardwareSpec | None = None) -> list[list[Any]]:
+        """Print the summary and the module tree down to ``depth`` (0 = root, -1 = all), with
+        roofline columns on ``hardware`` when given, and with ``top_modules=k`` the top k modules
+        at that depth. Returns the tree's rows (``report.TREE_COLUMNS``): raw numbers, or as
+        printed with ``as_string=True``."""
         profile = self.in_convention(convention)
         rows = report.tree_rows(profile, depth)
         if show:
-            print(report.model_profile_text(profile, depth, top_modules))
+            line = self.roofline(hardware) if hardware is not None else None
+            print(report.model_profile_text(profile, depth, top_modules, roofline=line))
         return report.format_rows(report.TREE_COLUMNS, rows) if as_string else rows
 
-    def to_json(self, path: str | None = None, convention: str = "torch_flops") -> str:
-        """The profile as a versioned JSON document (schema in :mod:`torch_flops.report`), also
-        written to ``path`` when given."""
-        return report.profile_to_json(self.in_convention(convention), path)
+    def roofline(self, hardware: str | HardwareSpec | None = None) -> Roofline:
+        """This profile on ``hardware`` (a name of ``torch_flops.hardware.names()`` or a spec;
+        default: the CUDA device it ran on): per node and module its bytes, intensity, bound and
+        roofline time, and, when it was timed there, achieved FLOP/s and bytes/s, % of roofline
+        and lost time (:mod:`torch_flops.roofline`)."""
+        return roofline(self.profile, hardware if hardware is not None else detect())
+
+    def print_roofline(self, hardware: str | HardwareSpec | None = None, top: int = 10,
+                       show: bool = True) -> Roofline:
+        """Print the ``top`` nodes and modules losing most time on ``hardware`` (predicted slowest
+        when not timed there), with the predicted total and its memory-bound share."""
+        line = self.roofline(hardware)
+        if show:
+            print(report.roofline_text(line, top))
+        return line
+
+    def save_roofline_plot(self, path: str, hardware: str | HardwareSpec | None = None,
+                           color_by: str = "bound") -> None:
+        """Write a PNG of the roofline on ``hardware`` with every node as a point (needs matplotlib)."""
+        from torch_flops.plot import save_roofline_plot
+
+        save_roofline_plot(self.roofline(hardware), path, color_by)
+
+    def to_json(self, path: str | None = None, convention: str = "torch_flops",
+                hardware: str | HardwareSpec | None = None) -> str:
+        """The profile as a versioned JSON document (schema in :mod:`torch_flops.report`), with its
+        roofline on ``hardware`` when given; also written to ``path`` when given."""
+        line = self.roofline(hardware) if hardware is not None else None
+        return report.profile_to_json(self.in_convention(convention), path, roofline=line)
 
     def to_dataframe(self, group_by: report.GroupBy = "node", convention: str = "torch_flops") -> Any:
         """The raw rows per node, module or operator as a ``pandas.DataFrame`` (needs pandas)."""

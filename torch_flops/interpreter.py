@@ -23,7 +23,7 @@ from torch import fx
 
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import LiveTensors, MemoryProbe, StorageEntries, Timer, storage_entries, tensors_of
-from torch_flops.plan import FlatArgs, NodeKind, NodePlan, Plan
+from torch_flops.plan import FlatArgs, NodeKind, NodePlan, Plan, Traffic
 from torch_flops.progress import Progress
 
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
@@ -46,7 +46,9 @@ class GraphRun:
     mem_before: Sequence[int | None]  #: bytes (see ``Measurements.memory_source``)
     mem_after: Sequence[int | None]
     shapes: Sequence[Any]  #: the output's shape (nested for tuple/dict outputs)
-    dtypes: Sequence[torch.dtype | None]  #: the dtype of the output's first tensor
+    dtypes: Sequence[torch.dtype | None]  #: the dtype the node computes in (see _compute_dtype)
+    bytes_read: Sequence[int | None]  #: see FlopsInterpreter.traffic
+    bytes_written: Sequence[int | None]
     errors: Mapping[int, str]  #: position -> why the node's formula failed
     skipped: Mapping[int, str]  #: position -> why the node was not run (meta only)
 
@@ -58,6 +60,8 @@ class Measurements:
     runs: tuple[GraphRun, ...]
     device: str
     memory_source: str
+    #: the accelerator's own name ("NVIDIA H100 80GB HBM3"), for recognising it in hardware specs
+    device_name: str = ""
 
     def unsupported(self) -> dict[str, list[tuple[str, str]]]:
         """Readable target -> ``(node name, why)`` for nodes without a count (no formula, or a
@@ -106,13 +110,17 @@ class Runner:
                 runs.append(interp.times())
             times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
             mem_before, mem_after = interp.memory()
+            bytes_read, bytes_written = interp.traffic()
             graph_run = GraphRun(
                 plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, dot_outputs=interp.dot_outputs,
                 mm_macs=interp.mm_macs, time_ms=times, mem_before=mem_before,
-                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors),
+                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, bytes_read=bytes_read,
+                bytes_written=bytes_written, errors=dict(interp.errors),
                 skipped=dict(interp.skipped),
             )
-        return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source)
+        device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+        return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source,
+                                    device_name=device_name)
 
 
 def run(plan: Plan, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
@@ -162,6 +170,8 @@ class FlopsInterpreter(fx.Interpreter):
         self.dtypes: list[torch.dtype | None] = [None] * n
         #: storages behind each node's value, captured during the counting run (live-tensor memory)
         self._storages: list[StorageEntries] = [None] * n
+        #: bytes of the tensors each node's value holds (as views: numel * element size)
+        self._out_bytes: list[int] = [0] * n
         self.errors: dict[int, str] = {}
         #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
         #: only allowed for nodes the output does not depend on
@@ -188,6 +198,34 @@ class FlopsInterpreter(fx.Interpreter):
             return self._mem_before, self._mem_after
         live = LiveTensors(self._memory.model_storages)
         return live.timeline(self._storages, self._plan.frees)  # type: ignore[return-value]
+
+    def traffic(self) -> tuple[list[int | None], list[int | None]]:
+        """Bytes each node of the counting run read and wrote (see ``plan.Traffic``): a node reads
+        its inputs' tensors (each input once, and a module's own parameters and buffers) and
+        writes its output; a view or alias (a 0-FLOP node whose output shares an input's storage)
+        moves nothing; a gather reads only what it gathers (its output) and its indices; nodes
+        that did not run move nothing."""
+        out_bytes, storages, skipped = self._out_bytes, self._storages, self.skipped
+        read: list[int | None] = []
+        written: list[int | None] = []
+        for p in self._plan.nodes:
+            i = p.position
+            if p.traffic is Traffic.NONE or i in skipped or self.shapes[i] is None and out_bytes[i] == 0:
+                read.append(0)
+                written.append(0)
+                continue
+            inputs = p.inputs
+            if p.kind is not NodeKind.COUNTED and _aliases(storages[i], (storages[j] for j in inputs)):
+                read.append(0)  # a view of, or the very tensor of, an input
+                written.append(0)
+                continue
+            if p.traffic is Traffic.GATHER:
+                index_bytes = sum(out_bytes[j] for j in inputs if _is_index(self.dtypes[j]))
+                read.append(out_bytes[i] + index_bytes)
+            else:
+                read.append(sum(out_bytes[j] for j in inputs) + p.param_bytes)
+            written.append(out_bytes[i])
+        return read, written
 
     def run_node(self, n: fx.Node) -> Any:
         # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
@@ -225,14 +263,15 @@ class FlopsInterpreter(fx.Interpreter):
             self._mem_after[i] = read()
         if type(out) is torch.Tensor:
             self.shapes[i] = out.shape
-            self.dtypes[i] = out.dtype
+            self._out_bytes[i] = out.nbytes
             if plan.holds:
                 self._storages[i] = storage_entries(out)
         else:
             self.shapes[i] = output_shape(out)
-            self.dtypes[i] = _first_dtype(out)
+            self._out_bytes[i] = sum(t.nbytes for t in tensors_of(out))
             if plan.holds:
                 self._storages[i] = storage_entries(out)
+        self.dtypes[i] = _compute_dtype(args, out, plan.param_dtype)
         if plan.kind is _COUNTED:
             if kwargs and "out" in kwargs:  # an out= tensor is the node's output, never a formula argument
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
@@ -281,11 +320,40 @@ def output_shape(value: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _first_dtype(value: Any) -> torch.dtype | None:
-    if value is None or isinstance(value, (int, float, bool, str)):
+def _compute_dtype(args: tuple[Any, ...], out: Any, param_dtype: torch.dtype | None) -> torch.dtype | None:
+    """The dtype a node computes in: its first floating (or complex) tensor argument's, else its
+    module's first floating parameter's (an embedding looks up floats by integer ids), else its
+    first tensor argument's, else its output's. So fp8 in, bf16 out is an fp8 matmul, a comparison
+    of floats computes in float, and a cast computes in the dtype it reads."""
+    first = None
+    for a in args:
+        if type(a) is torch.Tensor:
+            if a.is_floating_point() or a.is_complex():
+                return a.dtype
+            if first is None:
+                first = a.dtype
+    if param_dtype is not None:
+        return param_dtype
+    if first is not None:
+        return first
+    if type(out) is torch.Tensor:
+        return out.dtype
+    if out is None or isinstance(out, (int, float, bool, str)):
         return None
-    tensors = tensors_of(value)
+    tensors = tensors_of(out)
     return tensors[0].dtype if tensors else None
+
+
+def _aliases(own: StorageEntries, inputs: Any) -> bool:
+    """Whether a value's storages are all among its inputs' (a view, or the input itself)."""
+    if own is None:
+        return True
+    keys = {own[0]} if type(own[0]) is int else {k for k, _ in own}  # type: ignore[union-attr,misc]
+    seen: set[int] = set()
+    for entries in inputs:
+        if entries is not None:
+            seen.update((entries[0],) if type(entries[0]) is int else (k for k, _ in entries))  # type: ignore[union-attr,misc]
+    return keys <= seen
 
 
 def _describe_inputs(args: Any) -> str:
@@ -303,3 +371,8 @@ def _describe_inputs(args: Any) -> str:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_index(dtype: torch.dtype | None) -> bool:
+    """An integer (or bool) tensor: the index operand of a gather, read in full."""
+    return dtype is not None and not (dtype.is_floating_point or dtype.is_complex)

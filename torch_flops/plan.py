@@ -13,6 +13,7 @@ formula table, so that running a node costs a lookup, a formula call and the mea
 from __future__ import annotations
 
 import enum
+import itertools
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ from torch import fx, nn
 from torch_flops.capture import CapturedGraph, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
+from torch_flops.formulas.zero import GATHERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
-__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "make_plan", "readable_target"]
+__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "make_plan", "readable_target"]
 
 
 class NodeKind(enum.Enum):
@@ -61,6 +63,14 @@ class NodePlan:
     internal: bool
     #: how the interpreter may fetch the node's arguments (directly when they are flat)
     flat_args: FlatArgs
+    #: positions of the nodes whose values this node reads (each once)
+    inputs: tuple[int, ...]
+    #: how the node moves bytes (see Traffic); a module call also reads ``param_bytes``
+    traffic: Traffic
+    #: bytes of the parameters and buffers of a called module (a leaf module reads all of them)
+    param_bytes: int
+    #: the dtype of a called module's first floating parameter (its compute dtype for integer inputs)
+    param_dtype: torch.dtype | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +103,7 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
     needed = _output_ancestors(gm.graph)
     frees = _last_uses(gm.graph)
     nodes = []
+    positions = {node: i for i, node in enumerate(gm.graph.nodes)}
     for position, node in enumerate(gm.graph.nodes):
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         key = _table_key(node, module) if node.op.startswith("call_") else node.op
@@ -104,10 +115,45 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             location=location, needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
             internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
                                                                      node.name.startswith("_guards")),
-            flat_args=_flat_args(node),
+            flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
+            traffic=_traffic(node, key), param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
         ))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))
+
+
+class Traffic(enum.Enum):
+    """How a node moves memory (the bytes of the roofline model; counted by the interpreter).
+
+    DEFAULT: it reads every input tensor once (a module call: also its parameters and buffers) and
+    writes its output; in place, it reads and writes the same storage; a 0-FLOP node whose output
+    is a view of (or is) an input moves nothing, a copy (``contiguous`` of a strided tensor,
+    ``cat``, ``clone``, a cast) reads and writes. GATHER: an indexed read (``embedding``,
+    ``index_select``, ``gather``...; ``zero.GATHERS``) reads the rows it gathers (its output's
+    bytes) and its indices, not the whole table. NONE: placeholders, parameter reads and the output.
+    """
+
+    DEFAULT = "default"
+    GATHER = "gather"
+    NONE = "none"
+
+
+def _traffic(node: fx.Node, key: str) -> Traffic:
+    if node.op in ("placeholder", "get_attr", "output"):
+        return Traffic.NONE
+    return Traffic.GATHER if key.rpartition(".")[2] in GATHERS else Traffic.DEFAULT
+
+
+def _param_bytes(module: nn.Module | None) -> int:
+    if module is None:
+        return 0
+    return sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
+
+
+def _param_dtype(module: nn.Module | None) -> torch.dtype | None:
+    if module is None:
+        return None
+    return next((p.dtype for p in module.parameters() if p.is_floating_point() or p.is_complex()), None)
 
 
 class FlatArgs(enum.Enum):

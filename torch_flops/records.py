@@ -91,6 +91,11 @@ class NodeRecord(NamedTuple):
     dot_outputs: int | None = None
     #: of ``macs``, those a matrix-multiply kernel does (what FlopCounterMode counts); None: all
     mm_macs: int | None = None
+    #: bytes of the tensors the node reads (its inputs, each once; a module's parameters too) and
+    #: writes (its output; in place too); a view moves 0, a gather reads what it gathers
+    #: (plan.Traffic); None where not known (records read from older files)
+    bytes_read: int | None = None
+    bytes_written: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -117,6 +122,7 @@ class NodeRecord(NamedTuple):
             output_shape=_tuple_shape(data["output_shape"]), module_stack=tuple(data.get("module_stack", ())),
             note=data.get("note", ""), phase=data.get("phase", "forward"), dtype=data.get("dtype"),
             graph=int(data.get("graph", 0)), dot_outputs=data.get("dot_outputs"), mm_macs=data.get("mm_macs"),
+            bytes_read=data.get("bytes_read"), bytes_written=data.get("bytes_written"),
         )
 
 
@@ -142,7 +148,7 @@ def _dtype_name(dtype: Any) -> str | None:
 # node. The assert keeps the two in step when a field is added.
 _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
-                  "phase", "dtype", "graph", "dot_outputs", "mm_macs")
+                  "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -174,12 +180,18 @@ class _Sums:
     time_ms: float | None = None  #: None while no node was timed
     nodes: int = 0
     unsupported: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
 
     def add(self, r: NodeRecord) -> None:
         if r.flops is not None:
             self.flops += r.flops
         if r.macs is not None:
             self.macs += r.macs
+        if r.bytes_read:
+            self.bytes_read += r.bytes_read
+        if r.bytes_written:
+            self.bytes_written += r.bytes_written
         if r.time_ms is not None and not is_internal(r):
             self.time_ms = r.time_ms if self.time_ms is None else self.time_ms + r.time_ms
         self.nodes += 1
@@ -202,6 +214,8 @@ class ModuleStats:
     time_ms: float | None  #: summed node times; None when none of its nodes was timed
     nodes: int  #: graph nodes run inside it (a module called twice counts its nodes twice)
     unsupported: int = 0  #: of which without a FLOPs formula
+    bytes_read: int = 0  #: summed over its nodes (see NodeRecord.bytes_read)
+    bytes_written: int = 0
 
     @property
     def flops_per_s(self) -> float | None:
@@ -214,7 +228,8 @@ class ModuleStats:
         return {
             "path": self.path, "module_type": self.module_type, "depth": self.depth, "params": self.params,
             "own_params": self.own_params, "flops": self.flops, "macs": self.macs, "time_ms": self.time_ms,
-            "nodes": self.nodes, "unsupported": self.unsupported,
+            "nodes": self.nodes, "unsupported": self.unsupported, "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
         }
 
 
@@ -228,10 +243,13 @@ class OperatorStats:
     calls: int  #: nodes
     time_ms: float | None  #: None when none of its nodes was timed
     unsupported: int = 0  #: nodes without a FLOPs formula
+    bytes_read: int = 0
+    bytes_written: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "flops": self.flops, "macs": self.macs, "calls": self.calls,
-                "time_ms": self.time_ms, "unsupported": self.unsupported}
+                "time_ms": self.time_ms, "unsupported": self.unsupported, "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written}
 
 
 @dataclass(frozen=True)
@@ -282,6 +300,7 @@ class Profile:
             graph_index = graph_run.graph
             flops_of, macs_of, times = graph_run.flops, graph_run.macs, graph_run.time_ms
             dots_of, mm_of = graph_run.dot_outputs, graph_run.mm_macs
+            read_of, written_of = graph_run.bytes_read, graph_run.bytes_written
             befores, afters = graph_run.mem_before, graph_run.mem_after
             shapes, dtypes = graph_run.shapes, graph_run.dtypes
             errors, skipped = graph_run.errors, graph_run.skipped
@@ -320,7 +339,7 @@ class Profile:
                 records.append(new(NodeRecord, (  # the order of _RECORD_FIELDS
                     len(records), node.name, node.op, p.target, location.path, location.module_type, flops, macs,
                     status, t, before, after, delta, shapes[i], location.chain, note, "forward",
-                    _dtype_name(dtypes[i]), graph_index, dots_of[i], mm_of[i],
+                    _dtype_name(dtypes[i]), graph_index, dots_of[i], mm_of[i], read_of[i], written_of[i],
                 )))
         profile = cls(records=tuple(records), device=measurements.device, tracer=tracer,
                       memory_source=measurements.memory_source, module_types=module_types,
@@ -411,7 +430,8 @@ class Profile:
             path: ModuleStats(
                 path=path, module_type=types.get(path, seen_type.get(path, "")), depth=depth(path),
                 params=params.get(path, 0), own_params=self.module_params.get(path, 0), flops=s.flops,
-                macs=s.macs, time_ms=s.time_ms, nodes=s.nodes, unsupported=s.unsupported,
+                macs=s.macs, time_ms=s.time_ms, nodes=s.nodes, unsupported=s.unsupported, bytes_read=s.bytes_read,
+                bytes_written=s.bytes_written,
             )
             for path, s in sums.items()
         }
@@ -431,7 +451,8 @@ class Profile:
                 s = sums[key] = _Sums()
             s.add(r)
         stats = [OperatorStats(operator=k, flops=s.flops, macs=s.macs, calls=s.nodes, time_ms=s.time_ms,
-                               unsupported=s.unsupported) for k, s in sums.items()]
+                               unsupported=s.unsupported, bytes_read=s.bytes_read, bytes_written=s.bytes_written)
+                 for k, s in sums.items()]
         stats.sort(key=lambda o: -o.flops)  # stable: ties keep first-run order
         return {o.operator: o for o in stats}
 

@@ -85,6 +85,7 @@ from tabulate import tabulate
 
 from torch_flops._validate import check_depth
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
+from torch_flops.roofline import Roofline
 
 __all__ = [
     "GROUP_BY",
@@ -110,6 +111,7 @@ __all__ = [
     "node_table",
     "profile_from_json",
     "profile_to_json",
+    "roofline_text",
     "rows_for",
     "summary_text",
     "table_text",
@@ -248,6 +250,8 @@ NODE_VIEW: tuple[Column, ...] = (
     Column("output_shape", "output shape", _attr("output_shape"), _shape_text, "left"),
     Column("phase", None, _attr("phase")),
     Column("dtype", None, _attr("dtype")),
+    Column("bytes_read", None, _attr("bytes_read"), format_bytes),
+    Column("bytes_written", None, _attr("bytes_written"), format_bytes),
 )
 MODULE_VIEW: tuple[Column, ...] = (
     Column("module", "module", _attr("path"), lambda p: p or "(root)", "left"),
@@ -261,6 +265,8 @@ MODULE_VIEW: tuple[Column, ...] = (
     Column("time_ms", "time", _attr("time_ms"), format_time_ms),
     Column("time_pct", "% time", _pct_of_root("time_ms"), _format_pct, raw=False),
     Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
+    Column("bytes_read", None, _attr("bytes_read"), format_bytes),
+    Column("bytes_written", None, _attr("bytes_written"), format_bytes),
 )
 OPERATOR_VIEW: tuple[Column, ...] = (
     Column("operator", "operator", _attr("operator"), align="left"),
@@ -271,6 +277,8 @@ OPERATOR_VIEW: tuple[Column, ...] = (
     Column("time_ms", "time", _attr("time_ms"), format_time_ms),
     Column("time_pct", "% time", _pct_of_total("time_ms"), _format_pct, raw=False),
     Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
+    Column("bytes_read", None, _attr("bytes_read"), format_bytes),
+    Column("bytes_written", None, _attr("bytes_written"), format_bytes),
 )
 
 
@@ -485,10 +493,19 @@ def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]
     return order
 
 
-def module_tree(profile: Profile, depth: int = -1) -> str:
+def module_tree(profile: Profile, depth: int = -1, roofline: Roofline | None = None) -> str:
     """The module tree in the model's structure: per module its parameters, MACs, FLOPs and
-    latency with their share of the whole model, and the achieved FLOP/s."""
-    headers, rows, aligns = _tree_table(profile, depth).text()
+    latency with their share of the whole model, and the achieved FLOP/s; with a ``roofline``
+    (:func:`torch_flops.roofline.roofline`), each module's roofline time and bound too, and its %
+    of roofline when it was timed on that hardware."""
+    table = _tree_table(profile, depth)
+    if roofline is not None:
+        extra: tuple[Column, ...] = (Column("roofline", "roofline", lambda t, _c: _roof(roofline, t, "roofline_time_ms"), format_time_ms),
+                 Column("bound", "bound", lambda t, _c: _roof(roofline, t, "bound") or "-", align="left"))
+        if roofline.timed:
+            extra += (Column("pct", "% roofline", lambda t, _c: _roof(roofline, t, "pct_of_roofline"), _format_pct),)
+        table = _Table(table.columns + extra, table.items, table.context, table.total)
+    headers, rows, aligns = table.text()
     # a plain table (tabulate's "simple" look) that keeps the labels' leading spaces
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
@@ -496,6 +513,42 @@ def module_tree(profile: Profile, depth: int = -1) -> str:
         return "  ".join(c.ljust(w) if a == "left" else c.rjust(w) for c, w, a in zip(cells, widths, aligns)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _roof(roofline: Roofline, row: _TreeRow, attr: str) -> Any:
+    found = roofline.modules.get(row.module.path) if not row.text_only else None
+    return getattr(found, attr) if found is not None else None
+
+
+def roofline_text(roofline: Roofline, top: int = 10) -> str:
+    """The roofline summary and the ``top`` nodes and modules losing most time (measured -
+    roofline, when timed on this hardware) or predicted slowest."""
+    spec = roofline.hardware
+    total = roofline.total_roofline_ms
+    peaks = ", ".join(f"{k} {format_count(v)}" for k, v in spec.peak.items())
+    lines = [f"Roofline on {spec.name} ({spec.description}): {format_count(spec.memory_bandwidth, 'B/s')} memory, "
+             + f"peaks {peaks}",
+             f"predicted {format_time_ms(total)}"
+             + (f", measured {format_time_ms(roofline.total_time_ms)}" if roofline.timed else "")
+             + f"; {100 * roofline.memory_bound_share:.1f}% of the predicted time is memory-bound"]
+    what = "losing most time" if roofline.timed else "predicted slowest"
+    for title, rows, is_module in ((f"Top {top} nodes {what}:", roofline.ranked(top), False),
+                                   (f"Top {top} modules {what}:", roofline.ranked(top, modules=True), True)):
+        headers = ["module" if is_module else "node", "target", "FLOPs", "bytes", "FLOP/B", "bound", "roofline"]
+        if roofline.timed:
+            headers += ["measured", "% roofline", "lost"]
+        body = []
+        for r in rows:
+            cells = [r.name or "(root)", r.target, format_count(r.flops), format_bytes(r.bytes),
+                     "-" if r.intensity is None else f"{r.intensity:.3g}", r.bound or "-",
+                     format_time_ms(r.roofline_time_ms)]
+            if roofline.timed:
+                cells += [format_time_ms(r.time_ms), _format_pct(r.pct_of_roofline), format_time_ms(r.lost_time_ms)]
+            body.append(cells)
+        aligns = ["left", "left"] + ["right"] * (len(headers) - 2)
+        aligns[5] = "left"
+        lines += ["", title, tabulate(body, headers=headers, disable_numparse=True, colalign=aligns)]
+    return "\n".join(lines)
 
 
 def total_flops_text(profile: Profile) -> str:
@@ -570,10 +623,10 @@ def top_modules_text(profile: Profile, k: int = 3, depth: int = -1) -> str:
     return "\n".join(lines)
 
 
-def model_profile_text(profile: Profile, depth: int = -1, top: int = 0) -> str:
-    """:func:`summary_text`, :func:`module_tree` down to ``depth`` and, when ``top`` > 0,
-    :func:`top_modules_text` at the same depth."""
-    parts = [summary_text(profile), module_tree(profile, depth)]
+def model_profile_text(profile: Profile, depth: int = -1, top: int = 0, roofline: Roofline | None = None) -> str:
+    """:func:`summary_text`, :func:`module_tree` down to ``depth`` (with roofline columns when a
+    ``roofline`` is given) and, when ``top`` > 0, :func:`top_modules_text` at the same depth."""
+    parts = [summary_text(profile), module_tree(profile, depth, roofline)]
     if top:
         parts.append(top_modules_text(profile, top, depth))
     return "\n\n".join(parts)
@@ -629,15 +682,19 @@ def to_dataframe(profile: Profile, group_by: GroupBy = "node") -> Any:
     return pd.DataFrame(rows, columns=list(columns))
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then rename it over ``path``: a
-    failure leaves whatever was at ``path`` untouched and no partial file behind."""
+def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to a temporary file next to ``path``, then rename it over
+    ``path``: a failure leaves whatever was at ``path`` untouched and no partial file behind."""
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(text)
+        else:
+            with os.fdopen(fd, "w", newline="") as f:
+                f.write(text)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -647,10 +704,15 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
-    """The profile as a ``torch_flops.profile`` JSON document (schema above); also written to
+def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None, indent: int | None = 2,
+                    roofline: Roofline | None = None) -> str:
+    """The profile as a ``torch_flops.profile`` JSON document (schema above), with the
+    ``"roofline"`` object of a :class:`~torch_flops.roofline.Roofline` when given; also written to
     ``path`` when given."""
-    text = json.dumps(profile.to_dict(), indent=indent, default=str)
+    doc = profile.to_dict()
+    if roofline is not None:
+        doc["roofline"] = roofline.as_dict()
+    text = json.dumps(doc, indent=indent, default=str)
     if path is not None:
         write_atomic(path, text + "\n")
     return text
@@ -690,8 +752,8 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
         spans.append((position, duration, len(chain) + 1, {
             "name": r.name, "cat": "node",
             "args": {"target": r.target, "op": r.op, "module": r.module_path, "status": r.status.value,
-                     "flops": r.flops, "macs": r.macs, "time_ms": r.time_ms,
-                     "output_shape": _shape_text(r.output_shape)}}))
+                     "flops": r.flops, "macs": r.macs, "time_ms": r.time_ms, "bytes_read": r.bytes_read or 0,
+                     "bytes_written": r.bytes_written or 0, "output_shape": _shape_text(r.output_shape)}}))
         position += duration
     close_to(0)
     root_type = module_types.get("", "") or "model"
@@ -706,6 +768,14 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
     for start, duration, _, event in spans:
         events.append({"name": event["name"], "cat": event["cat"], "ph": "X", "ts": start / 1000,
                        "dur": duration / 1000, "pid": 0, "tid": 0, "args": event["args"]})
+        if event["cat"] == "node":
+            # counter tracks: what each node achieved while it ran (0 between nodes that do nothing)
+            seconds = duration / 1e9
+            args = event["args"]
+            moved = args["bytes_read"] + args["bytes_written"]
+            events.append({"name": "achieved", "ph": "C", "ts": start / 1000, "pid": 0, "tid": 0,
+                           "args": {"FLOP/s": (args["flops"] or 0) / seconds if seconds else 0,
+                                    "bytes/s": moved / seconds if seconds else 0}})
     return {
         "traceEvents": events, "displayTimeUnit": "ms",
         "otherData": {"source": "torch_flops", "device": profile.device, "tracer": profile.tracer,

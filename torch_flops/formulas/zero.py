@@ -9,7 +9,15 @@ from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register, zero_flops
 
-__all__ = ["ATEN_ZERO_OPS", "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
+__all__ = ["ATEN_ZERO_OPS", "GATHERS", "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
+
+#: Indexed reads (and the bags of embedding.py): for the roofline's bytes they read the rows they
+#: gather (their output's bytes) and their indices, never the whole table (plan.Traffic.GATHER).
+#: Names as the table keys end: function/method/aten names and module classes.
+GATHERS: frozenset[str] = frozenset({
+    "embedding", "Embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "EmbeddingBag",
+    "index_select", "gather", "take", "take_along_dim", "index", "_unsafe_index", "masked_select", "getitem",
+})
 
 _VIEWS = [
     "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "swapaxes", "swapdims",
