@@ -156,8 +156,8 @@ def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None
     (["unet", "--repeat", "0"], 2, "--repeat must be >= 1"),
     (["unet", "--meta", "--chrome-trace", "t.json"], 2, "a chrome trace needs measured times"),
     (["unet", "--input-shape", ""], 2, "bad --input-shape ''"),
-    (["unet", "--output", "/no/such/dir/out.json"], 2, "--output '/no/such/dir/out.json': no such directory"),
-    (["unet", "--chrome-trace", "."], 2, "--chrome-trace '.' is a directory"),
+    (["unet", "--output", "/no/such/dir/out.json"], 2, "--output: cannot write '/no/such/dir/out.json': no such directory"),
+    (["unet", "--chrome-trace", "."], 2, "--chrome-trace: cannot write '.': it is a directory"),
     (["./no/such/model.py"], 1, "no such file: ./no/such/model.py"),
     (["gpt2", "--meta", "--tokens", "1,2048"], 2, "takes at most 1024 (n_positions = 1024)"),
     (["unet", "--model-class", "BertModel"], 2, "--model-class is for a transformers config.json"),
@@ -325,7 +325,7 @@ def test_subprocess_export_all_nodes(runs: dict[str, subprocess.Popen[str]]) -> 
 @pytest.mark.parametrize(("name", "code", "message"), [
     ("no_such_file", 1, "no such file: ./no/such/model.py"),
     ("empty_shape", 2, "bad --input-shape '': expected comma-separated positive integers like 1,3,224,224"),
-    ("bad_output", 2, "--output '/no/such/dir/out.json': no such directory '/no/such/dir'"),
+    ("bad_output", 2, "--output: cannot write '/no/such/dir/out.json': no such directory '/no/such/dir'"),
     ("too_many_tokens", 2, "--tokens asks for 2048 tokens but GPT2 takes at most 1024 (n_positions = 1024)"),
 ])
 def test_subprocess_errors(runs: dict[str, subprocess.Popen[str]], name: str, code: int, message: str) -> None:

@@ -304,6 +304,51 @@ def test_bytes_read_and_written_by_hand() -> None:
     assert counter.profile.by_operator()["Linear"].bytes_read == 148
 
 
+class _Writes(nn.Module):
+    """In-place updates, overwrites and creation; x, y: (3, 4) float32 = 48 bytes each."""
+
+    def __init__(self, assign: bool = False) -> None:
+        super().__init__()
+        self.assign = assign  # b[i] = ... (torch.export only: fx proxies refuse item assignment)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x * 2
+        a.add_(y)
+        a.unsqueeze_(0)
+        b = torch.zeros_like(x)
+        b.copy_(y)
+        b.fill_(1.0)
+        if self.assign:
+            b[0] = y[1]
+            b[1] = 3.0
+        n = b.new_ones(2, 2)
+        return a, b, n
+
+
+def test_bytes_of_in_place_updates_overwrites_and_creation_by_hand() -> None:
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    # each op as the fx graph names it (Tensor methods) and as torch.export does (aten overloads)
+    for tracer, assign in (("fx", False), ("export", True)):
+        counter = TorchFLOPsByFX(_Writes(assign), tracer=tracer)  # type: ignore[arg-type]
+        out = counter.propagate(x, y)
+        assert all(torch.equal(o, r) for o, r in zip(out, _Writes(assign)(x, y)))
+        moved = {r.name: (r.bytes_read, r.bytes_written) for r in counter.records}
+        assert {k: moved[k] for k in ("mul", "add_", "unsqueeze_", "zeros_like", "copy_", "fill_", "new_ones")} == {
+            "mul": (48, 48),
+            "add_": (48 + 48, 48),  # in place: reads a and y, writes a
+            "unsqueeze_": (0, 0),  # metadata only
+            "zeros_like": (0, 48),  # reads only x's shape, writes 48 bytes of zeros
+            "copy_": (48, 48),  # reads y, overwrites b without reading it
+            "fill_": (0, 48),  # a Python number: reads nothing, writes b
+            "new_ones": (0, 16),  # (2, 2) float32 written
+        }
+    # b[0] = y[1] is select (a view, 0) + copy_ of the 4-float row: 16 read, 16 written; b[1] = 3.0
+    # fills a row from a lifted 0-d float32 tensor: 4 read, 16 written
+    assert (moved["select"], moved["select_1"], moved["copy__1"], moved["fill__1"]) == (
+        (0, 0), (0, 0), (16, 16), (4, 16))
+    assert moved["lift_fresh_copy"] == (4, 4)
+
+
 def test_bytes_on_meta_and_through_export_match() -> None:
     x, ids = torch.randn(3, 4), torch.randint(0, 10, (2, 3))
     results = []

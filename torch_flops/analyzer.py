@@ -20,7 +20,7 @@ from torch import fx, nn
 from torch_flops import formulas, report
 from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx
 from torch_flops.errors import DroppedOutputWarning, TracerFallbackWarning, TracingError, UnsupportedOpWarning
-from torch_flops.hardware import HardwareSpec, detect
+from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.interpreter import Measurements, Runner
 from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
 from torch_flops.options import Options, TracerName
@@ -255,7 +255,13 @@ class TorchFLOPsByFX:
         default: the CUDA device it ran on): per node and module its bytes, intensity, bound and
         roofline time, and, when it was timed there, achieved FLOP/s and bytes/s, % of roofline
         and lost time (:mod:`torch_flops.roofline`)."""
-        return roofline(self.profile, hardware if hardware is not None else detect())
+        if hardware is None:
+            device_name = self.profile.settings.get("device_name")
+            if not device_name:
+                raise ValueError(f"name the hardware for a profile on {self.profile.device}: one of "
+                                 f"{', '.join(names())} or a torch_flops.hardware.HardwareSpec")
+            hardware = spec_for_device_name(str(device_name))
+        return roofline(self.profile, hardware)
 
     def print_roofline(self, hardware: str | HardwareSpec | None = None, top: int = 10,
                        show: bool = True) -> Roofline:
@@ -267,11 +273,13 @@ class TorchFLOPsByFX:
         return line
 
     def save_roofline_plot(self, path: str, hardware: str | HardwareSpec | None = None,
-                           color_by: str = "bound") -> None:
-        """Write a PNG of the roofline on ``hardware`` with every node as a point (needs matplotlib)."""
+                           color_by: str = "bound") -> Any:
+        """Write a PNG of the roofline on ``hardware``, every node a point sized by its time and
+        coloured by its bound or top-level module (``color_by="module"``); needs matplotlib.
+        Returns the matplotlib figure."""
         from torch_flops.plot import save_roofline_plot
 
-        save_roofline_plot(self.roofline(hardware), path, color_by)
+        return save_roofline_plot(self.roofline(hardware), path, color_by)
 
     def to_json(self, path: str | None = None, convention: str = "torch_flops",
                 hardware: str | HardwareSpec | None = None) -> str:

@@ -6,7 +6,9 @@
     torch-flops gpt2 --meta --tokens 1,1024 --depth 2 --top 5  # no weights allocated, no timing
     torch-flops mypkg.models:build_net --input-shape 8,3,32,32 --format json --output net.json
     torch-flops path/to/config.json --meta --tokens 1,4096     # a transformers config
+    torch-flops gpt2 --meta --tokens 8,1024 --hardware h100-sxm --roofline --plot gpt2.png
     torch-flops --list                                         # the zoo
+    torch-flops --list-hardware                                # the roofline's hardware table
 
 MODEL is a zoo name, an import path ``package.module:factory`` (a callable returning the model,
 or the model object itself) or a transformers ``config.json`` (or its directory). This module
@@ -31,9 +33,11 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from torch_flops import report, zoo
+from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
 from torch_flops.conventions import CONVENTIONS
+from torch_flops.hardware import HardwareSpec
+from torch_flops.roofline import roofline
 
 __all__ = ["main"]
 
@@ -65,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", nargs="?", metavar="MODEL", help="what to profile")
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    p.add_argument("--list-hardware", action="store_true",
+                   help="list the hardware the roofline knows (dense peaks, bandwidth, memory) and exit")
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--input-shape", metavar="B,C,H,W", help="one float input of this shape")
     shape.add_argument("--tokens", metavar="B,S", help="token ids (batch, sequence length) for token models")
@@ -89,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="timed runs, median per node (default: 1)")
     p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
     p.add_argument("--chrome-trace", metavar="FILE", help="also write a chrome://tracing / Perfetto trace")
+    p.add_argument("--hardware", metavar="NAME",
+                   help="roofline on this hardware (see --list-hardware): roofline columns in the tree, a "
+                        "'roofline' object in json (default with --roofline/--plot: the CUDA device profiled on)")
+    p.add_argument("--roofline", action="store_true",
+                   help="also print the --top nodes and modules losing most time on --hardware (predicted "
+                        "slowest when not timed there), the predicted total and its memory-bound share")
+    p.add_argument("--plot", metavar="PNG", help="also write a roofline plot (needs matplotlib)")
     p.add_argument("--model-class", metavar="NAME",
                    help="config.json: the transformers class to build (e.g. BertForMaskedLM), instead of the "
                         "config's architectures[0]")
@@ -116,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 0
     if ns.list:
         print(_zoo_listing())
+        return 0
+    if ns.list_hardware:
+        print(report.hardware_text([hardware.get(name) for name in hardware.names()]))
         return 0
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
@@ -181,47 +197,77 @@ def _run(ns: argparse.Namespace) -> int:
     dtype = _DTYPES[ns.dtype]
     if ns.chrome_trace and device.type == "meta":
         raise CLIError("--chrome-trace: a chrome trace needs measured times, and --meta measures none", 2)
-    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace)):
+    spec = _hardware(ns, device)
+    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
         if path is not None:
             _check_writable(option, path)  # before a profile that may take minutes
+    if ns.plot is not None:
+        _check_matplotlib()
 
     model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class)
     model.eval()
     result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
                      progress=False if ns.quiet else None, **kwargs).with_convention(ns.convention)
 
+    line = roofline(result, spec) if spec is not None else None
     if ns.format == "tree":
-        text = report.model_profile_text(result, depth=ns.depth, top=ns.top)
+        text = report.model_profile_text(result, depth=ns.depth, top=ns.top, roofline=line)
     elif ns.format == "table":
         parts = [report.summary_text(result), report.table_text(result, ns.group_by, ns.all_nodes)]
         if ns.top:
             parts.append(report.top_modules_text(result, ns.top, ns.depth))
         text = "\n\n".join(parts)
     elif ns.format == "json":
-        text = report.profile_to_json(result)
+        text = report.profile_to_json(result, roofline=line)
     elif ns.format == "csv":
         text = report.csv_text(result, ns.group_by, ns.all_nodes).rstrip("\n")
     else:
         text = report.markdown(result, ns.group_by, ns.all_nodes)
+    if ns.roofline and line is not None:
+        text += "\n\n" + report.roofline_text(line, ns.top or 10)
     if ns.output:
         report.write_atomic(ns.output, text + "\n")
     else:
         print(text)
     if ns.chrome_trace:
         report.write_chrome_trace(result, ns.chrome_trace)
+    if ns.plot and line is not None:
+        from torch_flops.plot import save_roofline_plot
+
+        save_roofline_plot(line, ns.plot)
     return 0
 
 
+def _hardware(ns: argparse.Namespace, device: torch.device) -> HardwareSpec | None:
+    """The roofline's hardware: --hardware, or with --roofline/--plot the CUDA device profiled on."""
+    if ns.hardware is not None:
+        try:
+            return hardware.get(ns.hardware)
+        except ValueError as e:
+            raise CLIError(f"--hardware: {e}", 2) from None
+    if not (ns.roofline or ns.plot):
+        return None
+    option = "--roofline" if ns.roofline else "--plot"
+    if device.type != "cuda":
+        raise CLIError(f"{option} needs --hardware NAME on {device.type} (see --list-hardware)", 2)
+    try:
+        return hardware.detect(device)
+    except ValueError as e:
+        raise CLIError(f"{option}: {e}; give --hardware NAME", 2) from None
+
+
+def _check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CLIError("--plot needs matplotlib: pip install matplotlib (or torch_flops[plot])", 2) from None
+
+
 def _check_writable(option: str, path: str) -> None:
-    """``CLIError`` unless ``path`` can be written: its directory exists and is writable, and it
-    is not a directory itself."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise CLIError(f"{option} {path!r} is a directory", 2)
-    if not os.path.isdir(directory):
-        raise CLIError(f"{option} {path!r}: no such directory {directory!r}", 2)
-    if not os.access(directory, os.W_OK):
-        raise CLIError(f"{option} {path!r}: directory {directory!r} is not writable", 2)
+    try:
+        report.check_writable(path)
+    except OSError as e:
+        raise CLIError(f"{option}: {e}", 2) from None
 
 
 def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int, ...]:

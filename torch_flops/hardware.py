@@ -105,6 +105,12 @@ class HardwareSpec:
                 return self.peak[candidate]
         raise ValueError(f"{self.name} has no peak for {key} (it has {sorted(self.peak)})")
 
+    def vector_flops(self, dtype: Any) -> float:
+        """The FLOP/s of work outside dot products (elementwise ops, norms, softmax, reductions),
+        which runs on the vector units, not the tensor cores: the part's float32 rate (the
+        non-tensor figure of every datasheet here), or ``dtype``'s own peak where that is lower."""
+        return min(self.peak_flops(dtype), self.peak_flops("float32"))
+
     def source(self, item: str) -> str:
         """Where a figure comes from: a dtype key, "peak", "memory_bandwidth" or "memory_bytes"."""
         return self.sources.get(item) or self.sources.get("peak" if item in DTYPES else item, "")
@@ -171,10 +177,10 @@ _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB (HBM2e)",
      2.0 * TB, 80, _H100 + "; bandwidth from the H100 PCIe product brief PB-11133-001_v02", (r"H100.*PCIe",))
 _gpu("h200", "NVIDIA H200 SXM 141GB (HBM3e)",
      {"float64": 67, "float32": 67, "tf32": 494.5, "bfloat16": 989.5, "float16": 989.5, "fp8": 1979, "int8": 1979},
-     4.8 * TB, 141, _H200, (r"H200",))
+     4.8 * TB, 141, _H200, (r"(?<!G)H200",))
 _gpu("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB (HBM2e)",
      {"float64": 19.5, "float32": 19.5, "tf32": 156, "bfloat16": 312, "float16": 312, "int8": 624},
-     2039e9, 80, _A100, (r"A100.*SXM.*80", r"A100 80GB"))
+     2039e9, 80, _A100, (r"A100-SXM4?-80GB",))
 _gpu("a100-pcie-40gb", "NVIDIA A100 PCIe 40GB (HBM2)",
      {"float64": 19.5, "float32": 19.5, "tf32": 156, "bfloat16": 312, "float16": 312, "int8": 624},
      1555e9, 40, _A100 + " (the 40GB PCIe column)", (r"A100.*PCIE.*40", r"A100-PCIE-40GB"),
@@ -206,7 +212,7 @@ _gpu("mi300x", "AMD Instinct MI300X 192GB (HBM3)",
      notes="fp8 is the FNUZ format (torch.float8_e4m3fnuz)", kind="accelerator")
 _gpu("b200", "NVIDIA B200 180GB (HBM3e), per GPU of an HGX B200",
      {"float64": 37, "float32": 75, "tf32": 1100, "bfloat16": 2250, "float16": 2250, "fp8": 4500, "int8": 4500},
-     7.7 * TB, 180, _B200, (r"B200",), notes="the DGX B200 page prints 8 TB/s per GPU; the HGX page's 7.7 is used")
+     7.7 * TB, 180, _B200, (r"(?<!G)B200",), notes="the DGX B200 page prints 8 TB/s per GPU; the HGX page's 7.7 is used")
 
 _BUILTIN = frozenset(_SPECS)
 

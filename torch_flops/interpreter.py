@@ -203,23 +203,37 @@ class FlopsInterpreter(fx.Interpreter):
         """Bytes each node of the counting run read and wrote (see ``plan.Traffic``): a node reads
         its inputs' tensors (each input once, and a module's own parameters and buffers) and
         writes its output; a view or alias (a 0-FLOP node whose output shares an input's storage)
-        moves nothing; a gather reads only what it gathers (its output) and its indices; nodes
-        that did not run move nothing."""
+        moves nothing; an in-place update reads its inputs and writes its tensor; an overwrite
+        (``copy_``, ``fill_``, ``x[i] = v``) reads only its other operands; a gather reads only
+        what it gathers (its output) and its indices; a creation op only writes; nodes that did
+        not run move nothing."""
         out_bytes, storages, skipped = self._out_bytes, self._storages, self.skipped
         read: list[int | None] = []
         written: list[int | None] = []
         for p in self._plan.nodes:
             i = p.position
-            if p.traffic is Traffic.NONE or i in skipped or self.shapes[i] is None and out_bytes[i] == 0:
+            if (p.traffic is Traffic.NONE or i in skipped
+                    or self.shapes[i] is None and out_bytes[i] == 0 and p.traffic is not Traffic.OVERWRITE):
                 read.append(0)
                 written.append(0)
                 continue
-            inputs = p.inputs
-            if p.kind is not NodeKind.COUNTED and _aliases(storages[i], (storages[j] for j in inputs)):
+            inputs, traffic = p.inputs, p.traffic
+            if traffic is Traffic.OVERWRITE:
+                others = [out_bytes[j] for j in inputs[1:]]
+                read.append(sum(others))
+                # copy_/fill_ write the tensor; x[i] = v (no output) writes v's bytes, 0 for a number
+                value = p.node.args[-1] if p.node.args else None
+                written.append(out_bytes[i] if self.shapes[i] is not None else
+                               out_bytes[self._plan.by_node[value].position] if isinstance(value, fx.Node) else 0)
+                continue
+            if (traffic is not Traffic.INPLACE and p.kind is not NodeKind.COUNTED
+                    and _aliases(storages[i], (storages[j] for j in inputs))):
                 read.append(0)  # a view of, or the very tensor of, an input
                 written.append(0)
                 continue
-            if p.traffic is Traffic.GATHER:
+            if traffic is Traffic.CREATE:
+                read.append(0)
+            elif traffic is Traffic.GATHER:
                 index_bytes = sum(out_bytes[j] for j in inputs if _is_index(self.dtypes[j]))
                 read.append(out_bytes[i] + index_bytes)
             else:

@@ -25,7 +25,7 @@ from torch import fx, nn
 from torch_flops.capture import CapturedGraph, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
-from torch_flops.formulas.zero import GATHERS
+from torch_flops.formulas.zero import CREATES, GATHERS, METADATA_INPLACE, OVERWRITES
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
 __all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "make_plan", "readable_target"]
@@ -128,20 +128,38 @@ class Traffic(enum.Enum):
     DEFAULT: it reads every input tensor once (a module call: also its parameters and buffers) and
     writes its output; in place, it reads and writes the same storage; a 0-FLOP node whose output
     is a view of (or is) an input moves nothing, a copy (``contiguous`` of a strided tensor,
-    ``cat``, ``clone``, a cast) reads and writes. GATHER: an indexed read (``embedding``,
-    ``index_select``, ``gather``...; ``zero.GATHERS``) reads the rows it gathers (its output's
-    bytes) and its indices, not the whole table. NONE: placeholders, parameter reads and the output.
+    ``cat``, ``clone``, a cast) reads and writes. INPLACE: an op that updates its first operand
+    (``add_``, ``relu_``: a name ending in one ``_``) reads every input and writes the tensor,
+    though its output is that input. OVERWRITE: ``copy_``, ``fill_``, ``zero_``, the random fills
+    and ``x[i] = v`` (``zero.OVERWRITES``) read only their other operands and write the tensor
+    (``x[i] = v``: as many bytes as ``v`` holds, 0 for a Python scalar). GATHER: an indexed read
+    (``embedding``, ``index_select``, ``gather``...; ``zero.GATHERS``) reads the rows it gathers
+    (its output's bytes) and its indices, not the whole table. CREATE: ``zeros``, ``randn_like``,
+    ``arange``... (``zero.CREATES``) read nothing and write their output. NONE: placeholders, parameter
+    reads, the output and metadata-only in-place ops (``requires_grad_``, ``unsqueeze_``...).
     """
 
     DEFAULT = "default"
+    INPLACE = "inplace"
+    OVERWRITE = "overwrite"
     GATHER = "gather"
+    CREATE = "create"
     NONE = "none"
 
 
 def _traffic(node: fx.Node, key: str) -> Traffic:
-    if node.op in ("placeholder", "get_attr", "output"):
+    name = key.rpartition(".")[2]
+    if node.op in ("placeholder", "get_attr", "output") or name in METADATA_INPLACE:
         return Traffic.NONE
-    return Traffic.GATHER if key.rpartition(".")[2] in GATHERS else Traffic.DEFAULT
+    if name in OVERWRITES:
+        return Traffic.OVERWRITE
+    if name in GATHERS:
+        return Traffic.GATHER
+    if name in CREATES:
+        return Traffic.CREATE
+    if name.endswith("_") and not name.endswith("__") or node.kwargs.get("inplace") is True:
+        return Traffic.INPLACE
+    return Traffic.DEFAULT
 
 
 def _param_bytes(module: nn.Module | None) -> int:

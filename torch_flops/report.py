@@ -83,7 +83,9 @@ from typing import Any, Literal
 
 from tabulate import tabulate
 
+from torch_flops import hardware
 from torch_flops._validate import check_depth
+from torch_flops.hardware import HardwareSpec
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 from torch_flops.roofline import Roofline
 
@@ -96,6 +98,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TREE_COLUMNS",
     "Column",
+    "check_writable",
     "chrome_trace",
     "csv_text",
     "format_bytes",
@@ -103,6 +106,7 @@ __all__ = [
     "format_percent",
     "format_rows",
     "format_time_ms",
+    "hardware_text",
     "markdown",
     "max_memory_text",
     "model_profile_text",
@@ -520,6 +524,18 @@ def _roof(roofline: Roofline, row: _TreeRow, attr: str) -> Any:
     return getattr(found, attr) if found is not None else None
 
 
+def hardware_text(specs: Sequence[HardwareSpec]) -> str:
+    """The hardware table: each spec's dense peaks (TFLOP/s), memory bandwidth and size."""
+    keys = [k for k in hardware.DTYPES if any(k in spec.peak for spec in specs)]
+    short = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+    headers = ["name", *(short.get(k, k) for k in keys), "TB/s", "GB", "description"]
+    rows = [[spec.name, *(f"{spec.peak[k] / 1e12:g}" if k in spec.peak else "-" for k in keys),
+             f"{spec.memory_bandwidth / 1e12:g}", f"{spec.memory_bytes / 1e9:g}", spec.description] for spec in specs]
+    return tabulate(rows, headers=headers, disable_numparse=True) + (
+        "\ndense peak TFLOP/s per dtype (no 2:4 sparsity; int8 in TOP/s), memory bandwidth (TB/s) and size "
+        "(GB); each figure's source: torch_flops.hardware.get(name).sources")
+
+
 def roofline_text(roofline: Roofline, top: int = 10) -> str:
     """The roofline summary and the ``top`` nodes and modules losing most time (measured -
     roofline, when timed on this hardware) or predicted slowest."""
@@ -540,7 +556,7 @@ def roofline_text(roofline: Roofline, top: int = 10) -> str:
         body = []
         for r in rows:
             cells = [r.name or "(root)", r.target, format_count(r.flops), format_bytes(r.bytes),
-                     "-" if r.intensity is None else f"{r.intensity:.3g}", r.bound or "-",
+                     _format_intensity(r.intensity), r.bound or "-",
                      format_time_ms(r.roofline_time_ms)]
             if roofline.timed:
                 cells += [format_time_ms(r.time_ms), _format_pct(r.pct_of_roofline), format_time_ms(r.lost_time_ms)]
@@ -549,6 +565,13 @@ def roofline_text(roofline: Roofline, top: int = 10) -> str:
         aligns[5] = "left"
         lines += ["", title, tabulate(body, headers=headers, disable_numparse=True, colalign=aligns)]
     return "\n".join(lines)
+
+
+def _format_intensity(value: float | None) -> str:
+    """FLOP per byte: 3 significant digits, whole numbers from 1000 up (1,555 rather than 1.56e+03)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
 def total_flops_text(profile: Profile) -> str:
@@ -682,9 +705,23 @@ def to_dataframe(profile: Profile, group_by: GroupBy = "node") -> Any:
     return pd.DataFrame(rows, columns=list(columns))
 
 
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """An ``OSError`` naming the cause unless a file can be written at ``path``: its directory
+    exists and is writable, and ``path`` is not a directory (checked before long work)."""
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"cannot write {target!r}: it is a directory")
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"cannot write {target!r}: no such directory {directory!r}")
+    if not os.access(directory, os.W_OK):
+        raise PermissionError(f"cannot write {target!r}: directory {directory!r} is not writable")
+
+
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write ``text`` (or bytes) to a temporary file next to ``path``, then rename it over
     ``path``: a failure leaves whatever was at ``path`` untouched and no partial file behind."""
+    check_writable(path)
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
@@ -769,13 +806,16 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
         events.append({"name": event["name"], "cat": event["cat"], "ph": "X", "ts": start / 1000,
                        "dur": duration / 1000, "pid": 0, "tid": 0, "args": event["args"]})
         if event["cat"] == "node":
-            # counter tracks: what each node achieved while it ran (0 between nodes that do nothing)
+            # two counter tracks: what each node achieved while it ran (nodes run back to back)
             seconds = duration / 1e9
             args = event["args"]
             moved = args["bytes_read"] + args["bytes_written"]
-            events.append({"name": "achieved", "ph": "C", "ts": start / 1000, "pid": 0, "tid": 0,
-                           "args": {"FLOP/s": (args["flops"] or 0) / seconds if seconds else 0,
-                                    "bytes/s": moved / seconds if seconds else 0}})
+            for track, value in (("achieved FLOP/s", args["flops"] or 0), ("achieved bytes/s", moved)):
+                events.append({"name": track, "ph": "C", "ts": start / 1000, "pid": 0, "tid": 0,
+                               "args": {track.partition(" ")[2]: value / seconds if seconds else 0}})
+    for track in ("achieved FLOP/s", "achieved bytes/s"):  # both drop to 0 when the run ends
+        events.append({"name": track, "ph": "C", "ts": position / 1000, "pid": 0, "tid": 0,
+                       "args": {track.partition(" ")[2]: 0}})
     return {
         "traceEvents": events, "displayTimeUnit": "ms",
         "otherData": {"source": "torch_flops", "device": profile.device, "tracer": profile.tracer,

@@ -2,13 +2,21 @@
 take there, whether its arithmetic or its memory traffic bounds it, and, where it was timed on
 that hardware, how far it is from that.
 
-Per node, with ``flops`` in the profile's ``torch_flops`` convention, ``bytes = bytes_read +
-bytes_written`` and the peak of the dtype the node computes in::
+Per node, with ``flops`` and ``macs`` in the profile's ``torch_flops`` convention, ``bytes =
+bytes_read + bytes_written`` and the peaks of the dtype the node computes in::
 
     intensity        = flops / bytes                                (FLOP per byte)
-    roofline_time    = max(flops / peak(dtype), bytes / bandwidth)
-    bound            = "compute" if flops / peak >= bytes / bandwidth else "memory"
+    compute_time     = 2 * macs / peak(dtype) + (flops - 2 * macs) / vector(dtype)
+    memory_time      = bytes / bandwidth
+    roofline_time    = max(compute_time, memory_time)
+    bound            = "compute" if compute_time >= memory_time else "memory"
                        (None for a node that does neither)
+
+``peak`` is the dense matrix (tensor-core) rate of the dtype, which dot products reach;
+``vector`` the rate of the other FLOPs (bias adds, elementwise ops, norms, softmax), which run on
+the vector units: the part's float32 figure (``HardwareSpec.vector_flops``). So for a matmul
+without bias ``compute_time = flops / peak``, and an elementwise op, whose 1 FLOP per element
+meets 2 or 3 elements of traffic, is memory-bound on every part here.
     achieved FLOP/s  = flops / measured time;  achieved bytes/s = bytes / measured time
     % of roofline    = roofline_time / measured time * 100
     lost time        = measured time - roofline_time
@@ -67,6 +75,12 @@ class Roofline:
     nodes: tuple[RooflineRow, ...]
     modules: dict[str, RooflineRow]
     timed: bool  #: the profile was timed on this hardware (measured columns are filled)
+    #: the modules that call at least one node themselves (not only through submodules)
+    callers: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:
+        return (f"Roofline({self.hardware.name}, {len(self.nodes)} nodes, {len(self.modules)} modules, "
+                f"predicted {self.total_roofline_ms:.4g} ms, timed={self.timed})")
 
     @property
     def total_roofline_ms(self) -> float:
@@ -84,8 +98,10 @@ class Roofline:
         return sum(r.roofline_time_ms for r in self.nodes if r.bound == "memory") / total if total else 0.0
 
     def ranked(self, k: int | None = None, modules: bool = False) -> list[RooflineRow]:
-        """The rows losing most time (measured - roofline) when timed, else the predicted slowest."""
-        rows = list(self.modules.values()) if modules else list(self.nodes)
+        """The rows losing most time (measured - roofline) when timed, else the predicted slowest.
+        Module rows leave out the root and pure containers (a ``ModuleList`` that calls nothing
+        itself), whose sums would head every list."""
+        rows = [r for path, r in self.modules.items() if path in self.callers] if modules else list(self.nodes)
         if self.timed:
             rows.sort(key=lambda r: -(r.lost_time_ms or 0.0))
         else:
@@ -143,10 +159,15 @@ def roofline(profile: Profile, hardware: str | HardwareSpec) -> Roofline:
     for r in records:
         flops = r.flops or 0
         nbytes = (r.bytes_read or 0) + (r.bytes_written or 0)
-        compute_s = flops / spec.peak_flops(r.dtype) if flops and r.dtype is not None else 0.0
+        compute_s = 0.0
+        if flops and r.dtype is not None:
+            dot = min(2 * (r.macs or 0), flops)
+            compute_s = dot / spec.peak_flops(r.dtype) + (flops - dot) / spec.vector_flops(r.dtype)
         nodes.append(_row(r.name, r.module_path, r.target, r.dtype, flops, nbytes, compute_s, nbytes / bandwidth,
                           r.time_ms if timed else None))
-    return Roofline(hardware=spec, nodes=tuple(nodes), modules=_modules(base, records, nodes), timed=timed)
+    callers = frozenset(r.module_path for r in records if r.module_path) - {""}
+    return Roofline(hardware=spec, nodes=tuple(nodes), modules=_modules(base, records, nodes), timed=timed,
+                    callers=callers)
 
 
 def _modules(profile: Profile, records: Sequence[NodeRecord], rows: Sequence[RooflineRow]) -> dict[str, RooflineRow]:

@@ -22,6 +22,29 @@ Causal or masked attention is counted as the full ``L x S`` score matrix, as Flo
 Elementwise FLOPs are counted only for floating point (or complex) data: integer index
 arithmetic and boolean mask logic are 0 FLOPs.
 
+Bytes moved (the roofline's memory traffic)
+-------------------------------------------
+Every record also carries ``bytes_read`` and ``bytes_written``, counted by the interpreter from
+the real (or meta) tensors, per family (``plan.Traffic`` has the rules):
+
+* linear, matmul, conv, norm modules: read the input, the weight, the bias (and a norm's running
+  statistics), write the output; ``F.linear`` and aten ops read the same tensors as operands.
+* attention (``scaled_dot_product_attention``): reads Q, K, V (and the mask), writes the output;
+  the ``L x S`` score matrix of a fused kernel never reaches memory and is not counted (an
+  unfused ``matmul``/``softmax``/``matmul`` counts each of its tensors).
+* elementwise, activations, losses, reductions, pooling, resampling: read every tensor operand
+  once (a Python number: 0 bytes), write the output.
+* in place (``add_``, ``relu_``): read the operands, write the updated tensor; overwrites
+  (``copy_``, ``fill_``, ``zero_``, ``x[i] = v``) read only the other operands.
+* views, shape ops and aliases (``view``, ``t``, ``chunk``, a ``contiguous`` that is a no-op)
+  move 0; copies (``contiguous`` of a strided tensor, ``clone``, ``cat``, casts) read and write.
+* gathers (``embedding``, ``index_select``, ``gather``, advanced indexing): read the rows they
+  gather (their output's bytes) and their indices, not the whole table.
+* creation (``zeros``, ``randn_like``, ``new_ones``): write their output, read nothing.
+
+Each byte is counted once per node, as if every operand came from memory and no cache helped.
+``dtype`` is the compute dtype: the dtype of the floating point operands (a cast: its source).
+
 One table, one calling convention
 ---------------------------------
 :data:`FORMULAS` maps each target itself (a module class, a callable, a ``torch.Tensor`` method,

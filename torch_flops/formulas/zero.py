@@ -9,7 +9,8 @@ from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register, zero_flops
 
-__all__ = ["ATEN_ZERO_OPS", "GATHERS", "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
+__all__ = ["ATEN_ZERO_OPS", "CREATES", "GATHERS", "METADATA_INPLACE", "OVERWRITES", "ZERO_FUNCTIONS", "ZERO_METHODS",
+           "ZERO_MODULES"]
 
 #: Indexed reads (and the bags of embedding.py): for the roofline's bytes they read the rows they
 #: gather (their output's bytes) and their indices, never the whole table (plan.Traffic.GATHER).
@@ -17,6 +18,19 @@ __all__ = ["ATEN_ZERO_OPS", "GATHERS", "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_M
 GATHERS: frozenset[str] = frozenset({
     "embedding", "Embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "EmbeddingBag",
     "index_select", "gather", "take", "take_along_dim", "index", "_unsafe_index", "masked_select", "getitem",
+})
+
+#: In-place ops that write their tensor without reading it: they read only their other operands
+#: (``copy_`` its source) and write the whole tensor (plan.Traffic.OVERWRITE). Other in-place ops
+#: (a name ending in one ``_``: ``add_``, ``relu_``, ``masked_fill_``) read and write their tensor.
+OVERWRITES: frozenset[str] = frozenset({
+    "zero_", "fill_", "copy_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+    "log_normal_", "geometric_", "setitem", "__setitem__",
+})
+#: In-place ops that change only a tensor's metadata (or autograd flags): they move no bytes.
+METADATA_INPLACE: frozenset[str] = frozenset({
+    "requires_grad_", "detach_", "squeeze_", "unsqueeze_", "t_", "transpose_", "resize_", "resize_as_",
+    "as_strided_", "swapaxes_", "swapdims_", "share_memory_", "set_", "retain_grad",
 })
 
 _VIEWS = [
@@ -53,6 +67,10 @@ _METHOD_ONLY = [
 ]
 _NOT_METHODS = ("cat", "stack", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "pad",
                 "one_hot", "embedding", "meshgrid")
+
+#: Creation ops read no tensor data (``zeros_like`` reads only its argument's shape): they write
+#: their output (plan.Traffic.CREATE); those that return views of their inputs move nothing.
+CREATES: frozenset[str] = frozenset(_CREATION) | {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 
 ZERO_FUNCTIONS: list[str] = _VIEWS + _COPIES + _CREATION + _PLUMBING
 ZERO_METHODS: list[str] = [m for m in _VIEWS + _COPIES if m not in _NOT_METHODS] + _METHOD_ONLY
