@@ -89,7 +89,10 @@ def test_dtypes_without_a_figure_fall_back_to_a_wider_one() -> None:
     assert v100.peak_flops(torch.float8_e4m3fn) == 125 * T
     a100 = hardware.get("a100-sxm-80gb")
     assert a100.peak_flops(torch.float8_e4m3fn) == 312 * T  # no fp8 on Ampere: runs as bf16
-    assert hardware.get("l4").peak_flops(torch.float64) == 30.3 * T
+    # no float64 figure: GA10x/AD10x parts run FP64 at 1/64 of FP32 (the architecture whitepapers)
+    assert hardware.get("l4").peak_flops(torch.float64) == 30.3 * T / 64
+    b200 = hardware.get("b200")
+    assert b200.peak_flops("fp4") == 9000 * T and a100.peak_flops("fp4") == 312 * T  # fp4 -> fp8 -> bf16
     assert a100.peak_flops(torch.complex64) == a100.peak_flops(torch.float32)
     assert a100.peak_flops(torch.int64) == 624 * T
     with pytest.raises(ValueError, match="no peak dtype"):
@@ -97,6 +100,9 @@ def test_dtypes_without_a_figure_fall_back_to_a_wider_one() -> None:
 
 
 def test_vector_rate_is_the_float32_figure_or_lower() -> None:
+    tensor_only = HardwareSpec("npu", "bf16 only", {"bfloat16": 100 * T}, 1e12, 1 << 30,
+                               {"peak": "hand", "memory_bandwidth": "hand"}, kind="accelerator")
+    assert tensor_only.vector_flops(torch.bfloat16) == 100 * T  # no float32 figure: its own rate
     h100 = hardware.get("h100-sxm")
     assert h100.vector_flops(torch.bfloat16) == 67 * T  # elementwise bf16 runs on the vector units
     cpu = HardwareSpec("cpu", "toy", {"float32": 2 * T, "float64": 1 * T}, 1e11, 1 << 30,
@@ -115,11 +121,14 @@ def test_define_register_and_override_a_cpu(table: None) -> None:
                           {"peak": "measured", "memory_bandwidth": "measured"})
     hardware.register(faster, override=True)
     assert hardware.get("H100-SXM").peak_flops(torch.bfloat16) == 1200 * T  # names are case-insensitive
+    hardware.register(HardwareSpec("My-GPU", "capitals", {"float32": T}, 1e11, 1 << 30,
+                                   {"peak": "hand", "memory_bandwidth": "hand"}))
+    assert hardware.get("My-GPU").name == hardware.get("my-gpu").name == "My-GPU"
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"peak": {"float32": 1e12}, "sources": {"peak": "x"}}, "every figure needs a source"),
-    ({"peak": {"fp4": 1e12}}, "unknown peak dtype"),
+    ({"peak": {"fp6": 1e12}}, "unknown peak dtype"),
     ({"peak": {"float32": 0.0}}, "positive"),
     ({"peak": {}}, "positive"),
     ({"memory_bandwidth": -1.0}, "memory_bandwidth must be positive"),
@@ -153,7 +162,7 @@ def test_cuda_device_names_are_recognised(device_name: str, spec: str) -> None:
 
 
 @pytest.mark.parametrize("device_name", ["NVIDIA GH200 480GB", "NVIDIA L40", "NVIDIA A100-SXM4-40GB",
-                                         "NVIDIA GB200", "NVIDIA GeForce RTX 3090"])
+                                         "NVIDIA GB200", "NVIDIA GeForce RTX 3090", "NVIDIA H200 NVL"])
 def test_unknown_devices_get_a_clear_message(device_name: str) -> None:
     with pytest.raises(ValueError, match=f"the device '{device_name}' is not in the hardware table"):
         hardware.spec_for_device_name(device_name)

@@ -349,6 +349,54 @@ def test_bytes_of_in_place_updates_overwrites_and_creation_by_hand() -> None:
     assert moved["lift_fresh_copy"] == (4, 4)
 
 
+class _Subtle(nn.Module):
+    """Nodes whose bytes are easy to get wrong; x: (8, 16) float32 = 512 bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+        self.act = nn.ReLU(inplace=True)
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor, pos: torch.Tensor, k: torch.Tensor,
+                ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = self.drop(x)
+        b = self.act(x * 2)
+        b += x
+        cache.index_copy_(1, pos, k)
+        c = x + torch.ones(1, 16, device=x.device).expand(8, 16)
+        e = F.embedding(ids, self.emb.weight)
+        return a, b, c, e
+
+
+def test_bytes_of_aliases_scatters_and_broadcasts_by_hand() -> None:
+    x, pos, k, ids = torch.randn(8, 16), torch.tensor([3]), torch.randn(4, 1, 16), torch.tensor([[1, 2]])
+    for tracer in ("fx", "export"):
+        counter = TorchFLOPsByFX(_Subtle().eval(), tracer=tracer)  # type: ignore[arg-type]
+        counter.propagate(x, torch.zeros(4, 1000, 16), pos, k, ids)
+        by_target = {r.target.rpartition(".")[2]: (r.bytes_read, r.bytes_written) for r in counter.records}
+        by_name = {r.name: (r.bytes_read, r.bytes_written) for r in counter.records}
+        assert by_target["Dropout" if tracer == "fx" else "dropout"] == (0, 0)  # eval: returns x itself
+        assert by_target["ReLU" if tracer == "fx" else "relu_"] == (512, 512)  # in place: reads and writes b
+        assert by_name["add" if tracer == "fx" else "add_"] == (1024, 512)  # b += x reads b and x
+        # the KV-cache write: reads pos (8 bytes) and k (4*16*4 = 256), writes k's 256 bytes of the
+        # 256,000-byte cache
+        assert by_target["index_copy_"] == (8 + 256, 256)
+        # x + a (1, 16) row expanded to (8, 16): reads x 512 and the row's 64 bytes, not 512
+        assert by_name["add_1" if tracer == "fx" else "add"] == (512 + 64, 512)
+        # F.embedding(ids, weight): gathers 2 rows of 16 bytes, reads the 16 bytes of ids; float32
+        (embedding,) = [r for r in counter.records if r.target.endswith("embedding")]
+        assert (embedding.bytes_read, embedding.bytes_written, embedding.dtype) == (32 + 16, 32, "float32")
+
+
+def test_dtype_of_a_matmul_under_autocast_is_the_narrow_one() -> None:
+    counter = TorchFLOPsByFX(nn.Linear(16, 16))
+    with torch.autocast("cpu", torch.bfloat16):
+        counter.propagate(torch.randn(8, 16))
+    (linear,) = [r for r in counter.records if r.name == "linear"]  # a root Linear traces to F.linear
+    assert linear.dtype == "bfloat16"  # float32 inputs, run in bf16: priced at the bf16 peak
+
+
 def test_bytes_on_meta_and_through_export_match() -> None:
     x, ids = torch.randn(3, 4), torch.randint(0, 10, (2, 3))
     results = []

@@ -245,7 +245,7 @@ def test_roll_ups_agree_with_records(drawn: tuple[list[tuple[Any, ...]], dict[st
 def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     doc = p.to_dict()
-    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 2)
+    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 3)
     assert set(doc) == {"schema", "version", "settings", "summary", "records", "modules"}
     assert doc["summary"]["flops"] == 1256 and doc["summary"]["unsupported"] == {"torch.mystery": 1}
     assert doc["modules"]["head"] == {"module_type": "Linear", "depth": 1, "params": 22, "own_params": 22,
@@ -267,12 +267,24 @@ def test_from_json_accepts_text_path_and_object(tmp_path: Any, hand_profile: Any
         assert Profile.from_json(source) == p
 
 
+def test_a_version_2_document_loads_without_bytes(hand_profile: Any) -> None:
+    doc = hand_profile().to_dict()
+    doc["version"] = 2
+    for r in doc["records"]:  # version 2 had no bytes
+        del r["bytes_read"], r["bytes_written"]
+    for m in doc["modules"].values():
+        del m["bytes_read"], m["bytes_written"]
+    back = Profile.from_dict(doc)
+    assert all(r.bytes_read is None and r.bytes_written is None for r in back.records)
+    assert back.by_module()["head"].bytes_read == 0 and back.total_flops == 1256
+
+
 def test_from_dict_refuses_other_documents(hand_profile: Any) -> None:
     doc = hand_profile().to_dict()
     with pytest.raises(ValueError, match="not a torch_flops profile"):
         Profile.from_dict({**doc, "schema": "something.else"})
-    with pytest.raises(ValueError, match="unsupported torch_flops profile version 3"):
-        Profile.from_dict({**doc, "version": 3})
+    with pytest.raises(ValueError, match="unsupported torch_flops profile version 4"):
+        Profile.from_dict({**doc, "version": 4})
     # readers ignore unknown keys
     doc["records"][0]["future_field"] = 1
     assert Profile.from_dict({**doc, "extra": True}).records == hand_profile().records

@@ -242,7 +242,7 @@ _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memor
 
 def _check_schema(doc: dict[str, Any]) -> None:
     """The documented schema of ``torch_flops.profile`` version 2."""
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 2
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 3
     assert isinstance(doc["settings"], dict)
     assert set(doc["summary"]) == _SUMMARY_KEYS
     for r in doc["records"]:

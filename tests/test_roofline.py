@@ -134,7 +134,9 @@ def test_timed_profile_on_its_own_hardware(hand_profile: Any) -> None:
     assert line.modules["head"].lost_time_ms == pytest.approx(1.6)
     assert line.modules["encoder"].roofline_time_ms == pytest.approx(1.32)
     assert [r.name for r in line.ranked(modules=True)] == ["head", "encoder.0", "encoder.1"]
-    assert line.total_time_ms == pytest.approx(4.865)
+    assert line.total_time_ms == pytest.approx(4.85)  # 4.865 less the input (0.010) and output (0.005) nodes
+    assert [r.name for r in line.nodes] == ["encoder_0", "encoder_1", "add", "head", "mystery", "head_1"]
+    assert line.unknown_flops_nodes == 1 and not line.modules[""].flops_known and line.modules["head"].flops_known
 
 
 def test_a_profile_timed_elsewhere_is_only_predicted(hand_profile: Any) -> None:
@@ -159,6 +161,19 @@ def test_real_cpu_run_on_a_cpu_spec() -> None:
     assert _row(line, "_0").bytes == 45_568
     with pytest.raises(ValueError, match="name the hardware for a profile on cpu"):
         counter.roofline()
+
+
+def test_a_profile_without_bytes_is_refused(hand_profile: Any) -> None:
+    with pytest.raises(ValueError, match="no byte counts.*profile the model again"):
+        roofline(hand_profile(), "h100-sxm")  # bytes None, as read from a version-2 file
+
+
+def test_a_model_without_submodules_has_no_module_ranking() -> None:
+    counter = TorchFLOPsByFX(_Add())
+    counter.propagate(_meta(64, 64), _meta(64, 64))
+    text = report.roofline_text(counter.roofline("h100-sxm"))
+    assert "Top 10 nodes predicted slowest:" in text and "modules" not in text
+    assert report.format_time_ms(4.2e-6) == "4.20 ns" and report.format_time_ms(-1.5) == "-1.50 ms"
 
 
 def test_unknown_hardware_is_refused() -> None:
@@ -233,8 +248,10 @@ def test_print_roofline_and_the_tree_columns() -> None:
 def test_timed_views_show_measured_and_lost(hand_profile: Any) -> None:
     text = report.roofline_text(roofline(_with_bytes(hand_profile()), TOY_CPU), top=3)
     assert "Top 3 nodes losing most time:" in text
-    # roofline 1.0 + 0.32 + 0.06 + 0.2 + 0.2 ms (every node memory-bound on the toy part); measured 4.865 ms
-    assert text.splitlines()[1] == "predicted 1.78 ms, measured 4.86 ms; 100.0% of the predicted time is memory-bound"
+    # roofline 1.0 + 0.32 + 0.06 + 0.2 + 0.2 ms (every node memory-bound on the toy part); measured
+    # 4.85 ms (the nodes but the input and the output)
+    assert text.splitlines()[1] == ("predicted 1.78 ms, measured 4.85 ms; 100.0% of the predicted time is memory-bound; "
+                                    "1 node(s) without a FLOPs formula priced by their bytes alone")
     table = text[text.index("Top 3 nodes"):].splitlines()
     assert table[1].split() == ["node", "target", "FLOPs", "bytes", "FLOP/B", "bound", "roofline", "measured", "%",
                                 "roofline", "lost"]
@@ -336,7 +353,9 @@ def test_cli_hardware_roofline_and_plot(tmp_path: Path) -> None:
     header = next(row for row in text.splitlines() if row.startswith("module") and "params" in row)
     assert header.split()[-2:] == ["roofline", "bound"]
     assert png.read_bytes()[:4] == b"\x89PNG"
-    code, text = _cli(["gpt2", "--meta", "--tokens", "1,64", "--format", "json", "--hardware", "h100-sxm", "--quiet"])
+    # json: the roofline is an object of the document (--roofline adds no text that would break it)
+    code, text = _cli(["gpt2", "--meta", "--tokens", "1,64", "--format", "json", "--hardware", "h100-sxm", "--quiet",
+                       "--roofline"])
     assert code == 0 and json.loads(text)["roofline"]["summary"]["hardware"] == "h100-sxm"
 
 
@@ -344,6 +363,7 @@ def test_cli_hardware_roofline_and_plot(tmp_path: Path) -> None:
     (["gpt2", "--meta", "--hardware", "h1000"], "--hardware: unknown hardware 'h1000'"),
     (["gpt2", "--meta", "--roofline"], "--roofline needs --hardware NAME on meta"),
     (["unet", "--plot", "x.png"], "--plot needs --hardware NAME on cpu"),
+    (["gpt2", "--meta", "--hardware", "h100-sxm", "--roofline", "--format", "csv"], "would break --format csv"),
     (["gpt2", "--meta", "--hardware", "h100-sxm", "--plot", "/no/such/dir/x.png"],
      "--plot: cannot write '/no/such/dir/x.png': no such directory"),
 ])

@@ -99,8 +99,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="roofline on this hardware (see --list-hardware): roofline columns in the tree, a "
                         "'roofline' object in json (default with --roofline/--plot: the CUDA device profiled on)")
     p.add_argument("--roofline", action="store_true",
-                   help="also print the --top nodes and modules losing most time on --hardware (predicted "
-                        "slowest when not timed there), the predicted total and its memory-bound share")
+                   help="also print the --top K (10 with --top 0) nodes and modules losing most time on "
+                        "--hardware (predicted slowest when not timed there), the predicted total and its "
+                        "memory-bound share")
     p.add_argument("--plot", metavar="PNG", help="also write a roofline plot (needs matplotlib)")
     p.add_argument("--model-class", metavar="NAME",
                    help="config.json: the transformers class to build (e.g. BertForMaskedLM), instead of the "
@@ -197,6 +198,9 @@ def _run(ns: argparse.Namespace) -> int:
     dtype = _DTYPES[ns.dtype]
     if ns.chrome_trace and device.type == "meta":
         raise CLIError("--chrome-trace: a chrome trace needs measured times, and --meta measures none", 2)
+    if ns.roofline and ns.format == "csv":
+        raise CLIError("--roofline prints text tables, which would break --format csv: use --format json "
+                       "--hardware NAME (a 'roofline' object) or a text format", 2)
     spec = _hardware(ns, device)
     for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
         if path is not None:
@@ -223,7 +227,7 @@ def _run(ns: argparse.Namespace) -> int:
         text = report.csv_text(result, ns.group_by, ns.all_nodes).rstrip("\n")
     else:
         text = report.markdown(result, ns.group_by, ns.all_nodes)
-    if ns.roofline and line is not None:
+    if ns.roofline and line is not None and ns.format != "json":  # json carries the roofline object
         text += "\n\n" + report.roofline_text(line, ns.top or 10)
     if ns.output:
         report.write_atomic(ns.output, text + "\n")

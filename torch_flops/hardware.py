@@ -14,7 +14,9 @@ Figures are **dense** peaks: where a vendor prints only the 2:4-sparsity figure 
 (matrix) rates with FP32 accumulation where the vendor separates them (PyTorch's matmuls
 accumulate in FP32); float32 is the non-tensor rate (PyTorch does not use TF32 for float32
 matmuls unless asked: ``torch.backends.cuda.matmul.allow_tf32``); float64 the tensor/matrix
-rate where there is one. ``int8`` is in operations per second.
+rate where there is one (a part without a float64 figure: 1/64 of its float32 rate, as NVIDIA's
+GA10x/AD10x parts run it). ``int8`` is in operations per second; ``fp4`` (Blackwell) falls back
+to fp8 on parts without it.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ import torch
 __all__ = ["DTYPES", "HardwareSpec", "detect", "get", "names", "register"]
 
 #: the dtype keys a spec's ``peak`` may hold
-DTYPES: tuple[str, ...] = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8", "int8")
+DTYPES: tuple[str, ...] = ("float64", "float32", "tf32", "bfloat16", "float16", "fp8", "fp4", "int8")
 
 # what a dtype without a figure of its own runs at: the closest wider type (an fp8 matmul on a part
 # without fp8 runs upcast to bf16/fp16; tf32 falls back to fp32; int8 to fp16)
-_FALLBACK = {"fp8": ("bfloat16", "float16"), "tf32": ("float32",), "int8": ("float16", "bfloat16"),
-             "bfloat16": ("float16", "float32"), "float16": ("bfloat16", "float32"), "float64": ("float32",)}
+_FALLBACK = {"fp4": ("fp8", "bfloat16", "float16"), "fp8": ("bfloat16", "float16"), "tf32": ("float32",),
+             "int8": ("float16", "bfloat16"), "bfloat16": ("float16", "float32"), "float16": ("bfloat16", "float32")}
+# A part without a float64 figure: NVIDIA's GA10x and AD10x parts (A10G, L4, L40S, RTX 4090 here) run
+# FP64 at 1/64 of their FP32 rate (NVIDIA Ampere GA102 whitepaper; Ada Lovelace whitepaper, Appendix A)
+_FP64_SHARE_WITHOUT_A_FIGURE = 1 / 64
 
 
 def dtype_key(dtype: Any) -> str:
@@ -46,6 +51,8 @@ def dtype_key(dtype: Any) -> str:
         return name
     if name.startswith("float8") or name == "fp8":
         return "fp8"
+    if name.startswith("float4") or name == "fp4":
+        return "fp4"
     if name in ("complex128", "double"):
         return "float64"
     if name in ("complex64", "float", "complex32"):
@@ -99,17 +106,22 @@ class HardwareSpec:
         cached = self._lookup.get(key)
         if cached is not None:
             return cached
-        for candidate in (key, *_FALLBACK.get(key, ()), "float32"):
-            if candidate in self.peak:
-                self._lookup[key] = self.peak[candidate]
-                return self.peak[candidate]
-        raise ValueError(f"{self.name} has no peak for {key} (it has {sorted(self.peak)})")
+        if key == "float64" and key not in self.peak and "float32" in self.peak:
+            value = self.peak["float32"] * _FP64_SHARE_WITHOUT_A_FIGURE
+        else:
+            candidates = [c for c in (key, *_FALLBACK.get(key, ()), "float32") if c in self.peak]
+            if not candidates:
+                raise ValueError(f"{self.name} has no peak for {key} nor a wider type (it has {sorted(self.peak)})")
+            value = self.peak[candidates[0]]
+        self._lookup[key] = value
+        return value
 
     def vector_flops(self, dtype: Any) -> float:
         """The FLOP/s of work outside dot products (elementwise ops, norms, softmax, reductions),
         which runs on the vector units, not the tensor cores: the part's float32 rate (the
         non-tensor figure of every datasheet here), or ``dtype``'s own peak where that is lower."""
-        return min(self.peak_flops(dtype), self.peak_flops("float32"))
+        peak = self.peak_flops(dtype)
+        return min(peak, self.peak["float32"]) if "float32" in self.peak else peak
 
     def source(self, item: str) -> str:
         """Where a figure comes from: a dtype key, "peak", "memory_bandwidth" or "memory_bytes"."""
@@ -153,9 +165,10 @@ def register(spec: HardwareSpec, override: bool = False) -> HardwareSpec:
     """Add ``spec`` to the table (``override=True`` to replace one of the same name)."""
     if not isinstance(spec, HardwareSpec):
         raise TypeError(f"register takes a HardwareSpec, got {type(spec).__name__}")
-    if spec.name in _SPECS and not override:
+    key = spec.name.lower()  # names are case-insensitive
+    if key in _SPECS and not override:
         raise ValueError(f"hardware {spec.name!r} is already defined; pass override=True to replace it")
-    _SPECS[spec.name] = spec
+    _SPECS[key] = spec
     return spec
 
 
@@ -177,7 +190,7 @@ _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB (HBM2e)",
      2.0 * TB, 80, _H100 + "; bandwidth from the H100 PCIe product brief PB-11133-001_v02", (r"H100.*PCIe",))
 _gpu("h200", "NVIDIA H200 SXM 141GB (HBM3e)",
      {"float64": 67, "float32": 67, "tf32": 494.5, "bfloat16": 989.5, "float16": 989.5, "fp8": 1979, "int8": 1979},
-     4.8 * TB, 141, _H200, (r"(?<!G)H200",))
+     4.8 * TB, 141, _H200, (r"(?<!G)H200(?!.*NVL)",))
 _gpu("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB (HBM2e)",
      {"float64": 19.5, "float32": 19.5, "tf32": 156, "bfloat16": 312, "float16": 312, "int8": 624},
      2039e9, 80, _A100, (r"A100-SXM4?-80GB",))
@@ -211,7 +224,8 @@ _gpu("mi300x", "AMD Instinct MI300X 192GB (HBM3)",
      memory_source=_MI300X + " (5.3 TB/s); 192 GB: AMD's MLPerf Inference v4.1 system description",
      notes="fp8 is the FNUZ format (torch.float8_e4m3fnuz)", kind="accelerator")
 _gpu("b200", "NVIDIA B200 180GB (HBM3e), per GPU of an HGX B200",
-     {"float64": 37, "float32": 75, "tf32": 1100, "bfloat16": 2250, "float16": 2250, "fp8": 4500, "int8": 4500},
+     {"float64": 37, "float32": 75, "tf32": 1100, "bfloat16": 2250, "float16": 2250, "fp8": 4500, "fp4": 9000,
+      "int8": 4500},
      7.7 * TB, 180, _B200, (r"(?<!G)B200",), notes="the DGX B200 page prints 8 TB/s per GPU; the HGX page's 7.7 is used")
 
 _BUILTIN = frozenset(_SPECS)

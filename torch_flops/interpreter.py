@@ -12,23 +12,36 @@ computes exactly what the model does.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx
 
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
-from torch_flops.measure import LiveTensors, MemoryProbe, StorageEntries, Timer, storage_entries, tensors_of
+from torch_flops.measure import (
+    LiveTensors,
+    MemoryProbe,
+    StorageEntries,
+    Timer,
+    storage_entries,
+    storage_key,
+    tensors_of,
+)
 from torch_flops.plan import FlatArgs, NodeKind, NodePlan, Plan, Traffic
 from torch_flops.progress import Progress
 
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
 _COUNTED = NodeKind.COUNTED
+_FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})  # the usual compute dtypes
+_DEFAULT, _INPLACE, _OVERWRITE, _GATHER, _SCATTER, _CREATE = range(6)
+_TRAFFIC_MODES = {Traffic.DEFAULT: _DEFAULT, Traffic.INPLACE: _INPLACE, Traffic.OVERWRITE: _OVERWRITE,
+                  Traffic.GATHER: _GATHER, Traffic.SCATTER: _SCATTER, Traffic.CREATE: _CREATE, Traffic.NONE: -1}
 _NODES, _NODES_AND_CONSTANTS = FlatArgs.NODES, FlatArgs.NODES_AND_CONSTANTS
 
 
@@ -47,10 +60,24 @@ class GraphRun:
     mem_after: Sequence[int | None]
     shapes: Sequence[Any]  #: the output's shape (nested for tuple/dict outputs)
     dtypes: Sequence[torch.dtype | None]  #: the dtype the node computes in (see _compute_dtype)
-    bytes_read: Sequence[int | None]  #: see FlopsInterpreter.traffic
-    bytes_written: Sequence[int | None]
     errors: Mapping[int, str]  #: position -> why the node's formula failed
     skipped: Mapping[int, str]  #: position -> why the node was not run (meta only)
+    #: computes (bytes read, bytes written) per node (see :func:`node_traffic`); called once, when
+    #: the records are built, so a ``propagate`` whose records are never read does not pay for it
+    traffic: Callable[[], tuple[list[int], list[int]]] = field(repr=False, default=lambda: ([], []))
+
+    @functools.cached_property
+    def _bytes(self) -> tuple[list[int], list[int]]:
+        return self.traffic()
+
+    @property
+    def bytes_read(self) -> Sequence[int]:
+        """Bytes each node read (see :func:`node_traffic`)."""
+        return self._bytes[0]
+
+    @property
+    def bytes_written(self) -> Sequence[int]:
+        return self._bytes[1]
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,13 +137,11 @@ class Runner:
                 runs.append(interp.times())
             times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
             mem_before, mem_after = interp.memory()
-            bytes_read, bytes_written = interp.traffic()
             graph_run = GraphRun(
                 plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, dot_outputs=interp.dot_outputs,
                 mm_macs=interp.mm_macs, time_ms=times, mem_before=mem_before,
-                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, bytes_read=bytes_read,
-                bytes_written=bytes_written, errors=dict(interp.errors),
-                skipped=dict(interp.skipped),
+                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors),
+                skipped=dict(interp.skipped), traffic=interp.traffic(),
             )
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source,
@@ -148,6 +173,9 @@ class FlopsInterpreter(fx.Interpreter):
         self._plans = plan.by_node
         self._plan = plan
         self._count = True
+        self._traffic_rows: _TrafficTable | None = None
+        #: the plan positions of the gathers and scatters, whose bytes depend on their index operands
+        self._indexed = frozenset(p.position for p in plan.nodes if p.traffic in (Traffic.GATHER, Traffic.SCATTER))
 
     def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
         """Set up the measurements of one ``Runner.run``: fresh per-node lists."""
@@ -172,6 +200,8 @@ class FlopsInterpreter(fx.Interpreter):
         self._storages: list[StorageEntries] = [None] * n
         #: bytes of the tensors each node's value holds (as views: numel * element size)
         self._out_bytes: list[int] = [0] * n
+        #: (bytes read, bytes written) of the gathers and scatters, from their operands
+        self._moved: dict[int, tuple[int, int]] = {}
         self.errors: dict[int, str] = {}
         #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
         #: only allowed for nodes the output does not depend on
@@ -199,47 +229,31 @@ class FlopsInterpreter(fx.Interpreter):
         live = LiveTensors(self._memory.model_storages)
         return live.timeline(self._storages, self._plan.frees)  # type: ignore[return-value]
 
-    def traffic(self) -> tuple[list[int | None], list[int | None]]:
-        """Bytes each node of the counting run read and wrote (see ``plan.Traffic``): a node reads
-        its inputs' tensors (each input once, and a module's own parameters and buffers) and
-        writes its output; a view or alias (a 0-FLOP node whose output shares an input's storage)
-        moves nothing; an in-place update reads its inputs and writes its tensor; an overwrite
-        (``copy_``, ``fill_``, ``x[i] = v``) reads only its other operands; a gather reads only
-        what it gathers (its output) and its indices; a creation op only writes; nodes that did
-        not run move nothing."""
-        out_bytes, storages, skipped = self._out_bytes, self._storages, self.skipped
-        read: list[int | None] = []
-        written: list[int | None] = []
-        for p in self._plan.nodes:
-            i = p.position
-            if (p.traffic is Traffic.NONE or i in skipped
-                    or self.shapes[i] is None and out_bytes[i] == 0 and p.traffic is not Traffic.OVERWRITE):
-                read.append(0)
-                written.append(0)
-                continue
-            inputs, traffic = p.inputs, p.traffic
-            if traffic is Traffic.OVERWRITE:
-                others = [out_bytes[j] for j in inputs[1:]]
-                read.append(sum(others))
-                # copy_/fill_ write the tensor; x[i] = v (no output) writes v's bytes, 0 for a number
+    def traffic(self) -> Callable[[], tuple[list[int], list[int]]]:
+        """What computes the counting run's bytes read and written per node (:func:`node_traffic`)
+        from the sizes and storages it saw; each run gets fresh lists, so it stays valid."""
+        return functools.partial(node_traffic, self._traffic_table(), len(self.shapes), self._out_bytes,
+                                 self._storages, self.shapes, dict(self.skipped), self._moved)
+
+    def _traffic_table(self) -> _TrafficTable:
+        """The plan's nodes that can move bytes, by how (``plan.Traffic``), built once per plan."""
+        table = self._traffic_rows
+        if table is None:
+            table = _TrafficTable([], [])
+            by_node = self._plan.by_node
+            for p in self._plan.nodes:
+                traffic = p.traffic
+                if traffic is Traffic.NONE:
+                    continue
+                if traffic is Traffic.DEFAULT and p.kind is _COUNTED:
+                    table.plain.append((p.position, p.inputs, p.param_bytes, p.inputs[0] if p.inputs else -1))
+                    continue
                 value = p.node.args[-1] if p.node.args else None
-                written.append(out_bytes[i] if self.shapes[i] is not None else
-                               out_bytes[self._plan.by_node[value].position] if isinstance(value, fx.Node) else 0)
-                continue
-            if (traffic is not Traffic.INPLACE and p.kind is not NodeKind.COUNTED
-                    and _aliases(storages[i], (storages[j] for j in inputs))):
-                read.append(0)  # a view of, or the very tensor of, an input
-                written.append(0)
-                continue
-            if traffic is Traffic.CREATE:
-                read.append(0)
-            elif traffic is Traffic.GATHER:
-                index_bytes = sum(out_bytes[j] for j in inputs if _is_index(self.dtypes[j]))
-                read.append(out_bytes[i] + index_bytes)
-            else:
-                read.append(sum(out_bytes[j] for j in inputs) + p.param_bytes)
-            written.append(out_bytes[i])
-        return read, written
+                table.other.append((p.position, _TRAFFIC_MODES[traffic], p.inputs, p.param_bytes,
+                                    traffic is not Traffic.INPLACE and p.kind is not _COUNTED,
+                                    by_node[value].position if isinstance(value, fx.Node) and value in by_node else -1))
+            self._traffic_rows = table
+        return table
 
     def run_node(self, n: fx.Node) -> Any:
         # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
@@ -275,17 +289,27 @@ class FlopsInterpreter(fx.Interpreter):
         # The counting run also records memory, the output shape and dtype, and the node's FLOPs.
         if read is not None:
             self._mem_after[i] = read()
+        # the bytes the value holds: numel * element size, but never more than its storage (an
+        # expanded view, a broadcast bias, has fewer bytes behind it than elements)
         if type(out) is torch.Tensor:
             self.shapes[i] = out.shape
-            self._out_bytes[i] = out.nbytes
+            nbytes = out.nbytes
             if plan.holds:
-                self._storages[i] = storage_entries(out)
+                entries = self._storages[i] = storage_key(out)
+                nbytes = min(nbytes, entries[1])
+            self._out_bytes[i] = nbytes
         else:
             self.shapes[i] = output_shape(out)
-            self._out_bytes[i] = sum(t.nbytes for t in tensors_of(out))
+            self._out_bytes[i] = sum(min(t.nbytes, key[1]) for t in tensors_of(out) for key in (storage_key(t),))
             if plan.holds:
                 self._storages[i] = storage_entries(out)
-        self.dtypes[i] = _compute_dtype(args, out, plan.param_dtype)
+        first = args[0] if args else None
+        if type(first) is torch.Tensor and first.dtype in _FLOATS:  # most nodes: no call
+            self.dtypes[i] = first.dtype
+        else:
+            self.dtypes[i] = _compute_dtype(args, out, plan.param_dtype)
+        if i in self._indexed:
+            self._moved[i] = _indexed_traffic(plan, args, kwargs, out)
         if plan.kind is _COUNTED:
             if kwargs and "out" in kwargs:  # an out= tensor is the node's output, never a formula argument
                 kwargs = {k: v for k, v in kwargs.items() if k != "out"}
@@ -296,6 +320,12 @@ class FlopsInterpreter(fx.Interpreter):
                     self.macs[i] = int(result[1])
                     if len(result) > 2:
                         self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
+                    if result[1] and type(out) is torch.Tensor:
+                        # a dot product computes in its narrowest float: bf16 under autocast from fp32
+                        # inputs (a bf16 output), fp8 for fp8 inputs with a bf16 output
+                        od, cd = out.dtype, self.dtypes[i]
+                        if od in _FLOATS and cd is not None and od.itemsize < cd.itemsize:
+                            self.dtypes[i] = od
                 else:
                     self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0
@@ -322,6 +352,89 @@ class FlopsInterpreter(fx.Interpreter):
         self.errors[plan.position] = message
 
 
+class _TrafficTable(NamedTuple):
+    #: counted nodes of the default kind (most nodes): (position, input positions, parameter
+    #: bytes, first input's position or -1)
+    plain: list[tuple[int, tuple[int, ...], int, int]]
+    #: the rest: (position, mode, inputs, parameter bytes, may alias an input, x[i] = v's value position)
+    other: list[tuple[int, int, tuple[int, ...], int, bool, int]]
+
+
+def node_traffic(table: _TrafficTable, n: int, out_bytes: Sequence[int], storages: Sequence[StorageEntries],
+                 shapes: Sequence[Any], skipped: Mapping[int, str],
+                 moved: Mapping[int, tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Bytes each node of a counting run read and wrote (see ``plan.Traffic``): a node reads its
+    inputs' tensors (each input once, and a module's own parameters and buffers) and writes its
+    output; a view or alias (a 0-FLOP node whose output shares an input's storage) moves nothing;
+    an in-place update reads its inputs and writes its tensor; an overwrite (``copy_``, ``fill_``,
+    ``x[i] = v``) reads only its other operands; a gather reads only what it gathers (its output)
+    and its indices, a scatter its indices and source (``moved``, counted as it ran); a creation
+    op only writes; a counted op that returns its input (dropout in eval) moves nothing; nodes
+    that did not run, or made nothing, move nothing."""
+    read, written = [0] * n, [0] * n
+    size = out_bytes.__getitem__
+    for i, inputs, param_bytes, first in table.plain:
+        made = out_bytes[i]
+        if (made or shapes[i] is not None) and (first < 0 or storages[i] is None or storages[i] != storages[first]):
+            read[i] = sum(map(size, inputs)) + param_bytes
+            written[i] = made
+    for i, mode, inputs, param_bytes, may_alias, value in table.other:
+        if mode == _SCATTER:
+            read[i], written[i] = moved.get(i, (0, 0))
+            continue
+        if mode == _OVERWRITE:
+            read[i] = sum(map(size, inputs[1:]))
+            # copy_/fill_ write the tensor; x[i] = v (no output) writes v's bytes, 0 for a number
+            written[i] = out_bytes[i] if shapes[i] is not None else (out_bytes[value] if value >= 0 else 0)
+            continue
+        made = out_bytes[i]
+        if not made and shapes[i] is None:
+            continue
+        if may_alias and _aliases(storages[i], [storages[j] for j in inputs]):
+            continue  # a view of, or the very tensor of, an input
+        if mode == _GATHER:
+            read[i], written[i] = moved.get(i, (made, made))
+            continue
+        if mode != _CREATE:
+            read[i] = sum(map(size, inputs)) + param_bytes
+        written[i] = made
+    for i in skipped:
+        read[i] = written[i] = 0
+    return read, written
+
+
+_ACCUMULATING = frozenset({"index_add_", "scatter_add_", "scatter_reduce_", "index_reduce_"})
+
+
+def _indexed_traffic(plan: NodePlan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tuple[int, int]:
+    """(bytes read, bytes written) of a gather or a scatter, from its operands as it ran.
+
+    A gather reads the rows it gathers (its output's bytes) and its integer (or bool) index
+    operands in full; it writes its output. A scatter (``index_copy_``, ``index_put_``...) reads
+    its index operands and its source and writes the source's elements into the tensor (a scalar
+    source: one element per index); an accumulating one (``index_add_``, ``index_put_(...,
+    accumulate=True)``) also reads the elements it updates."""
+    scatter = plan.traffic is Traffic.SCATTER
+    operands = tensors_of((args[1:], kwargs)) if scatter else tensors_of((args, kwargs))
+    index = sum(t.nbytes for t in operands if not (t.is_floating_point() or t.is_complex()))
+    if not scatter:
+        made = sum(t.nbytes for t in tensors_of(out))
+        return made + index, made
+    dest = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    sources = [t for t in operands if t.is_floating_point() or t.is_complex()]
+    source_bytes = sum(t.nbytes for t in sources)
+    if dest is None:
+        return index + source_bytes, 0
+    if sources:
+        written = sum(t.numel() for t in sources) * dest.element_size()
+    else:  # a number: one element per index entry
+        written = max((t.numel() for t in operands), default=0) * dest.element_size()
+    name = plan.key.rpartition(".")[2]
+    accumulate = name in _ACCUMULATING or kwargs.get("accumulate") is True or (
+        name in ("index_put_", "_index_put_impl_") and len(args) > 3 and args[3] is True)
+    return index + source_bytes + (written if accumulate else 0), written
+
+
 def output_shape(value: Any) -> tuple[Any, ...] | None:
     """A tensor's shape; nested tuples for tuple/list/dict outputs; None for no tensor."""
     if isinstance(value, torch.Tensor):
@@ -341,7 +454,7 @@ def _compute_dtype(args: tuple[Any, ...], out: Any, param_dtype: torch.dtype | N
     of floats computes in float, and a cast computes in the dtype it reads."""
     first = None
     for a in args:
-        if type(a) is torch.Tensor:
+        if isinstance(a, torch.Tensor):  # an nn.Parameter too (F.embedding's weight)
             if a.is_floating_point() or a.is_complex():
                 return a.dtype
             if first is None:
@@ -385,8 +498,3 @@ def _describe_inputs(args: Any) -> str:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-def _is_index(dtype: torch.dtype | None) -> bool:
-    """An integer (or bool) tensor: the index operand of a gather, read in full."""
-    return dtype is not None and not (dtype.is_floating_point or dtype.is_complex)

@@ -39,6 +39,7 @@ __all__ = [
     "make_memory_probe",
     "make_timer",
     "storage_entries",
+    "storage_key",
     "tensors_of",
 ]
 
@@ -154,7 +155,7 @@ def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _storage_key(t: Tensor) -> tuple[int, int]:
+def storage_key(t: Tensor) -> tuple[int, int]:
     """(identity of the storage behind ``t``, its size in bytes): views share one key."""
     try:
         storage = t.untyped_storage()
@@ -185,11 +186,11 @@ StorageEntries = tuple[int, int] | tuple[tuple[int, int], ...] | None
 def storage_entries(value: Any) -> StorageEntries:
     """The storages behind a node's value, captured while it is alive (cheap for one tensor)."""
     if type(value) is Tensor:
-        return _storage_key(value)
+        return storage_key(value)
     tensors = tensors_of(value)
     if not tensors:
         return None
-    return tuple(_storage_key(t) for t in tensors)
+    return tuple(storage_key(t) for t in tensors)
 
 
 class LiveTensors:
@@ -214,7 +215,7 @@ class LiveTensors:
     @staticmethod
     def storage_keys(tensors: Iterable[Tensor]) -> frozenset[int]:
         """Keys of the storages behind ``tensors`` (e.g. a model's parameters and buffers), to exclude."""
-        return frozenset(_storage_key(t)[0] for t in tensors)
+        return frozenset(storage_key(t)[0] for t in tensors)
 
     def hold(self, key: Any, entries: StorageEntries) -> None:
         if entries is None:

@@ -25,7 +25,7 @@ from torch import fx, nn
 from torch_flops.capture import CapturedGraph, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
-from torch_flops.formulas.zero import CREATES, GATHERS, METADATA_INPLACE, OVERWRITES
+from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
 __all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "make_plan", "readable_target"]
@@ -116,7 +116,7 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
                                                                      node.name.startswith("_guards")),
             flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
-            traffic=_traffic(node, key), param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
+            traffic=_traffic(node, key, module), param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
         ))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))
@@ -137,29 +137,48 @@ class Traffic(enum.Enum):
     (its output's bytes) and its indices, not the whole table. CREATE: ``zeros``, ``randn_like``,
     ``arange``... (``zero.CREATES``) read nothing and write their output. NONE: placeholders, parameter
     reads, the output and metadata-only in-place ops (``requires_grad_``, ``unsqueeze_``...).
+    SCATTER: an indexed in-place write (``index_copy_``, ``scatter_``, ``index_put_``...;
+    ``zero.SCATTERS``) reads its indices and source and writes the source's elements. A counted
+    node whose output is its first input's storage (dropout in eval mode returns its input) moves
+    nothing unless it is in place (``inplace=True``, ``x += y``).
     """
 
     DEFAULT = "default"
     INPLACE = "inplace"
     OVERWRITE = "overwrite"
     GATHER = "gather"
+    SCATTER = "scatter"
     CREATE = "create"
     NONE = "none"
 
 
-def _traffic(node: fx.Node, key: str) -> Traffic:
-    name = key.rpartition(".")[2]
+def _traffic(node: fx.Node, key: str, module: nn.Module | None) -> Traffic:
+    name = key.rpartition(".")[2] if module is None else key
     if node.op in ("placeholder", "get_attr", "output") or name in METADATA_INPLACE:
         return Traffic.NONE
     if name in OVERWRITES:
         return Traffic.OVERWRITE
+    if name in SCATTERS:
+        return Traffic.SCATTER
     if name in GATHERS:
+        if name == "getitem" and not any(isinstance(a, fx.Node) for a in _flatten(node.args[1:])):
+            return Traffic.DEFAULT  # a literal index: a view of a tensor, or an item of a tuple
         return Traffic.GATHER
     if name in CREATES:
         return Traffic.CREATE
-    if name.endswith("_") and not name.endswith("__") or node.kwargs.get("inplace") is True:
+    if (name.endswith("_") and not name.endswith("__") or name in INPLACE_OPERATORS
+            or node.kwargs.get("inplace") is True or getattr(module, "inplace", False) is True):
         return Traffic.INPLACE
     return Traffic.DEFAULT
+
+
+def _flatten(value: Any) -> list[Any]:
+    """The leaves of nested tuples, lists and slices (an index like ``x[:, idx]``)."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _flatten(v)]
+    if isinstance(value, slice):
+        return _flatten((value.start, value.stop, value.step))
+    return [value]
 
 
 def _param_bytes(module: nn.Module | None) -> int:

@@ -11,14 +11,14 @@ formatter and an alignment. The same spec feeds :func:`rows_for` (raw numbers), 
 Files are written atomically: to a temporary file in the same directory, then renamed over the
 target, so a failed write leaves an earlier file intact.
 
-JSON schema ``torch_flops.profile``, version 2
+JSON schema ``torch_flops.profile``, version 3
 ----------------------------------------------
 
 One object::
 
     {
       "schema": "torch_flops.profile",   # always this string
-      "version": 2,                      # int; readers refuse versions newer than they know
+      "version": 3,                      # int; readers refuse versions newer than they know
       "settings": {...},                 # the analyzer's options: warmup, repeat, strict,
                                          #   ignore_ops, mem_func_name, tracer (free-form object)
       "summary": {
@@ -40,15 +40,35 @@ One object::
          "output_shape": [int, ...] | [shape | null, ...] | null,   # nested for tuple outputs
          "module_stack": [str, ...], "note": str,
          "phase": "forward",             # since version 2 (later also "backward", "optimizer")
-         "dtype": str | null,            # since version 2: the output's dtype, e.g. "float32"
+         "dtype": str | null,            # since version 2: the dtype the node computes in (its
+                                         #   float operands'; a cast: its source's), e.g. "bfloat16";
+                                         #   version 2 wrote the output's (they differ for casts and
+                                         #   comparisons only)
          "graph": int,                   # since version 2: which captured graph (0 for one graph)
          "dot_outputs": int | null,      # since version 2: outputs the MACs are summed into
-         "mm_macs": int | null}          # since version 2: MACs of matrix-multiply kernels
+         "mm_macs": int | null,          # since version 2: MACs of matrix-multiply kernels
+         "bytes_read": int | null,       # since version 3: bytes of the tensors it reads (inputs
+                                         #   once, a module's parameters; see torch_flops.formulas)
+         "bytes_written": int | null}    # since version 3: bytes it writes (null: older documents)
       ],
       "modules": {                       # every module path ("" = root), in the model's order
         path: {"module_type": str, "depth": int, "params": int, "own_params": int,
                "flops": int, "macs": int, "time_ms": float | null, "nodes": int,
-               "unsupported": int}
+               "unsupported": int, "bytes_read": int, "bytes_written": int}   # bytes: version 3
+      },
+      "roofline": {                      # optional (to_json(hardware=...), --hardware): the
+                                         #   profile on one part, see torch_flops.roofline
+        "hardware": {"name": str, "description": str, "kind": "gpu" | "cpu" | "accelerator",
+                     "peak": {dtype: FLOP/s}, "memory_bandwidth": float, "memory_bytes": int,
+                     "sources": {figure: str}},
+        "summary": {"hardware": str, "roofline_time_ms": float, "time_ms": float | null,
+                    "memory_bound_share": float, "timed": bool},
+        "nodes": [row, ...],             # one per node but the graph's plumbing, in order
+        "modules": {path: row},
+        # row: {"name", "module_path", "target", "dtype", "flops", "bytes", "intensity" (FLOP/B),
+        #       "bound" ("compute" | "memory" | null), "roofline_time_ms", "compute_time_ms",
+        #       "memory_time_ms", "time_ms", "achieved_flops_per_s", "achieved_bytes_per_s",
+        #       "pct_of_roofline", "lost_time_ms"}   (the measured ones null unless timed there)
       }
     }
 
@@ -56,9 +76,11 @@ One object::
 ``modules[*].own_params``) and are there for readers that do not want to recompute them.
 
 How the schema grows: a new field is added with a default that describes documents written
-before it (``phase`` "forward", ``dtype`` null, ``graph`` 0) and the version goes up by one;
-readers fill the default in for older documents and ignore keys they do not know. Removing or
-redefining a field is a new schema name, never a new version.
+before it (``phase`` "forward", ``dtype`` null, ``graph`` 0, bytes null) and the version goes up
+by one; readers fill the default in for older documents and ignore keys they do not know.
+Removing or redefining a field is a new schema name, never a new version. (One exception, made
+before any reader depended on it: version 3 sharpened ``dtype`` from the output's dtype to the
+compute dtype the roofline needs; the two agree except for casts and comparisons.)
 
 Chrome trace
 ------------
@@ -67,7 +89,10 @@ Chrome trace
 complete events (``"ph": "X"``, ``ts``/``dur`` in microseconds) on one thread, the nodes laid end
 to end in execution order with their measured times, each nested in one slice per enclosing
 module call (``"cat": "module"``) and in a root slice for the model; node slices have
-``"cat": "node"`` and carry flops, macs, target, status and output shape in ``args``.
+``"cat": "node"`` and carry flops, macs, bytes read and written, target, status and output shape
+in ``args``. Two counter tracks (``"ph": "C"``), "achieved FLOP/s" ("achieved MAC/s" in the
+``macs`` convention) and "achieved bytes/s", step
+to each node's FLOPs and bytes over its measured time as it starts and drop to 0 at the end.
 """
 
 from __future__ import annotations
@@ -170,14 +195,19 @@ def format_bytes(n: int | None) -> str:
 
 
 def format_time_ms(ms: float | None) -> str:
-    """``3.2104 -> '3.21 ms'``, ``0.0123 -> '12.3 us'``, ``1530.0 -> '1.53 s'``."""
+    """``3.2104 -> '3.21 ms'``, ``0.0123 -> '12.3 us'``, ``0.0000042 -> '4.20 ns'``, ``1530.0 -> '1.53 s'``;
+    a negative time (a node faster than its roofline) keeps its sign."""
     if ms is None:
         return "-"
+    if ms < 0:
+        return "-" + format_time_ms(-ms)
     if ms >= 1000:
         return f"{_three_digits(ms / 1000)} s"
     if ms >= 1:
         return f"{_three_digits(ms)} ms"
-    return f"{_three_digits(ms * 1000)} us"
+    if ms >= 0.001 or ms == 0:
+        return f"{_three_digits(ms * 1000)} us"
+    return f"{_three_digits(ms * 1e6)} ns"
 
 
 def format_percent(part: float | None, whole: float | None) -> str:
@@ -541,15 +571,19 @@ def roofline_text(roofline: Roofline, top: int = 10) -> str:
     roofline, when timed on this hardware) or predicted slowest."""
     spec = roofline.hardware
     total = roofline.total_roofline_ms
-    peaks = ", ".join(f"{k} {format_count(v)}" for k, v in spec.peak.items())
+    peaks = ", ".join(f"{k} {format_count(v, 'FLOP/s' if k != 'int8' else 'OP/s')}" for k, v in spec.peak.items())
+    unknown = roofline.unknown_flops_nodes
     lines = [f"Roofline on {spec.name} ({spec.description}): {format_count(spec.memory_bandwidth, 'B/s')} memory, "
-             + f"peaks {peaks}",
+             + f"dense peaks {peaks}",
              f"predicted {format_time_ms(total)}"
              + (f", measured {format_time_ms(roofline.total_time_ms)}" if roofline.timed else "")
-             + f"; {100 * roofline.memory_bound_share:.1f}% of the predicted time is memory-bound"]
+             + f"; {100 * roofline.memory_bound_share:.1f}% of the predicted time is memory-bound"
+             + (f"; {unknown} node(s) without a FLOPs formula priced by their bytes alone" if unknown else "")]
     what = "losing most time" if roofline.timed else "predicted slowest"
     for title, rows, is_module in ((f"Top {top} nodes {what}:", roofline.ranked(top), False),
                                    (f"Top {top} modules {what}:", roofline.ranked(top, modules=True), True)):
+        if not rows:  # a model without submodules has no module ranking
+            continue
         headers = ["module" if is_module else "node", "target", "FLOPs", "bytes", "FLOP/B", "bound", "roofline"]
         if roofline.timed:
             headers += ["measured", "% roofline", "lost"]
@@ -798,6 +832,7 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
                                    "args": {"module_type": root_type, "path": "", "flops": profile.total_flops,
                                             "macs": profile.total_macs}}))
     spans.sort(key=lambda s: (s[0], -s[1], s[2]))
+    flop_track = "achieved MAC/s" if profile.convention == "macs" else "achieved FLOP/s"  # the unit counted
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "torch_flops"}},
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": f"forward on {profile.device}"}},
@@ -810,10 +845,10 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
             seconds = duration / 1e9
             args = event["args"]
             moved = args["bytes_read"] + args["bytes_written"]
-            for track, value in (("achieved FLOP/s", args["flops"] or 0), ("achieved bytes/s", moved)):
+            for track, value in ((flop_track, args["flops"] or 0), ("achieved bytes/s", moved)):
                 events.append({"name": track, "ph": "C", "ts": start / 1000, "pid": 0, "tid": 0,
                                "args": {track.partition(" ")[2]: value / seconds if seconds else 0}})
-    for track in ("achieved FLOP/s", "achieved bytes/s"):  # both drop to 0 when the run ends
+    for track in (flop_track, "achieved bytes/s"):  # both drop to 0 when the run ends
         events.append({"name": track, "ph": "C", "ts": position / 1000, "pid": 0, "tid": 0,
                        "args": {track.partition(" ")[2]: 0}})
     return {

@@ -22,8 +22,11 @@ meets 2 or 3 elements of traffic, is memory-bound on every part here.
     lost time        = measured time - roofline_time
 
 A module's roofline time is the sum of its nodes' (they run one after another); its bound is the
-one that accounts for most of that time. What the model leaves out: kernel launch and
-framework overhead (which dominate small ops), caches (data re-read from L2 moves fewer DRAM
+one that accounts for more of that time. The graph's inputs and output are no rows; a node
+without a FLOPs formula (unsupported) has ``flops_known=False``, its memory time as its roofline
+time and no bound (``Roofline.unknown_flops_nodes`` counts them).
+
+What the model leaves out: kernel launch and framework overhead (which dominate small ops), caches (data re-read from L2 moves fewer DRAM
 bytes than counted; data that spills moves more), overlap between kernels and streams, and
 efficiency below peak (tile quantisation, occupancy, clocks under power limits). So the roofline
 time is a lower bound on what a node can take, and a prediction of a whole model that is only as
@@ -40,6 +43,8 @@ from torch_flops.hardware import HardwareSpec, get, spec_for_device_name
 from torch_flops.records import NodeRecord, Profile, is_internal
 
 __all__ = ["Roofline", "RooflineRow", "roofline"]
+
+_NOT_WORK = ("placeholder", "output")  # the graph's inputs and its return: no work of the model
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,9 @@ class RooflineRow:
     achieved_bytes_per_s: float | None
     pct_of_roofline: float | None  #: roofline / measured time * 100
     lost_time_ms: float | None  #: measured - roofline time
+    #: False for a node without a FLOPs formula (unsupported): its time is its memory time alone
+    #: and its bound None (a module row: False when any of its nodes is so)
+    flops_known: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
@@ -108,9 +116,15 @@ class Roofline:
             rows.sort(key=lambda r: -r.roofline_time_ms)
         return rows[:k] if k is not None else rows
 
+    @property
+    def unknown_flops_nodes(self) -> int:
+        """Nodes without a FLOPs formula: their compute time is unknown, so is their bound."""
+        return sum(1 for r in self.nodes if not r.flops_known)
+
     def summary(self) -> dict[str, Any]:
         return {"hardware": self.hardware.name, "roofline_time_ms": self.total_roofline_ms,
-                "time_ms": self.total_time_ms, "memory_bound_share": self.memory_bound_share, "timed": self.timed}
+                "time_ms": self.total_time_ms, "memory_bound_share": self.memory_bound_share, "timed": self.timed,
+                "unknown_flops_nodes": self.unknown_flops_nodes}
 
     def as_dict(self) -> dict[str, Any]:
         return {"hardware": self.hardware.as_dict(), "summary": self.summary(),
@@ -119,22 +133,29 @@ class Roofline:
 
 
 def _timed_here(profile: Profile, spec: HardwareSpec) -> bool:
-    """Whether the profile's times were measured on ``spec``'s hardware."""
+    """Whether the profile's times were measured on ``spec``'s hardware: a CPU profile on a
+    ``kind="cpu"`` spec (the CPU you described); a CUDA profile on the spec its device name
+    matches, or on a spec of your own that names no device (you chose it for this GPU)."""
     if profile.device.startswith("cpu"):
         return spec.kind == "cpu"
     device_name = str(profile.settings.get("device_name", ""))
     if not device_name or spec.kind == "cpu":
         return False
+    if spec.matches(device_name) or not spec.device_names:  # every spec of the table names its devices
+        return True
     try:
         return spec_for_device_name(device_name).name == spec.name
     except ValueError:
         return False
 
 
-def _row(name: str, module_path: str, target: str, dtype: str | None, flops: int, nbytes: int,
+
+def _row(name: str, module_path: str, target: str, dtype: str | None, flops: int | None, nbytes: int,
          compute_s: float, memory_s: float, time_ms: float | None) -> RooflineRow:
     roofline_s = max(compute_s, memory_s)
-    bound = None if flops == 0 and nbytes == 0 else ("compute" if compute_s >= memory_s else "memory")
+    known = flops is not None
+    flops = flops or 0
+    bound = None if not known or flops == 0 and nbytes == 0 else ("compute" if compute_s >= memory_s else "memory")
     timed = time_ms is not None and time_ms > 0
     seconds = time_ms / 1e3 if timed else None  # type: ignore[operator]
     return RooflineRow(
@@ -145,6 +166,7 @@ def _row(name: str, module_path: str, target: str, dtype: str | None, flops: int
         achieved_bytes_per_s=nbytes / seconds if seconds else None,
         pct_of_roofline=100 * roofline_s / seconds if seconds else None,
         lost_time_ms=(time_ms - roofline_s * 1e3) if timed else None,  # type: ignore[operator]
+        flops_known=known,
     )
 
 
@@ -155,10 +177,13 @@ def roofline(profile: Profile, hardware: str | HardwareSpec) -> Roofline:
     timed = _timed_here(base, spec)
     bandwidth = spec.memory_bandwidth
     nodes: list[RooflineRow] = []
-    records: list[NodeRecord] = [r for r in base.records if not is_internal(r)]
+    records: list[NodeRecord] = [r for r in base.records if not is_internal(r) and r.op not in _NOT_WORK]
+    if any(r.bytes_read is None for r in records):
+        raise ValueError("this profile has no byte counts (a file written before torch_flops' schema version 3): "
+                         "profile the model again for its roofline")
     for r in records:
-        flops = r.flops or 0
-        nbytes = (r.bytes_read or 0) + (r.bytes_written or 0)
+        flops = r.flops
+        nbytes = r.bytes_read + r.bytes_written  # type: ignore[operator]
         compute_s = 0.0
         if flops and r.dtype is not None:
             dot = min(2 * (r.macs or 0), flops)
@@ -172,11 +197,12 @@ def roofline(profile: Profile, hardware: str | HardwareSpec) -> Roofline:
 
 def _modules(profile: Profile, records: Sequence[NodeRecord], rows: Sequence[RooflineRow]) -> dict[str, RooflineRow]:
     """Per module: its nodes' sums (times included: they run one after another); its bound the
-    one that accounts for most of its roofline time."""
-    sums: dict[str, list[Any]] = {}  # path -> [flops, bytes, compute, memory, roofline, compute-bound, time] (ms)
+    one that accounts for more of its roofline time."""
+    # path -> [flops, bytes, compute, memory, roofline, compute-bound, memory-bound, time (ms), all known]
+    sums: dict[str, list[Any]] = {}
     for r, row in zip(records, rows):
         for path in ("", *r.module_chain):
-            acc = sums.setdefault(path, [0, 0, 0.0, 0.0, 0.0, 0.0, None])
+            acc = sums.setdefault(path, [0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, None, True])
             acc[0] += row.flops
             acc[1] += row.bytes
             acc[2] += row.compute_time_ms
@@ -184,12 +210,17 @@ def _modules(profile: Profile, records: Sequence[NodeRecord], rows: Sequence[Roo
             acc[4] += row.roofline_time_ms
             if row.bound == "compute":
                 acc[5] += row.roofline_time_ms
+            elif row.bound == "memory":
+                acc[6] += row.roofline_time_ms
             if row.time_ms is not None:
-                acc[6] = row.time_ms if acc[6] is None else acc[6] + row.time_ms
+                acc[7] = row.time_ms if acc[7] is None else acc[7] + row.time_ms
+            acc[8] = acc[8] and row.flops_known
     types = profile.module_types
     result: dict[str, RooflineRow] = {}
-    for path, (flops, nbytes, compute_ms, memory_ms, roofline_ms, compute_bound_ms, time_ms) in sums.items():
-        bound = None if not (flops or nbytes) else ("compute" if 2 * compute_bound_ms >= roofline_ms else "memory")
+    for path, (flops, nbytes, compute_ms, memory_ms, roofline_ms, compute_bound_ms, memory_bound_ms, time_ms,
+               known) in sums.items():
+        bound = None if not (compute_bound_ms or memory_bound_ms) else (
+            "compute" if compute_bound_ms >= memory_bound_ms else "memory")
         seconds = time_ms / 1e3 if time_ms else None
         result[path] = RooflineRow(
             name=path, module_path=path, target=types.get(path, ""), dtype=None, flops=flops, bytes=nbytes,
@@ -199,5 +230,6 @@ def _modules(profile: Profile, records: Sequence[NodeRecord], rows: Sequence[Roo
             achieved_bytes_per_s=nbytes / seconds if seconds else None,
             pct_of_roofline=100 * roofline_ms / time_ms if time_ms else None,
             lost_time_ms=time_ms - roofline_ms if time_ms is not None else None,
+            flops_known=known,
         )
     return result

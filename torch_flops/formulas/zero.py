@@ -9,8 +9,8 @@ from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register, zero_flops
 
-__all__ = ["ATEN_ZERO_OPS", "CREATES", "GATHERS", "METADATA_INPLACE", "OVERWRITES", "ZERO_FUNCTIONS", "ZERO_METHODS",
-           "ZERO_MODULES"]
+__all__ = ["ATEN_ZERO_OPS", "CREATES", "GATHERS", "INPLACE_OPERATORS", "METADATA_INPLACE", "OVERWRITES", "SCATTERS",
+           "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
 
 #: Indexed reads (and the bags of embedding.py): for the roofline's bytes they read the rows they
 #: gather (their output's bytes) and their indices, never the whole table (plan.Traffic.GATHER).
@@ -27,6 +27,19 @@ OVERWRITES: frozenset[str] = frozenset({
     "zero_", "fill_", "copy_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
     "log_normal_", "geometric_", "setitem", "__setitem__",
 })
+#: Indexed in-place writes: they read their indices and source and write as many elements as
+#: the source holds (the scalar forms: as many as there are indices), not the whole tensor; the
+#: accumulating ones (``index_add_``, ``scatter_add_``, ``scatter_reduce_``, ``index_put_`` with
+#: ``accumulate=True``) also read what they update (plan.Traffic.SCATTER).
+SCATTERS: frozenset[str] = frozenset({
+    "index_put_", "_index_put_impl_", "index_copy_", "scatter_", "scatter_add_", "scatter_reduce_", "index_add_",
+    "index_reduce_", "masked_scatter_", "index_fill_", "put_",
+})
+#: Python's augmented assignments (``x += y`` traced as ``operator.iadd`` or ``__iadd__``): in place.
+INPLACE_OPERATORS: frozenset[str] = frozenset(
+    f"{prefix}{name}{suffix}" for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or",
+                                           "xor", "lshift", "rshift", "matmul")
+    for prefix, suffix in (("i", ""), ("__i", "__")))
 #: In-place ops that change only a tensor's metadata (or autograd flags): they move no bytes.
 METADATA_INPLACE: frozenset[str] = frozenset({
     "requires_grad_", "detach_", "squeeze_", "unsqueeze_", "t_", "transpose_", "resize_", "resize_as_",
