@@ -43,6 +43,7 @@ _DEFAULT, _INPLACE, _OVERWRITE, _GATHER, _SCATTER, _CREATE = range(6)
 _TRAFFIC_MODES = {Traffic.DEFAULT: _DEFAULT, Traffic.INPLACE: _INPLACE, Traffic.OVERWRITE: _OVERWRITE,
                   Traffic.GATHER: _GATHER, Traffic.SCATTER: _SCATTER, Traffic.CREATE: _CREATE, Traffic.NONE: -1}
 _NODES, _NODES_AND_CONSTANTS = FlatArgs.NODES, FlatArgs.NODES_AND_CONSTANTS
+_UNSEEN: tuple[Any, int, StorageEntries, torch.dtype | None] = (None, 0, None, None)  # a node that did not run
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,19 +57,32 @@ class GraphRun:
     dot_outputs: Sequence[int | None]  #: see formulas.Count; None where the formula did not say
     mm_macs: Sequence[int | None]
     time_ms: Sequence[float | None]  #: median over the timed runs; None where nothing was timed
-    mem_before: Sequence[int | None]  #: bytes (see ``Measurements.memory_source``)
-    mem_after: Sequence[int | None]
     shapes: Sequence[Any]  #: the output's shape (nested for tuple/dict outputs)
     dtypes: Sequence[torch.dtype | None]  #: the dtype the node computes in (see _compute_dtype)
     errors: Mapping[int, str]  #: position -> why the node's formula failed
     skipped: Mapping[int, str]  #: position -> why the node was not run (meta only)
-    #: computes (bytes read, bytes written) per node (see :func:`node_traffic`); called once, when
-    #: the records are built, so a ``propagate`` whose records are never read does not pay for it
+    #: computes (bytes read, bytes written) per node (see :func:`node_traffic`) and the memory
+    #: before and after every node (bytes, see ``Measurements.memory_source``); each is called
+    #: once, when the records are built, so a ``propagate`` whose records are never read does not
+    #: pay for them
     traffic: Callable[[], tuple[list[int], list[int]]] = field(repr=False, default=lambda: ([], []))
+    memory: Callable[[], tuple[list[int | None], list[int | None]]] = field(repr=False, default=lambda: ([], []))
 
     @functools.cached_property
     def _bytes(self) -> tuple[list[int], list[int]]:
         return self.traffic()
+
+    @functools.cached_property
+    def _memory(self) -> tuple[list[int | None], list[int | None]]:
+        return self.memory()
+
+    @property
+    def mem_before(self) -> Sequence[int | None]:
+        return self._memory[0]
+
+    @property
+    def mem_after(self) -> Sequence[int | None]:
+        return self._memory[1]
 
     @property
     def bytes_read(self) -> Sequence[int]:
@@ -136,12 +150,11 @@ class Runner:
                 interp.execute(inputs, count=False)
                 runs.append(interp.times())
             times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
-            mem_before, mem_after = interp.memory()
             graph_run = GraphRun(
                 plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, dot_outputs=interp.dot_outputs,
-                mm_macs=interp.mm_macs, time_ms=times, mem_before=mem_before,
-                mem_after=mem_after, shapes=interp.shapes, dtypes=interp.dtypes, errors=dict(interp.errors),
-                skipped=dict(interp.skipped), traffic=interp.traffic(),
+                mm_macs=interp.mm_macs, time_ms=times, shapes=interp.shapes, dtypes=interp.dtypes,
+                errors=dict(interp.errors), skipped=dict(interp.skipped), traffic=interp.traffic(),
+                memory=interp.memory(),
             )
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source,
@@ -174,8 +187,6 @@ class FlopsInterpreter(fx.Interpreter):
         self._plan = plan
         self._count = True
         self._traffic_rows: _TrafficTable | None = None
-        #: the plan positions of the gathers and scatters, whose bytes depend on their index operands
-        self._indexed = frozenset(p.position for p in plan.nodes if p.traffic in (Traffic.GATHER, Traffic.SCATTER))
 
     def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
         """Set up the measurements of one ``Runner.run``: fresh per-node lists."""
@@ -194,6 +205,9 @@ class FlopsInterpreter(fx.Interpreter):
         self._ends: list[Any] = [None] * n
         self._mem_before: list[int | None] = [None] * n
         self._mem_after: list[int | None] = [None] * n
+        #: (output shape, bytes, storages, compute dtype) per node of the counting run; split into
+        #: the lists below when it ends (one store per node while it runs)
+        self._seen: list[tuple[Any, int, StorageEntries, torch.dtype | None]] = [_UNSEEN] * n
         self.shapes: list[Any] = [None] * n
         self.dtypes: list[torch.dtype | None] = [None] * n
         #: storages behind each node's value, captured during the counting run (live-tensor memory)
@@ -211,7 +225,11 @@ class FlopsInterpreter(fx.Interpreter):
         """One run of the graph; a counting run also records FLOPs, memory, shapes and dtypes."""
         self._count = count
         try:
-            return self.run(*inputs)
+            output = self.run(*inputs)
+            if count:
+                shapes, out_bytes, storages, dtypes = map(list, zip(*self._seen))
+                self.shapes, self._out_bytes, self._storages, self.dtypes = shapes, out_bytes, storages, dtypes
+            return output
         finally:
             self.env.clear()  # drop the run's last values
             self._timer.finish()
@@ -221,13 +239,14 @@ class FlopsInterpreter(fx.Interpreter):
         elapsed = self._timer.elapsed_ms
         return [elapsed(s, e) if s is not None else None for s, e in zip(self._starts, self._ends)]
 
-    def memory(self) -> tuple[list[int | None], list[int | None]]:
-        """Bytes before and after every node of the counting run: the allocator's readings, or the
-        live tensor bytes replayed in node order from the storages each value held."""
+    def memory(self) -> Callable[[], tuple[list[int | None], list[int | None]]]:
+        """What gives the bytes before and after every node of the counting run: the allocator's
+        readings, or the live tensor bytes replayed in node order from the storages each value held."""
         if self._read_memory is not None:
-            return self._mem_before, self._mem_after
+            readings = (self._mem_before, self._mem_after)
+            return lambda: readings
         live = LiveTensors(self._memory.model_storages)
-        return live.timeline(self._storages, self._plan.frees)  # type: ignore[return-value]
+        return functools.partial(live.timeline, self._storages, self._plan.frees)  # type: ignore[return-value]
 
     def traffic(self) -> Callable[[], tuple[list[int], list[int]]]:
         """What computes the counting run's bytes read and written per node (:func:`node_traffic`)
@@ -291,24 +310,25 @@ class FlopsInterpreter(fx.Interpreter):
             self._mem_after[i] = read()
         # the bytes the value holds: numel * element size, but never more than its storage (an
         # expanded view, a broadcast bias, has fewer bytes behind it than elements)
+        shape: Any
+        dtype: torch.dtype | None
         if type(out) is torch.Tensor:
-            self.shapes[i] = out.shape
+            shape = out.shape
             nbytes = out.nbytes
+            entries: StorageEntries = None
             if plan.holds:
-                entries = self._storages[i] = storage_key(out)
+                entries = storage_key(out)
                 nbytes = min(nbytes, entries[1])
-            self._out_bytes[i] = nbytes
         else:
-            self.shapes[i] = output_shape(out)
-            self._out_bytes[i] = sum(min(t.nbytes, key[1]) for t in tensors_of(out) for key in (storage_key(t),))
-            if plan.holds:
-                self._storages[i] = storage_entries(out)
+            shape = output_shape(out)
+            nbytes = sum(min(t.nbytes, key[1]) for t in tensors_of(out) for key in (storage_key(t),))
+            entries = storage_entries(out) if plan.holds else None
         first = args[0] if args else None
         if type(first) is torch.Tensor and first.dtype in _FLOATS:  # most nodes: no call
-            self.dtypes[i] = first.dtype
+            dtype = first.dtype
         else:
-            self.dtypes[i] = _compute_dtype(args, out, plan.param_dtype)
-        if i in self._indexed:
+            dtype = _compute_dtype(args, out, plan.param_dtype)
+        if plan.indexed:
             self._moved[i] = _indexed_traffic(plan, args, kwargs, out)
         if plan.kind is _COUNTED:
             if kwargs and "out" in kwargs:  # an out= tensor is the node's output, never a formula argument
@@ -323,14 +343,15 @@ class FlopsInterpreter(fx.Interpreter):
                     if result[1] and type(out) is torch.Tensor:
                         # a dot product computes in its narrowest float: bf16 under autocast from fp32
                         # inputs (a bf16 output), fp8 for fp8 inputs with a bf16 output
-                        od, cd = out.dtype, self.dtypes[i]
-                        if od in _FLOATS and cd is not None and od.itemsize < cd.itemsize:
-                            self.dtypes[i] = od
+                        od = out.dtype
+                        if od is not dtype and od in _FLOATS and dtype is not None and od.itemsize < dtype.itemsize:
+                            dtype = od
                 else:
                     self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0
             except Exception as e:  # noqa: BLE001  (a broken formula marks its node unsupported, never stops the run)
                 self._formula_failed(n, plan, e)
+        self._seen[i] = (shape, nbytes, entries, dtype)
         return out
 
     def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:

@@ -13,6 +13,7 @@ formula table, so that running a node costs a lookup, a formula call and the mea
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import operator
 from collections.abc import Iterable, Mapping
@@ -71,6 +72,8 @@ class NodePlan:
     param_bytes: int
     #: the dtype of a called module's first floating parameter (its compute dtype for integer inputs)
     param_dtype: torch.dtype | None
+    #: a gather or a scatter: its bytes follow from its index operands as it runs
+    indexed: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +89,14 @@ class Plan:
     @property
     def unsupported(self) -> tuple[NodePlan, ...]:
         return tuple(p for p in self.nodes if p.kind is NodeKind.UNSUPPORTED)
+
+    @functools.cached_property
+    def record_fields(self) -> tuple[tuple[Any, ...], ...]:
+        """Per node, what its record takes from the plan alone (built once, read on every run):
+        (position, name, op, target, module path, module type, module chain, kind value, whether it
+        has a formula, internal, table key)."""
+        return tuple((p.position, p.node.name, p.node.op, p.target, p.location.path, p.location.module_type,
+                      p.location.chain, p.kind.value, p.formula is not None, p.internal, p.key) for p in self.nodes)
 
     def check_strict(self) -> None:
         """``UnsupportedOpError`` listing the nodes without a formula, before anything runs."""
@@ -108,6 +119,7 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         key = _table_key(node, module) if node.op.startswith("call_") else node.op
         kind, formula = _choose(node, module, key, table, ignored)
+        traffic = _traffic(node, key, module)
         location = graph.locations[node]
         target = location.attribute if node.op == "get_attr" and location.attribute else readable_target(node, gm)
         nodes.append(NodePlan(
@@ -116,7 +128,8 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
                                                                      node.name.startswith("_guards")),
             flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
-            traffic=_traffic(node, key, module), param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
+            traffic=traffic, param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
+            indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER,
         ))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))

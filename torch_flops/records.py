@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import gc
 import json
 import os
 from collections import Counter
@@ -296,6 +297,19 @@ class Profile:
                           settings: Mapping[str, Any]) -> Profile:
         """The records of every executed node, in execution order, from what a run measured (the
         totals and the memory peak are summed on the way)."""
+        enabled = gc.isenabled()
+        gc.disable()  # thousands of small acyclic tuples: no collection passes while they are made
+        try:
+            return cls._from_measurements(measurements, tracer=tracer, module_types=module_types,
+                                          module_params=module_params, batch_size=batch_size, settings=settings)
+        finally:
+            if enabled:
+                gc.enable()
+
+    @classmethod
+    def _from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],
+                           module_params: Mapping[str, int], batch_size: int | None,
+                           settings: Mapping[str, Any]) -> Profile:
         records: list[NodeRecord] = []
         new = tuple.__new__
         unsupported, skipped_status = Status.UNSUPPORTED, Status.SKIPPED
@@ -313,13 +327,14 @@ class Profile:
             befores, afters = graph_run.mem_before, graph_run.mem_after
             shapes, dtypes = graph_run.shapes, graph_run.dtypes
             errors, skipped = graph_run.errors, graph_run.skipped
-            for p in graph_run.plan.nodes:
-                i = p.position
+            dtype_names = _DTYPE_NAMES
+            for i, name, op, target, path, module_type, chain, kind, has_formula, internal, key in (
+                    graph_run.plan.record_fields):
                 note = ""
-                status = statuses[p.kind.value]
+                status = statuses[kind]
                 if status is unsupported:
-                    flops, macs, note = None, None, f"no formula for {p.key!r}"
-                elif p.formula is None:
+                    flops, macs, note = None, None, f"no formula for {key!r}"
+                elif not has_formula:
                     flops, macs = 0, 0
                 elif i in errors:
                     flops, macs, status, note = None, None, unsupported, errors[i]
@@ -336,19 +351,18 @@ class Profile:
                     if after is not None:
                         delta = after - before
                 t = times[i]
-                if t is not None and not p.internal:
+                if t is not None and not internal:
                     total_time = t if total_time is None else total_time + t
                 if flops is not None:
                     total_flops += flops
                     total_macs += macs  # type: ignore[operator]
                 if status is unsupported:
                     totals.unsupported += 1
-                location = p.location
-                node = p.node
+                dtype = dtypes[i]
                 records.append(new(NodeRecord, (  # the order of _RECORD_FIELDS
-                    len(records), node.name, node.op, p.target, location.path, location.module_type, flops, macs,
-                    status, t, before, after, delta, shapes[i], location.chain, note, "forward",
-                    _dtype_name(dtypes[i]), graph_index, dots_of[i], mm_of[i], read_of[i], written_of[i],
+                    len(records), name, op, target, path, module_type, flops, macs, status, t, before, after, delta,
+                    shapes[i], chain, note, "forward", dtype_names.get(dtype) or _dtype_name(dtype), graph_index,
+                    dots_of[i], mm_of[i], read_of[i], written_of[i],
                 )))
         profile = cls(records=tuple(records), device=measurements.device, tracer=tracer,
                       memory_source=measurements.memory_source, module_types=module_types,
