@@ -129,3 +129,28 @@ def test_macs_match_flop_counter_mode_on_cuda(cuda: torch.device) -> None:
     # fc 512 -> 10 on (2, 512): 2*10*512 = 10240 MACs; total 37888 MACs = 75776 FLOPs for FlopCounterMode
     assert counter.total_macs == 27648 + 10240
     assert 2 * counter.total_macs == mode.get_total_flops() == 75776
+
+
+def test_roofline_of_a_cuda_run_is_timed_on_its_own_device(cuda: torch.device) -> None:
+    from torch_flops import hardware
+
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(cuda, torch.bfloat16)
+    counter = TorchFLOPsByFX(model, warmup=2, repeat=5)
+    with torch.no_grad():
+        counter.propagate(torch.randn(2048, 1024, device=cuda, dtype=torch.bfloat16))
+    name = torch.cuda.get_device_name(cuda)
+    assert counter.profile.settings["device_name"] == name
+    try:
+        spec = hardware.spec_for_device_name(name)
+    except ValueError:  # a GPU the table does not know: the facade says so, naming the device
+        with pytest.raises(ValueError, match="is not in the hardware table"):
+            counter.roofline()
+        return
+    line = counter.roofline()  # the device it ran on, recognised by name
+    assert line.hardware is spec and line.timed
+    fc0 = next(r for r in line.nodes if r.name == "_0")
+    # 2048 x 1024 x 4096 MACs in bf16: the measured time is at least the roofline (within timer noise)
+    assert fc0.bound == "compute" and fc0.time_ms is not None and fc0.pct_of_roofline is not None
+    assert fc0.pct_of_roofline < 110
+    assert fc0.achieved_flops_per_s == pytest.approx(fc0.flops / (fc0.time_ms / 1e3))
+    assert fc0.lost_time_ms == pytest.approx(fc0.time_ms - fc0.roofline_time_ms)
