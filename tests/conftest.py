@@ -262,6 +262,22 @@ def capture_state() -> Callable[[nn.Module], Callable[[], None]]:
     return _capture
 
 
+def assert_same_state(model: nn.Module, twin: nn.Module) -> None:
+    """Parameters, buffers and training flags of ``model`` bit-identical to ``twin``'s (an eager
+    twin that ran the same calls)."""
+    for (name, a), (_, b) in zip(model.named_parameters(), twin.named_parameters(), strict=True):
+        assert torch.equal(a, b), f"parameter {name} differs from eager"
+    for (name, a), (_, b) in zip(model.named_buffers(), twin.named_buffers(), strict=True):
+        assert torch.equal(a, b), f"buffer {name} differs from eager"
+    assert [m.training for m in model.modules()] == [m.training for m in twin.modules()]
+
+
+@pytest.fixture(scope="session")
+def same_state() -> Callable[[nn.Module, nn.Module], None]:
+    """``same_state(model, twin)``: see :func:`assert_same_state`."""
+    return assert_same_state
+
+
 def by_name(records: Any) -> dict[str, Any]:
     return {r.name: r for r in records}
 

@@ -6,6 +6,7 @@ Every expected number is derived by hand in the comment next to it.
 
 from __future__ import annotations
 
+import copy
 import csv
 from typing import Any
 
@@ -35,8 +36,8 @@ def scaled_square(x: torch.Tensor) -> torch.Tensor:
 torch.fx.wrap("scaled_square")
 
 
-def _run(model: nn.Module, *args: Any, **kwargs: Any) -> tuple[TorchFLOPsByFX, Any]:
-    counter = TorchFLOPsByFX(model)
+def _run(model: nn.Module, *args: Any, tracer: str = "auto", **kwargs: Any) -> tuple[TorchFLOPsByFX, Any]:
+    counter = TorchFLOPsByFX(model, tracer=tracer)  # type: ignore[arg-type]
     with torch.no_grad():
         out = counter.propagate(*args, **kwargs)
     return counter, out
@@ -45,10 +46,12 @@ def _run(model: nn.Module, *args: Any, **kwargs: Any) -> tuple[TorchFLOPsByFX, A
 # --------------------------------------------------------------------------- per-node records
 
 
-def test_mixed_model_records_by_hand(models: Any) -> None:
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_mixed_model_records_by_hand(models: Any, tracer: str) -> None:
     model = models.MixedModel().eval()
     x = torch.randn(4, 16)
-    counter, out = _run(model, x)
+    counter, out = _run(model, x, tracer=tracer)  # the model as it runs (eager), or its fx graph: the same nodes
+    assert counter.tracer_used == ("eager" if tracer == "auto" else "fx")
     with torch.no_grad():
         assert torch.equal(out, model(x))
 
@@ -84,7 +87,7 @@ def test_x_plus_equals_one_is_counted(models: Any, batch: int) -> None:
     # x += 1 adds one FLOP per output element: batch*8 (batch 4 -> 32)
     assert plus.total_flops - plain.total_flops == batch * 8
     assert plus.total_macs == plain.total_macs == batch * 64
-    added = [r for r in plus.records if r.op == "call_function"]
+    added = [r for r in plus.records if r.op in ("call_function", "call_method")]  # x += 1 as it runs: add_
     assert len(added) == 1 and added[0].flops == batch * 8 and added[0].status is Status.COUNTED
 
 
@@ -345,8 +348,8 @@ def test_register_function_for_a_wrapped_user_function() -> None:
             return scaled_square(x)
 
     x = torch.randn(3, 5)
-    with pytest.warns(UnsupportedOpWarning, match="scaled_square"):
-        unregistered, _ = _run(UsesWrapped(), x)
+    with pytest.warns(UnsupportedOpWarning, match="scaled_square"):  # fx keeps the wrapped function whole
+        unregistered, _ = _run(UsesWrapped(), x, tracer="fx")
     [(target, count)] = unregistered.unsupported.items()  # target: "<test module>.scaled_square"
     assert target.endswith(".scaled_square") and count == 1
 
@@ -354,7 +357,8 @@ def test_register_function_for_a_wrapped_user_function() -> None:
     def scaled_square_flops(out: torch.Tensor, x: torch.Tensor) -> int:
         return 2 * out.numel()  # x*x, *3: 2 per element
 
-    counter, out = _run(UsesWrapped(), x)
+    counter, out = _run(UsesWrapped(), x)  # "auto" takes the fx graph for a registered function
+    assert counter.tracer_used == "fx"
     assert torch.equal(out, x * x * 3)
     assert counter.total_flops == 2 * 15  # 30
     assert counter.unsupported == {}
@@ -408,7 +412,7 @@ def test_subclass_own_entry_wins_over_mro() -> None:
 # --------------------------------------------------------------------------- model state
 
 
-def test_state_restored_when_a_node_fails(models: Any, capture_state: Any) -> None:
+def test_state_restored_when_a_node_fails(models: Any, same_state: Any) -> None:
     class Boom(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("boom")
@@ -416,28 +420,36 @@ def test_state_restored_when_a_node_fails(models: Any, capture_state: Any) -> No
     model = models.BNLinear()
     model.fc = Boom()  # BatchNorm updates its running stats, then the next node fails
     model.train()
-    check = capture_state(model)
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 8)
     counter = TorchFLOPsByFX(model, leaf_modules=(Boom,))
     with pytest.raises(NodeExecutionError, match="boom"):
-        counter.propagate(torch.randn(4, 8))
-    check()
+        counter.propagate(x)
+    with pytest.raises(RuntimeError, match="boom"):
+        twin(x)
+    same_state(model, twin)  # as one eager call leaves it: the statistics moved once, then it failed
 
 
-def test_eval_flags_unchanged_and_no_hooks(models: Any, capture_state: Any) -> None:
+def test_eval_flags_unchanged_and_no_hooks(models: Any, capture_state: Any, same_state: Any) -> None:
     model = models.BNLinear()
     model.eval()
     model.bn.train()  # a mixed model: only the BatchNorm in training mode
-    check = capture_state(model)
-    counter = TorchFLOPsByFX(model, warmup=1, repeat=2)
-    counter.propagate(torch.randn(4, 8))
-    check()
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 8)
+    hooks = capture_state(model)
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=2)  # four calls, one of them for real
+    out = counter.propagate(x)
+    assert torch.equal(out, twin(x))
+    same_state(model, twin)  # the running statistics moved exactly once, as in one eager call
+    with pytest.raises(AssertionError, match="running_mean"):
+        hooks()  # ... which is a change: they did move
 
 
 # --------------------------------------------------------------------------- printing and CSV
 
 
 def test_print_wrappers_return_the_data(models: Any, capsys: Any) -> None:
-    counter, _ = _run(models.MixedModel(), torch.randn(4, 16))
+    counter, _ = _run(models.MixedModel(), torch.randn(4, 16), tracer="fx")
     assert counter.print_total_flops() == 4480
     assert "Total FLOPs: 4,480" in capsys.readouterr().out
     rows = counter.print_result_table(show=False)

@@ -69,8 +69,20 @@ def test_graph_module_is_returned_unchanged(models: Any) -> None:
     assert trace_fx(gm) is gm
 
 
-def test_auto_tracer_uses_fx_when_it_works(models: Any) -> None:
-    counter = TorchFLOPsByFX(models.MixedModel())  # tracer="auto"
+def test_auto_tracer_runs_the_model_and_records_its_graph(models: Any) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel())  # tracer="auto": nothing is traced ahead of the run
+    assert counter.tracer_used is None and counter.graph_module is None
+    counter.propagate(torch.randn(4, 16))
+    assert counter.profile.tracer == counter.tracer_used == "eager"
+    gm = counter.graph_module  # the graph of what ran
+    assert isinstance(gm, fx.GraphModule)
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "call_function", "call_method",
+                                              "call_method", "output"]
+    assert gm.get_submodule("fc") is counter.model.fc  # the model's own module, not a copy
+
+
+def test_fx_tracer_captures_at_construction(models: Any) -> None:
+    counter = TorchFLOPsByFX(models.MixedModel(), tracer="fx")
     assert counter.tracer_used == "fx"
     assert isinstance(counter.graph_module, fx.GraphModule)
     counter.propagate(torch.randn(4, 16))
@@ -80,7 +92,7 @@ def test_auto_tracer_uses_fx_when_it_works(models: Any) -> None:
 def test_tracing_leaves_the_model_alone(models: Any, capture_state: Any) -> None:
     model = models.WithUntraceable()
     check = capture_state(model)
-    counter = TorchFLOPsByFX(model, leaf_modules=("gate",))
+    counter = TorchFLOPsByFX(model, leaf_modules=("gate",), tracer="fx")
     assert counter.graph_module is not None and counter.graph_module is not model
     # the GraphModule calls the user's own submodules (no copies): parameters are the same objects
     assert counter.graph_module.get_submodule("fc1") is model.fc1

@@ -103,7 +103,7 @@ def test_subprocess_resnet50_tree(runs: dict[str, subprocess.Popen[str]]) -> Non
     code, out, err = finished(runs, "resnet50")
     assert code == 0, err
     assert out.startswith("torch_flops profile\n")
-    assert "Params:      25.6 M" in out and "Device:      cpu" in out and "Tracer:      fx" in out
+    assert "Params:      25.6 M" in out and "Device:      cpu" in out and "Tracer:      eager" in out
     assert "  layer4 (Sequential)" in out and "    0 (Bottleneck)" not in out  # --depth 1
     assert "Top 3 modules at depth 1:" in out
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import Status, TorchFLOPsByFX, TracerFallbackWarning, TracingError, zoo
+from torch_flops import NodeExecutionError, Status, TorchFLOPsByFX, TracerFallbackWarning, TracingError, zoo
 
 
 class DataDependent(nn.Module):
@@ -43,24 +43,49 @@ def _fx_breaker() -> nn.Module:
     return Branchy()
 
 
-def test_auto_falls_back_to_export_with_one_warning() -> None:
+def test_auto_runs_what_fx_cannot_trace_as_it_runs() -> None:
     model = _fx_breaker().eval()
     x = torch.randn(4, 8)
-    counter = TorchFLOPsByFX(model)  # tracer="auto"
-    with pytest.warns(TracerFallbackWarning, match="symbolic tracing failed") as record:
+    counter = TorchFLOPsByFX(model)  # tracer="auto": the model as it runs, whatever fx thinks of it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback, no warning
         out = counter.propagate(x)
-    assert len([w for w in record if issubclass(w.category, TracerFallbackWarning)]) == 1
-    assert counter.tracer_used == "export"
+    assert counter.tracer_used == "eager"
     assert torch.equal(out, model(x))
     # linear 4x8 -> 8: 4*8*8 = 256 MACs; flops = 2*256 + 32 bias = 544; then mul: 32
-    linear = [r for r in counter.records if r.target == "aten.linear"]
+    linear = [r for r in counter.records if r.target == "Linear"]
     assert [(r.macs, r.flops, r.module_path, r.module_type) for r in linear] == [(256, 544, "fc", "Linear")]
-    # the second propagate with the same shapes warns no more and reuses the graph
-    gm = counter.graph_module
+    assert counter.total_flops == 544 + 32
+
+
+def test_auto_with_a_function_formula_tries_fx_then_runs_eagerly() -> None:
+    # a formula for a Python function is why "auto" tries fx (which keeps the call whole); when fx
+    # cannot trace the model, it runs eagerly, with one warning saying the formula cannot apply
+    model = _fx_breaker().eval()
+    x = torch.randn(4, 8)
+    counter_with = _with_function_formula(model)
+    with pytest.warns(TracerFallbackWarning, match="cannot trace this model") as record:
+        out = counter_with.propagate(x)
+    assert len([w for w in record if issubclass(w.category, TracerFallbackWarning)]) == 1
+    assert counter_with.tracer_used == "eager" and torch.equal(out, model(x))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        counter.propagate(x)
-    assert counter.graph_module is gm
+        warnings.simplefilter("error")  # once per counter
+        counter_with.propagate(x)
+
+
+def _unused_function(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _with_function_formula(model: nn.Module) -> TorchFLOPsByFX:
+    from torch_flops import formulas
+
+    saved = formulas.FORMULAS.copy()
+    try:
+        formulas.FORMULAS.add((_unused_function,), lambda module, out, *args: 0)
+        return TorchFLOPsByFX(model)  # copies the table with the user's function formula
+    finally:
+        formulas.FORMULAS.restore(saved)
 
 
 def test_export_kwargs_dict_output_and_optional_input() -> None:
@@ -157,20 +182,21 @@ def test_meta_data_dependent_node_the_output_needs_names_the_node() -> None:
         counter.propagate(torch.empty(8, device="meta"))
 
 
-def test_neither_front_end_traces_shows_both_causes() -> None:
-    class Hopeless(nn.Module):
+def test_data_dependent_model_runs_as_it_runs_and_fails_as_it_fails() -> None:
+    class Branchy(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if x.sum() > 0:
-                return x
+                return x * 2
             raise ValueError("unreachable on purpose")
 
-    counter = TorchFLOPsByFX(Hopeless())
-    with pytest.raises(TracingError) as info:
-        counter.propagate(-torch.ones(2))
-    message = str(info.value)
-    assert "fx:" in message and "export:" in message
-    # fx stops at the Python `if` on a Proxy; export at the same `if`, which needs the data
-    assert "TraceError" in message and "data-dependent" in message
+    counter = TorchFLOPsByFX(Branchy())
+    assert torch.equal(counter.propagate(torch.ones(2)), torch.full((2,), 2.0))
+    with pytest.raises(NodeExecutionError, match="the model raised ValueError") as info:
+        counter.propagate(-torch.ones(2))  # eager raises here too: the same error, as the cause
+    assert isinstance(info.value.__cause__, ValueError)
+    # torch.export cannot follow the branch without the data: it says so
+    with pytest.raises(TracingError, match="data-dependent"):
+        TorchFLOPsByFX(Branchy(), tracer="export").propagate(-torch.ones(2))
 
 
 def test_export_wrong_input_name_names_it() -> None:

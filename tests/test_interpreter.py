@@ -138,13 +138,21 @@ def test_node_error_names_node_module_and_inputs() -> None:
         def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return self.fc1(x) + y
 
-    counter = TorchFLOPsByFX(Net())
+    counter = TorchFLOPsByFX(Net(), tracer="fx")
     with pytest.raises(NodeExecutionError) as info:
         counter.propagate(torch.randn(2, 8), torch.randn(3, 16))  # fc1 runs; the add fails
     message = str(info.value)
     assert "'add'" in message and "operator.add" in message
     assert "(2, 16) float32 on cpu" in message and "(3, 16) float32 on cpu" in message
     assert "call_function[target=operator.add]" in message  # n.format_node()
+    assert isinstance(info.value.__cause__, RuntimeError)
+    # the default front end: the call that raised, with its inputs, the model's exception as the cause
+    eager = TorchFLOPsByFX(Net())
+    with pytest.raises(NodeExecutionError) as info:
+        eager.propagate(torch.randn(2, 8), torch.randn(3, 16))
+    message = str(info.value)
+    assert "'add' (Tensor.add)" in message
+    assert "(2, 16) float32 on cpu" in message and "(3, 16) float32 on cpu" in message
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
@@ -166,9 +174,13 @@ def test_readable_targets() -> None:
     targets = {n.name: readable_target(n, gm) for n in gm.graph.nodes}
     assert targets == {"x": "x", "conv": "Conv1d", "relu": "F.relu", "cat": "torch.cat", "add": "operator.add",
                        "flatten": "Tensor.flatten", "output": "output"}
-    counter = TorchFLOPsByFX(Net())
+    counter = TorchFLOPsByFX(Net(), tracer="fx")
     counter.propagate(torch.randn(3, 2, 5))
     assert {r.name: r.target for r in counter.records} == targets
+    # run as it is (the default): the same nodes; `z + 1` is Tensor.add, as torch calls it
+    eager = TorchFLOPsByFX(Net())
+    eager.propagate(torch.randn(3, 2, 5))
+    assert {r.name: r.target for r in eager.records} == {**targets, "add": "Tensor.add"}
     rec = _records(counter)
     assert rec["cat"].status is Status.ZERO and rec["flatten"].status is Status.ZERO
     # relu and + 1 on (3, 2, 5): 30 each; Conv1d(2, 2, 1) on (3, 2, 5): macs = 30 outputs * 2 = 60,

@@ -51,6 +51,8 @@ def test_live_tensor_bytes_per_node_by_hand(models: Any, device: str) -> None:
     with torch.no_grad():
         out = counter.propagate(torch.randn(4, 256, device=device))
     assert out.shape == (8,) and out.device.type == device
+    assert [r.target for r in counter.records][1:8] == [
+        "Tensor.mul", "Tensor.view", "Tensor.add_", "w", "Tensor.matmul", "torch.relu", "Tensor.sum"]
     got = {r.name: (r.mem_before, r.mem_after, r.mem_delta) for r in counter.records}
     assert list(got) == list(CHAIN_MEMORY)  # the node order the table above assumes
     assert got == CHAIN_MEMORY
@@ -126,10 +128,11 @@ def test_live_tensors_excludes_parameters() -> None:
 def test_cpu_time_for_every_call_node(models: Any) -> None:
     counter = TorchFLOPsByFX(models.MixedModel())
     counter.propagate(torch.randn(4, 16))
-    for r in counter.records:
-        assert isinstance(r.time_ms, float)
+    for r in counter.records:  # the input and output nodes run nothing: no time
         if r.op.startswith("call_"):
-            assert r.time_ms > 0, r.name
+            assert isinstance(r.time_ms, float) and r.time_ms > 0, r.name
+        else:
+            assert r.time_ms is None
     total = counter.total_time_ms
     assert total is not None and total > 0
     assert total == pytest.approx(sum(r.time_ms or 0.0 for r in counter.records))
@@ -170,7 +173,7 @@ def test_model_runs_warmup_plus_repeat_times(models: Any, warmup: int, repeat: i
     counter, model = _counting(models, warmup=warmup, repeat=repeat)
     counter.propagate(torch.randn(2, 8))
     assert model.leaf.calls == calls  # warmup + repeat forward calls of the leaf
-    assert all(isinstance(r.time_ms, float) for r in counter.records)
+    assert all(isinstance(r.time_ms, float) for r in counter.records if r.op.startswith("call_"))
 
 
 def test_meta_runs_once_whatever_warmup_and_repeat(models: Any) -> None:
@@ -218,7 +221,7 @@ class _ScriptedTimer:
 
 
 @pytest.mark.parametrize("as_factory", [False, True])
-def test_time_is_the_median_over_repeats(models: Any, as_factory: bool) -> None:
+def test_time_is_the_median_over_repeats_fx(models: Any, as_factory: bool) -> None:
     n_nodes = 6  # MixedModel: x, fc, relu, sum_1, view, output
     # run 0 is the warmup (never used); runs 1..3 are timed: 1, 2, 9 ms per node
     timer = _ScriptedTimer([100.0, 1.0, 2.0, 9.0], ticks_per_run=2 * n_nodes)
@@ -228,7 +231,8 @@ def test_time_is_the_median_over_repeats(models: Any, as_factory: bool) -> None:
         seen.append(device)
         return timer
 
-    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3, timer=factory if as_factory else timer)
+    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3, timer=factory if as_factory else timer,
+                             tracer="fx")
     counter.propagate(torch.randn(4, 16))
     assert len(counter.records) == n_nodes
     assert seen == ([torch.device("cpu")] if as_factory else [])
@@ -236,3 +240,23 @@ def test_time_is_the_median_over_repeats(models: Any, as_factory: bool) -> None:
     # median(1, 2, 9) = 2 (the mean would be 4, the first 1, the last 9)
     assert [r.time_ms for r in counter.records] == [2.0] * n_nodes
     assert counter.total_time_ms == 2.0 * n_nodes  # 12.0
+
+
+@pytest.mark.parametrize("as_factory", [False, True])
+def test_time_is_the_median_over_repeats_eager(models: Any, as_factory: bool) -> None:
+    n_timed = 4  # MixedModel as it runs: fc, relu, sum_1, view (the input and output run nothing)
+    # the warmup call is not recorded (no ticks); the three recorded calls take 1, 2, 9 ms per node
+    timer = _ScriptedTimer([1.0, 2.0, 9.0], ticks_per_run=2 * n_timed)
+    seen: list[torch.device] = []
+
+    def factory(device: torch.device) -> _ScriptedTimer:
+        seen.append(device)
+        return timer
+
+    counter = TorchFLOPsByFX(models.MixedModel(), warmup=1, repeat=3, timer=factory if as_factory else timer)
+    counter.propagate(torch.randn(4, 16))
+    assert seen == ([torch.device("cpu")] * 3 if as_factory else [])  # one timer per recorded call
+    assert timer.ticks == 3 * 2 * n_timed  # 24
+    # median(1, 2, 9) = 2 for every timed node
+    assert [r.time_ms for r in counter.records] == [None, 2.0, 2.0, 2.0, 2.0, None]
+    assert counter.total_time_ms == 2.0 * n_timed  # 8.0

@@ -18,17 +18,25 @@ import torch
 from torch import fx, nn
 
 from torch_flops import formulas, report
+from torch_flops._gc import gc_paused
 from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx
-from torch_flops.errors import DroppedOutputWarning, TracerFallbackWarning, TracingError, UnsupportedOpWarning
+from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
+from torch_flops.errors import (
+    DroppedOutputWarning,
+    NodeExecutionError,
+    TracerFallbackWarning,
+    TracingError,
+    UnsupportedOpWarning,
+)
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
-from torch_flops.interpreter import Measurements, Runner
+from torch_flops.interpreter import Measurements, Runner, median
 from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe, tensors_of
 from torch_flops.options import Options, TracerName
 from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import Roofline, roofline
-from torch_flops.state import model_state_restored
+from torch_flops.state import ExtraRuns, copy_inputs, model_state_restored
 
 __all__ = ["TorchFLOPsByFX"]
 
@@ -73,18 +81,29 @@ class TorchFLOPsByFX:
         self.options = Options(ignore_ops=ignore_ops, mem_func_name=mem_func_name, strict=strict, warmup=warmup,
                                repeat=repeat, leaf_modules=leaf_modules, concrete_args=concrete_args, tracer=tracer,
                                timer=timer, progress=progress)
+        if isinstance(model, torch.jit.ScriptModule):
+            raise TypeError("torch_flops profiles a model's Python code, and a TorchScript model (torch.jit.ScriptModule) "
+                            "has none: profile the nn.Module before scripting it")
         self.model = model
         self.tables = formulas.FORMULAS.copy()  # this counter's own formulas: later edits do not leak in
-        self._capture: Capture | None = None
+        self._capture: Capture | None = None  # the capture of the last propagate (or fx's, made here)
+        self._graph: Capture | None = None  # the fx or export graph(s), kept across calls
+        self._data_fallback = False  # meta inputs the model reads values of: torch.export instead
         self._fx_error: TracingError | None = None
         self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
         self._measured: tuple[Capture, Measurements, int | None] | None = None
         self._profile: Profile | None = None
-        if tracer != "export":
+        self._warned: set[str] = set()  # unsupported targets already warned about (once per counter)
+        #: the front end that follows the real execution (a GraphModule is its own program: run as
+        #: is); "auto" prefers a graph only for formulas of Python functions or Tensor methods the
+        #: user registered, which the aten ops of an eager run cannot show
+        self._eager = not isinstance(model, fx.GraphModule) and (
+            tracer == "eager" or tracer == "auto" and not self.tables.user_graph_keys())
+        if not self._eager and tracer != "export":
             shown = Progress(progress)
             shown.step("capturing (torch.fx)")
             try:
-                self._capture = capture_fx(model, self.options.capture_options(self.tables))
+                self._capture = self._graph = capture_fx(model, self.options.capture_options(self.tables))
             except TracingError as e:
                 if tracer == "fx":
                     raise
@@ -107,47 +126,127 @@ class TorchFLOPsByFX:
 
     # ------------------------------------------------------------------ running
     def propagate(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the model's graph on these inputs, measuring every node; return the model's output."""
+        """Run the model on these inputs, measuring every node; return the model's output.
+
+        On the default front end (``tracer="auto"``/``"eager"``) this *is* one call of the model,
+        with everything one call does (hooks, in-place updates, buffers, random numbers); extra
+        ``warmup``/``repeat`` calls get copies of the inputs and leave no trace."""
         options = self.options
         progress = Progress(options.progress)
         try:
-            capture = self._capture_for(args, kwargs, progress)
-            graph = capture.graphs[0]
-            progress.step("planning")
-            runner, model_storages = self._runner(graph)
-            if options.strict:
-                runner.plan.check_strict()
-            inputs = graph.bind(args, kwargs)
-            device = input_device((args, kwargs), self.model)
-            with model_state_restored(self.model):
-                output, measurements = runner.run(
-                    inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
-                    timer=options.timer_for(device), progress=progress,
-                    memory=make_memory_probe(device, options.mem_func_name, model_storages))
+            if not self._eager and self._graph is None and self._fx_error is not None and options.tracer == "auto":
+                self._eager = True
+                warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
+                              "where the formulas you registered for Python functions or Tensor methods do not apply "
+                              "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=2)
+            meta = input_device((args, kwargs), self.model).type == "meta"
+            if self._eager and not (meta and self._data_fallback):
+                try:
+                    output, capture, measurements = self._propagate_eager(args, kwargs, progress)
+                except NodeExecutionError as e:
+                    if not (meta and options.tracer == "auto" and getattr(e, "needs_values", False)):
+                        raise
+                    self._data_fallback = True
+                    warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), "
+                                  "which meta tensors do not have, so this meta profile comes from the graph "
+                                  "torch.export traces instead of from a run.", TracerFallbackWarning, stacklevel=2)
+                    output, capture, measurements = self._propagate_graph(args, kwargs, progress)
+            else:
+                output, capture, measurements = self._propagate_graph(args, kwargs, progress)
         finally:
             progress.done()
         self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
         for target, nodes in measurements.unsupported().items():
+            if target in self._warned:
+                continue
+            self._warned.add(target)
             names = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
             warnings.warn(
                 f"torch_flops: no FLOPs formula for {target} ({len(nodes)} node(s): {names}; {nodes[0][1]}); "
                 "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
-                "register_method/register_module, or pass ignore_ops / strict=True.", UnsupportedOpWarning, stacklevel=2)
+                "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
+                UnsupportedOpWarning, stacklevel=2)
         return output
 
+    def _propagate_graph(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                         progress: Progress) -> tuple[Any, Capture, Measurements]:
+        """The fx and export front ends: run the captured graph with the interpreter."""
+        options = self.options
+        capture = self._capture_for(args, kwargs, progress)
+        graph = capture.graphs[0]
+        progress.step("planning")
+        runner, model_storages = self._runner(graph)
+        if options.strict:
+            runner.plan.check_strict()
+        inputs = graph.bind(args, kwargs)
+        device = input_device((args, kwargs), self.model)
+        with model_state_restored(self.model):
+            output, measurements = runner.run(
+                inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
+                timer=options.timer_for(device), progress=progress, model=self.model,
+                memory=make_memory_probe(device, options.mem_func_name, model_storages))
+        return _plain_containers(output), capture, measurements
+
+    def _propagate_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                         progress: Progress) -> tuple[Any, Capture, Measurements]:
+        """The eager front end: the extra calls first (on copies, undone), then the one real call."""
+        model, options = self.model, self.options
+        check_call(model, args, kwargs)
+        device = input_device((args, kwargs), model)
+        timed = device.type != "meta"
+        warmups, repeats = (options.warmup, options.repeat - 1) if timed else (0, 0)
+        leaf = options.capture_options(self.tables)
+        index = ModelIndex(model, self.tables, leaf.leaf_types, leaf.leaf_paths, leaf.leaf_names)
+        if options.strict:
+            check_leaves(index, self.tables, options.ignore_ops)
+
+        def recording() -> EagerRecording:
+            return EagerRecording(model, index, self.tables, options.ignore_ops, options.timer_for(device),
+                                  make_memory_probe(device, options.mem_func_name, index.storages), options.strict)
+
+        total = warmups + repeats + 1
+        extra: list[EagerRecording] = []
+        with model_state_restored(model), gc_paused():
+            saved = ExtraRuns(model) if warmups or repeats else None
+            for i in range(warmups + repeats):
+                progress.step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
+                copies, kwcopies = copy_inputs(args), copy_inputs(kwargs)
+                if i < warmups:
+                    model(*copies, **kwcopies)
+                else:
+                    run = recording()
+                    run.run(copies, kwcopies)
+                    extra.append(run)
+                saved.undo()  # type: ignore[union-attr]
+            progress.step(f"run {total}/{total}")
+            real = recording()
+            output = real.run(args, kwargs)
+            capture = real.capture()
+        times = real.times()
+        same = [run.times() for run in extra if run.targets() == real.targets()]
+        if same:  # the same program each time: the median per node
+            times = [_median(column) for column in zip(times, *same)]
+        real.check_strict()
+        measurements = Measurements(runs=(real.measured(times),), device=str(device),
+                                    memory_source=real.memory_source,
+                                    device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "")
+        self._capture = capture
+        return output, capture, measurements
+
     def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
-        if self._capture is not None and self._capture.accepts(args, kwargs):
-            return self._capture
+        if self._graph is not None and self._graph.accepts(args, kwargs):
+            self._capture = self._graph
+            return self._graph
         progress.step("capturing (torch.export)")
         capture = capture_export(self.model, args, kwargs, fx_error=self._fx_error)
-        if self._fx_error is not None and self._capture is None:
+        if self._fx_error is not None and self._graph is None:
             warnings.warn(f"torch_flops: profiling the torch.export graph because symbolic tracing failed: "
                           f"{str(self._fx_error).splitlines()[0]}", TracerFallbackWarning, stacklevel=3)
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
                           "model's output.", DroppedOutputWarning, stacklevel=3)
-        self._capture, self._runners = capture, {}
+        self._capture, self._graph, self._runners = capture, capture, {}
         return capture
 
     def _runner(self, graph: CapturedGraph) -> tuple[Runner, frozenset[int]]:
@@ -299,6 +398,22 @@ class TorchFLOPsByFX:
     def export_chrome_trace(self, path: str, convention: str = "torch_flops") -> None:
         """Write a Trace Event Format file (chrome://tracing, Perfetto); ``ValueError`` untimed."""
         report.write_chrome_trace(self.in_convention(convention), path)
+
+
+def _median(values: tuple[float | None, ...]) -> float | None:
+    return median(values)
+
+
+def _plain_containers(value: Any) -> Any:
+    """fx hands back its read-only ``immutable_dict``/``immutable_list``: the model's own output
+    has plain ones (``out[k] = v`` works on it)."""
+    if isinstance(value, fx.immutable_collections.immutable_dict):
+        return {k: _plain_containers(v) for k, v in value.items()}
+    if isinstance(value, fx.immutable_collections.immutable_list):
+        return [_plain_containers(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_plain_containers(v) for v in value)
+    return value
 
 
 def _batch_size(inputs: Any) -> int | None:

@@ -169,10 +169,14 @@ class CapturedGraph:
 
     graph_module: fx.GraphModule
     locations: Mapping[fx.Node, NodeLocation]
-    binder: FxBinder | ExportBinder
+    #: ``propagate``'s arguments -> the placeholders; None for a graph of what ran (eager), which
+    #: is a record, not a program to run again
+    binder: FxBinder | ExportBinder | None
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         """The graph's placeholder values for ``model(*args, **kwargs)``."""
+        if self.binder is None:
+            raise TypeError("this graph records one eager call; it has no inputs to bind")
         return self.binder.bind(args, kwargs)
 
 
@@ -182,7 +186,7 @@ class Capture:
     and the parts of the model's output it could not carry (returned as None)."""
 
     graphs: tuple[CapturedGraph, ...]
-    front_end: str  #: "fx", "export" or "graph_module" (the model was a GraphModule already)
+    front_end: str  #: "eager", "fx", "export" or "graph_module" (the model was a GraphModule already)
     #: module path ("" = root) -> class name, for every module of the model
     module_types: Mapping[str, str]
     #: module path -> parameters it owns directly (a shared parameter counted once)

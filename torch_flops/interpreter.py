@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
-from torch import fx
+from torch import fx, nn
 
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import (
@@ -34,6 +34,7 @@ from torch_flops.measure import (
 )
 from torch_flops.plan import FlatArgs, NodeKind, NodePlan, Plan, Traffic
 from torch_flops.progress import Progress
+from torch_flops.state import ExtraRuns, copy_inputs
 
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
@@ -128,10 +129,14 @@ class Runner:
         self._lock = threading.Lock()
 
     def run(self, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
-            memory: MemoryProbe, strict: bool, progress: Progress | None = None) -> tuple[Any, Measurements]:
+            memory: MemoryProbe, strict: bool, progress: Progress | None = None,
+            model: nn.Module | None = None) -> tuple[Any, Measurements]:
         """Run the graph on the bound ``inputs`` (its placeholder values): ``warmup`` untimed runs,
         the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only).
-        Returns the counting run's output and the measurements (time: the median per node)."""
+        Returns the counting run's output and the measurements (time: the median per node). The
+        extra runs get copies of the inputs, and the buffers and RNG state of ``model`` (and of the
+        graph) are put back after each (:class:`~torch_flops.state.ExtraRuns`): only the counting
+        run leaves its effects, as one eager call would."""
         timed = device.type != "meta"
         warmups, repeats = (warmup, repeat - 1) if timed else (0, 0)
         total = warmups + 1 + repeats
@@ -139,23 +144,23 @@ class Runner:
         with self._lock:
             interp = self._interpreter
             interp.start(timer, memory, strict, skip_unneeded=not timed)
+            holders = (self.plan.graph.graph_module,) if model is None else (model, self.plan.graph.graph_module)
+            saved = ExtraRuns(*holders) if warmups else None
             for i in range(warmups):
                 step(f"run {i + 1}/{total} (warmup)")
-                interp.execute(inputs, count=False)
+                interp.execute(copy_inputs(list(inputs)), count=False)
+                saved.undo()  # type: ignore[union-attr]
             step(f"run {warmups + 1}/{total}")
             output = interp.execute(inputs, count=True)
             runs = [interp.times()]
+            saved = ExtraRuns(*holders) if repeats else None
             for i in range(repeats):
                 step(f"run {warmups + 2 + i}/{total}")
-                interp.execute(inputs, count=False)
+                interp.execute(copy_inputs(list(inputs)), count=False)
+                saved.undo()  # type: ignore[union-attr]
                 runs.append(interp.times())
-            times = runs[0] if len(runs) == 1 else [_median(column) for column in zip(*runs)]
-            graph_run = GraphRun(
-                plan=self.plan, graph=self.graph, flops=interp.flops, macs=interp.macs, dot_outputs=interp.dot_outputs,
-                mm_macs=interp.mm_macs, time_ms=times, shapes=interp.shapes, dtypes=interp.dtypes,
-                errors=dict(interp.errors), skipped=dict(interp.skipped), traffic=interp.traffic(),
-                memory=interp.memory(),
-            )
+            times = runs[0] if len(runs) == 1 else [median(column) for column in zip(*runs)]
+            graph_run = interp.graph_run(self.graph, times, interp.traffic_rows)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return output, Measurements(runs=(graph_run,), device=str(device), memory_source=memory.source,
                                     device_name=device_name)
@@ -168,35 +173,25 @@ def run(plan: Plan, inputs: Sequence[Any], *, device: torch.device, warmup: int,
                             strict=strict)
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are not None (None when there are none)."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
 
-class FlopsInterpreter(fx.Interpreter):
-    """An ``fx.Interpreter`` that measures every node it runs (see :func:`run`).
+class NodeMeasurer:
+    """The per-node measurements of one counting run, indexed by plan position, and the one place
+    that measures a node once it has run (:meth:`measure`): its output's shape, bytes and storages,
+    its compute dtype, a gather's or scatter's traffic and its FLOPs. Shared by the interpreter and
+    the eager front end (``torch_flops.eager``), which fill the same lists."""
 
-    A counting run records FLOPs, memory, output shapes, dtypes and time; the other runs record
-    time only. Everything measured lives in per-node lists indexed by the node's plan position.
-    """
+    _plan: Plan
+    _timer: Timer
+    _memory: MemoryProbe
+    _strict: bool
 
-    def __init__(self, plan: Plan) -> None:
-        super().__init__(plan.graph.graph_module, garbage_collect_values=True)
-        self.extra_traceback = False  # our own error names the node
-        self._plans = plan.by_node
-        self._plan = plan
-        self._count = True
-        self._traffic_rows: _TrafficTable | None = None
-
-    def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
-        """Set up the measurements of one ``Runner.run``: fresh per-node lists."""
-        self._timer = timer
-        self._tick = timer.tick
-        self._memory = memory
-        self._read_memory = memory.read
-        self._strict = strict
-        self._skip_unneeded = skip_unneeded
-        n = len(self._plan.nodes)
+    def reset(self, n: int) -> None:
+        """Fresh per-node lists for ``n`` nodes (the eager front end starts at 0 and grows)."""
         self.flops: list[int | None] = [None] * n
         self.macs: list[int | None] = [None] * n
         self.dot_outputs: list[int | None] = [None] * n
@@ -217,97 +212,55 @@ class FlopsInterpreter(fx.Interpreter):
         #: (bytes read, bytes written) of the gathers and scatters, from their operands
         self._moved: dict[int, tuple[int, int]] = {}
         self.errors: dict[int, str] = {}
+        self.formula_exceptions: dict[int, Exception] = {}  # what each failed formula raised
         #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
         #: only allowed for nodes the output does not depend on
         self.skipped: dict[int, str] = {}
 
-    def execute(self, inputs: Sequence[Any], count: bool) -> Any:
-        """One run of the graph; a counting run also records FLOPs, memory, shapes and dtypes."""
-        self._count = count
-        try:
-            output = self.run(*inputs)
-            if count:
-                shapes, out_bytes, storages, dtypes = map(list, zip(*self._seen))
-                self.shapes, self._out_bytes, self._storages, self.dtypes = shapes, out_bytes, storages, dtypes
-            return output
-        finally:
-            self.env.clear()  # drop the run's last values
-            self._timer.finish()
+    def grow(self) -> None:
+        """One more node (the eager front end adds nodes as the model runs)."""
+        for values in (self.flops, self.macs, self.dot_outputs, self.mm_macs, self._starts, self._ends,
+                       self._mem_before, self._mem_after):
+            values.append(None)
+        self._seen.append(_UNSEEN)
+
+    def split_seen(self) -> None:
+        """After a counting run: the shapes, bytes, storages and dtypes as lists."""
+        if self._seen:
+            shapes, out_bytes, storages, dtypes = map(list, zip(*self._seen))
+            self.shapes, self._out_bytes, self._storages, self.dtypes = shapes, out_bytes, storages, dtypes
 
     def times(self) -> list[float | None]:
-        """The last run's time per node (after :meth:`execute`, which waited for the device)."""
+        """The last run's time per node (after the run waited for the device)."""
         elapsed = self._timer.elapsed_ms
         return [elapsed(s, e) if s is not None else None for s, e in zip(self._starts, self._ends)]
 
     def memory(self) -> Callable[[], tuple[list[int | None], list[int | None]]]:
         """What gives the bytes before and after every node of the counting run: the allocator's
         readings, or the live tensor bytes replayed in node order from the storages each value held."""
-        if self._read_memory is not None:
+        if self._memory.read is not None:
             readings = (self._mem_before, self._mem_after)
             return lambda: readings
         live = LiveTensors(self._memory.model_storages)
         return functools.partial(live.timeline, self._storages, self._plan.frees)  # type: ignore[return-value]
 
-    def traffic(self) -> Callable[[], tuple[list[int], list[int]]]:
+    def traffic(self, table: _TrafficTable) -> Callable[[], tuple[list[int], list[int]]]:
         """What computes the counting run's bytes read and written per node (:func:`node_traffic`)
         from the sizes and storages it saw; each run gets fresh lists, so it stays valid."""
-        return functools.partial(node_traffic, self._traffic_table(), len(self.shapes), self._out_bytes,
-                                 self._storages, self.shapes, dict(self.skipped), self._moved)
+        return functools.partial(node_traffic, table, len(self.shapes), self._out_bytes, self._storages, self.shapes,
+                                 dict(self.skipped), self._moved)
 
-    def _traffic_table(self) -> _TrafficTable:
-        """The plan's nodes that can move bytes, by how (``plan.Traffic``), built once per plan."""
-        table = self._traffic_rows
-        if table is None:
-            table = _TrafficTable([], [])
-            by_node = self._plan.by_node
-            for p in self._plan.nodes:
-                traffic = p.traffic
-                if traffic is Traffic.NONE:
-                    continue
-                if traffic is Traffic.DEFAULT and p.kind is _COUNTED:
-                    table.plain.append((p.position, p.inputs, p.param_bytes, p.inputs[0] if p.inputs else -1))
-                    continue
-                value = p.node.args[-1] if p.node.args else None
-                table.other.append((p.position, _TRAFFIC_MODES[traffic], p.inputs, p.param_bytes,
-                                    traffic is not Traffic.INPLACE and p.kind is not _COUNTED,
-                                    by_node[value].position if isinstance(value, fx.Node) and value in by_node else -1))
-            self._traffic_rows = table
-        return table
+    def graph_run(self, graph: int, times: Sequence[float | None], table: _TrafficTable) -> GraphRun:
+        """What the counting run measured, frozen (``times``: the medians over the timed runs)."""
+        return GraphRun(
+            plan=self._plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=self.dot_outputs,
+            mm_macs=self.mm_macs, time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
+            skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(),
+        )
 
-    def run_node(self, n: fx.Node) -> Any:
-        # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
-        # fetched args also feed the formula without a second fetch. fx's _set_current_node
-        # context (metadata for re-tracing through an interpreter) is left out: nothing is traced
-        # here, and it cost about 2 us a node.
-        plan = self._plans[n]
+    def measure(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """Record what node ``n`` did on the counting run, from its arguments and output."""
         i = plan.position
-        flat = plan.flat_args
-        kwargs: dict[str, Any]
-        if flat is _NODES:  # the arguments are earlier nodes' values (and plain constants): fetched directly
-            args, kwargs = tuple(map(self.env.__getitem__, n.args)), {}  # type: ignore[arg-type]
-        elif flat is _NODES_AND_CONSTANTS:
-            env = self.env
-            args, kwargs = tuple([env[a] if type(a) is fx.Node else a for a in n.args]), {}
-        else:
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
-        count = self._count
-        read = self._read_memory
-        if read is not None and count:
-            self._mem_before[i] = read()
-        tick = self._tick
-        start = tick()
-        try:
-            out = getattr(self, n.op)(n.target, args, kwargs)
-        except Exception as e:  # noqa: BLE001  (any op failure is reported with the node that raised it)
-            return self._failed(n, plan, args, e)
-        end = tick()
-        self._starts[i] = start
-        self._ends[i] = end
-        if not count:
-            return out
-        # The counting run also records memory, the output shape and dtype, and the node's FLOPs.
-        if read is not None:
-            self._mem_after[i] = read()
         # the bytes the value holds: numel * element size, but never more than its storage (an
         # expanded view, a broadcast bias, has fewer bytes behind it than elements)
         shape: Any
@@ -352,6 +305,106 @@ class FlopsInterpreter(fx.Interpreter):
             except Exception as e:  # noqa: BLE001  (a broken formula marks its node unsupported, never stops the run)
                 self._formula_failed(n, plan, e)
         self._seen[i] = (shape, nbytes, entries, dtype)
+
+    def _formula_failed(self, n: fx.Node, plan: NodePlan, e: Exception) -> None:
+        formula = plan.formula
+        message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
+        if self._strict:
+            raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
+        self.errors[plan.position] = message
+        self.formula_exceptions[plan.position] = e
+
+
+def traffic_table(plan: Plan) -> _TrafficTable:
+    """The plan's nodes that can move bytes, by how (``plan.Traffic``)."""
+    table = _TrafficTable([], [])
+    by_node = plan.by_node
+    for p in plan.nodes:
+        traffic = p.traffic
+        if traffic is Traffic.NONE:
+            continue
+        if traffic is Traffic.DEFAULT and p.kind is _COUNTED:
+            table.plain.append((p.position, p.inputs, p.param_bytes, p.inputs[0] if p.inputs else -1))
+            continue
+        value = p.node.args[-1] if p.node.args else None
+        table.other.append((p.position, _TRAFFIC_MODES[traffic], p.inputs, p.param_bytes,
+                            traffic is not Traffic.INPLACE and p.kind is not _COUNTED,
+                            by_node[value].position if isinstance(value, fx.Node) and value in by_node else -1))
+    return table
+
+
+class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
+    """An ``fx.Interpreter`` that measures every node it runs (see :func:`run`).
+
+    A counting run records FLOPs, memory, output shapes, dtypes and time; the other runs record
+    time only. Everything measured lives in per-node lists indexed by the node's plan position.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan.graph.graph_module, garbage_collect_values=True)
+        self.extra_traceback = False  # our own error names the node
+        self._plans = plan.by_node
+        self._plan = plan
+        self._count = True
+        self.traffic_rows = traffic_table(plan)
+
+    def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
+        """Set up the measurements of one ``Runner.run``: fresh per-node lists."""
+        self._timer = timer
+        self._tick = timer.tick
+        self._memory = memory
+        self._read_memory = memory.read
+        self._strict = strict
+        self._skip_unneeded = skip_unneeded
+        self.reset(len(self._plan.nodes))
+
+    def execute(self, inputs: Sequence[Any], count: bool) -> Any:
+        """One run of the graph; a counting run also records FLOPs, memory, shapes and dtypes."""
+        self._count = count
+        try:
+            output = self.run(*inputs)
+            if count:
+                self.split_seen()
+            return output
+        finally:
+            self.env.clear()  # drop the run's last values
+            self._timer.finish()
+
+    def run_node(self, n: fx.Node) -> Any:
+        # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
+        # fetched args also feed the formula without a second fetch. fx's _set_current_node
+        # context (metadata for re-tracing through an interpreter) is left out: nothing is traced
+        # here, and it cost about 2 us a node.
+        plan = self._plans[n]
+        i = plan.position
+        flat = plan.flat_args
+        kwargs: dict[str, Any]
+        if flat is _NODES:  # the arguments are earlier nodes' values (and plain constants): fetched directly
+            args, kwargs = tuple(map(self.env.__getitem__, n.args)), {}  # type: ignore[arg-type]
+        elif flat is _NODES_AND_CONSTANTS:
+            env = self.env
+            args, kwargs = tuple([env[a] if type(a) is fx.Node else a for a in n.args]), {}
+        else:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+        count = self._count
+        read = self._read_memory
+        if read is not None and count:
+            self._mem_before[i] = read()
+        tick = self._tick
+        start = tick()
+        try:
+            out = getattr(self, n.op)(n.target, args, kwargs)
+        except Exception as e:  # noqa: BLE001  (any op failure is reported with the node that raised it)
+            return self._failed(n, plan, args, e)
+        end = tick()
+        self._starts[i] = start
+        self._ends[i] = end
+        if not count:
+            return out
+        # The counting run also records memory, the output shape and dtype, and the node's FLOPs.
+        if read is not None:
+            self._mem_after[i] = read()
+        self.measure(n, plan, args, kwargs, out)
         return out
 
     def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:
@@ -361,16 +414,9 @@ class FlopsInterpreter(fx.Interpreter):
         location = plan.location.path
         raise NodeExecutionError(
             f"running node '{n.name}' ({plan.target}{f' in module {location!r}' if location else ''}) failed "
-            f"with inputs ({_describe_inputs(args)}): {type(e).__name__}: {e}\n"
+            f"with inputs ({describe_inputs(args)}): {type(e).__name__}: {e}\n"
             f"  node: {n.format_node()}"
         ) from e
-
-    def _formula_failed(self, n: fx.Node, plan: NodePlan, e: Exception) -> None:
-        formula = plan.formula
-        message = f"formula {getattr(formula, '__qualname__', formula)} failed: {type(e).__name__}: {e}"
-        if self._strict:
-            raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
-        self.errors[plan.position] = message
 
 
 class _TrafficTable(NamedTuple):
@@ -504,7 +550,7 @@ def _aliases(own: StorageEntries, inputs: Any) -> bool:
     return keys <= seen
 
 
-def _describe_inputs(args: Any) -> str:
+def describe_inputs(args: Any) -> str:
     shapes = []
     for a in args:
         if isinstance(a, torch.Tensor):

@@ -21,8 +21,8 @@ from torch_flops.measure import MEMORY_FUNCTIONS, Timer, make_timer
 
 __all__ = ["TRACERS", "Options", "TracerName"]
 
-TracerName = Literal["auto", "fx", "export"]
-TRACERS: tuple[str, ...] = ("auto", "fx", "export")
+TracerName = Literal["auto", "eager", "fx", "export"]
+TRACERS: tuple[str, ...] = ("auto", "eager", "fx", "export")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import enum
 import functools
 import itertools
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
-__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "make_plan", "readable_target"]
+__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "finish_plan", "make_plan", "plan_node", "readable_target"]
 
 
 class NodeKind(enum.Enum):
@@ -113,24 +113,49 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
     ignored = set(ignore_ops)
     needed = _output_ancestors(gm.graph)
     frees = _last_uses(gm.graph)
-    nodes = []
     positions = {node: i for i, node in enumerate(gm.graph.nodes)}
-    for position, node in enumerate(gm.graph.nodes):
-        module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
-        key = _table_key(node, module) if node.op.startswith("call_") else node.op
-        kind, formula = _choose(node, module, key, table, ignored)
-        traffic = _traffic(node, key, module)
-        location = graph.locations[node]
-        target = location.attribute if node.op == "get_attr" and location.attribute else readable_target(node, gm)
-        nodes.append(NodePlan(
-            node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
-            location=location, needed=node in needed, frees=frees.get(node, ()), holds=node.op != "output",
-            internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
-                                                                     node.name.startswith("_guards")),
-            flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
-            traffic=traffic, param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
-            indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER,
-        ))
+    nodes = [plan_node(node, position, gm.get_submodule(str(node.target)) if node.op == "call_module" else None,
+                       graph.locations[node], table, ignored, positions, needed=node in needed,
+                       frees=frees.get(node, ()))
+             for position, node in enumerate(gm.graph.nodes)]
+    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
+                frees=tuple(p.frees for p in nodes))
+
+
+def plan_node(node: fx.Node, position: int, module: nn.Module | None, location: NodeLocation, table: FormulaTable,
+              ignored: set[str], positions: Mapping[fx.Node, int], *, needed: bool = True,
+              frees: tuple[int, ...] = ()) -> NodePlan:
+    """One node's plan (``module``: the module a ``call_module`` node calls). ``needed`` and
+    ``frees`` need the whole graph: :func:`finish_plan` fills them in for a graph built node by node."""
+    key = _table_key(node, module) if node.op.startswith("call_") else node.op
+    kind, formula = _choose(node, module, key, table, ignored, location.path)
+    traffic = _traffic(node, key, module)
+    if node.op == "get_attr" and location.attribute:
+        target = location.attribute
+    elif module is not None:
+        target = type(module).__name__
+    else:
+        target = readable_target(node, None)
+    return NodePlan(
+        node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
+        location=location, needed=needed, frees=frees, holds=node.op != "output",
+        internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
+                                                                 node.name.startswith("_guards")),
+        flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
+        traffic=traffic, param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
+        indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER,
+    )
+
+
+def finish_plan(graph: CapturedGraph, nodes: Sequence[NodePlan]) -> Plan:
+    """The plan of a graph whose nodes were planned one by one as it was built (the eager front
+    end): which nodes the output needs and each value's last use, from the finished graph."""
+    fx_graph = graph.graph_module.graph
+    needed = _output_ancestors(fx_graph)
+    frees = _last_uses(fx_graph)
+    for p in nodes:  # plans nobody else holds yet: filled in place (a replace() each cost ~7 us)
+        object.__setattr__(p, "needed", p.node in needed)
+        object.__setattr__(p, "frees", frees.get(p.node, ()))
     return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
                 frees=tuple(p.frees for p in nodes))
 
@@ -228,11 +253,12 @@ def _flat_args(node: fx.Node) -> FlatArgs:
 
 
 def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTable,
-            ignored: set[str]) -> tuple[NodeKind, Formula | None]:
+            ignored: set[str], path: str) -> tuple[NodeKind, Formula | None]:
     if node.op in ("placeholder", "get_attr", "output") or (
             node.op == "call_module" and str(node.target).startswith("_guards")):
         return NodeKind.ZERO, None
-    if key in ignored or (node.op == "call_module" and str(node.target) in ignored):
+    if key in ignored or (node.op == "call_module" and (str(node.target) in ignored or path in ignored)) or (
+            key.startswith("aten.") and key[5:] in ignored):  # ignore_ops=("relu",) also means aten.relu
         return NodeKind.IGNORED, None
     target = node.target
     if module is not None:
@@ -252,10 +278,10 @@ def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTab
     return NodeKind.COUNTED, formula
 
 
-def readable_target(node: fx.Node, gm: fx.GraphModule) -> str:
+def readable_target(node: fx.Node, gm: fx.GraphModule | None) -> str:
     """``Linear``, ``torch.relu``, ``F.linear``, ``operator.add``, ``Tensor.view``, ``aten.mm``."""
     if node.op == "call_module":
-        return type(gm.get_submodule(str(node.target))).__name__
+        return type(gm.get_submodule(str(node.target))).__name__ if gm is not None else str(node.target)
     if node.op == "call_method":
         return f"Tensor.{node.target}"
     if node.op == "call_function":

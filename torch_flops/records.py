@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import gc
 import json
 import os
 from collections import Counter
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from torch_flops._gc import gc_paused
 from torch_flops._validate import check_choice, check_depth, check_int
 from torch_flops.conventions import CONVENTIONS, recount
 from torch_flops.paths import ancestors, depth, module_chain
@@ -297,14 +297,9 @@ class Profile:
                           settings: Mapping[str, Any]) -> Profile:
         """The records of every executed node, in execution order, from what a run measured (the
         totals and the memory peak are summed on the way)."""
-        enabled = gc.isenabled()
-        gc.disable()  # thousands of small acyclic tuples: no collection passes while they are made
-        try:
+        with gc_paused():  # thousands of small tuples: no collection passes while they are made
             return cls._from_measurements(measurements, tracer=tracer, module_types=module_types,
                                           module_params=module_params, batch_size=batch_size, settings=settings)
-        finally:
-            if enabled:
-                gc.enable()
 
     @classmethod
     def _from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],

@@ -1,34 +1,81 @@
-"""What ``propagate`` gives back as it found it: the model's training flags and, for modules in
-training mode, their buffers (BatchNorm running statistics move on every training forward, and
-warmup/repeat run the forward more than once)."""
+"""Eager semantics around the runs of one ``propagate``.
+
+One ``propagate`` leaves the model, its buffers, the caller's tensors and the random number
+generators exactly as one call of the model would. Its extra runs (``warmup``, ``repeat``) must not
+add to that: :class:`ExtraRuns` gives each of them copies of the inputs and, after it, puts back the
+buffers (running statistics, counters, caches updated in forward) and the RNG state it found, so
+only the one counting run leaves its effects. A forward that updates its own *parameters* in
+place cannot be undone that way (copying every parameter would double the model's memory): extra
+runs of such a model raise, naming the parameter. :func:`model_state_restored` gives the modules'
+``training`` flags back, also when a run fails.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import _pytree
 
-__all__ = ["model_state_restored"]
+__all__ = ["ExtraRuns", "copy_inputs", "model_state_restored"]
 
 
 @contextlib.contextmanager
 def model_state_restored(model: nn.Module) -> Iterator[None]:
-    """Restore every module's ``training`` flag and, where a module trains, its buffers, on exit
-    (also when the body raises)."""
-    modules = list(model.modules())
-    flags = [(m, m.training) for m in modules]
-    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-    if any(flag for _, flag in flags):
-        with torch.no_grad():
-            saved = [(b, b.clone()) for m in modules for b in m.buffers(recurse=False) if b.device.type != "meta"]
+    """Restore every module's ``training`` flag on exit (also when the body raises)."""
+    flags = [(m, m.training) for m in model.modules()]
     try:
         yield
     finally:
         for module, flag in flags:
             if module.training is not flag:
                 module.training = flag
+
+
+def copy_inputs(value: Any) -> Any:
+    """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``), so
+    that an extra run's in-place updates of its inputs stay its own."""
+    def copy(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
         with torch.no_grad():
-            for buffer, copy in saved:
-                buffer.copy_(copy)
+            clone = leaf.clone()
+        return clone.requires_grad_(leaf.requires_grad) if leaf.is_leaf and leaf.requires_grad else clone
+
+    return _pytree.tree_map(copy, value)
+
+
+class ExtraRuns:
+    """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
+
+    def __init__(self, *models: nn.Module) -> None:
+        buffers: dict[int, tuple[str, torch.Tensor]] = {}
+        params: dict[int, tuple[str, torch.Tensor]] = {}
+        for model in models:  # the model and the graph module that runs it (an export graph holds copies)
+            for name, b in model.named_buffers():
+                buffers.setdefault(id(b), (name, b))
+            for name, p in model.named_parameters():
+                params.setdefault(id(p), (name, p))
+        with torch.no_grad():
+            self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]
+        self._versions = [(name, p, p._version) for name, p in params.values()]
+        self._cpu_rng = torch.get_rng_state()
+        self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
+            else None
+
+    def undo(self) -> None:
+        """Put the buffers and the RNG state back; ``ValueError`` when the run changed a parameter."""
+        with torch.no_grad():
+            for _, buffer, saved in self._buffers:
+                buffer.copy_(saved)
+        torch.set_rng_state(self._cpu_rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self._cuda_rng)
+        for name, param, version in self._versions:
+            if param._version != version:
+                raise ValueError(
+                    f"the model updates its parameter {name!r} in forward, which an extra run cannot undo: "
+                    "profile it with warmup=0 and repeat=1 (one call, as eager)")

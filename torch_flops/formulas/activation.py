@@ -92,7 +92,7 @@ _register_activation("threshold", 1, ("Threshold",), ("threshold", "_threshold",
 _register_activation("glu", 4, ("GLU",), ("glu",), (), ("glu",))
 # 5 per element: max, sub max, exp, sum, div by the sum
 _register_activation("softmax", 5, ("Softmax", "Softmax2d"), ("softmax", "special_softmax"), ("softmax",),
-                     ("softmax", "_softmax", "special_softmax"))
+                     ("softmax", "_softmax", "_safe_softmax", "special_softmax"))
 # 5 per element: max, sub max, exp, sum, sub of log(sum) (one log per row is not counted)
 _register_activation("log_softmax", 5, ("LogSoftmax",), ("log_softmax", "special_log_softmax"), ("log_softmax",),
                      ("log_softmax", "_log_softmax", "special_log_softmax"))

@@ -226,6 +226,12 @@ class FormulaTable:
                 classes.append(key)
         return tuple(classes), frozenset(names)
 
+    def user_graph_keys(self) -> list[Any]:
+        """Function and Tensor-method keys whose formula the user added or replaced: only a graph
+        front end (fx) sees those calls whole; at the aten level they are their ops."""
+        return [key for key, formula in self._entries.items()
+                if key_kind(key) in ("function", "method") and self._builtin.get(key) is not formula]
+
     # ------------------------------------------------------------------ finding
     def _names(self) -> dict[tuple[Kind, str], list[Any]]:
         if self._index is None:
