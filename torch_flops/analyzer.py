@@ -10,16 +10,18 @@ give a :class:`~torch_flops.capture.Capture`, ``make_plan`` a :class:`~torch_flo
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import fx, nn
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
-from torch_flops.capture import Capture, CapturedGraph, capture_export, capture_fx
+from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
 from torch_flops.errors import (
     DroppedOutputWarning,
@@ -89,6 +91,8 @@ class TorchFLOPsByFX:
         self._capture: Capture | None = None  # the capture of the last propagate (or fx's, made here)
         self._graph: Capture | None = None  # the fx or export graph(s), kept across calls
         self._data_fallback = False  # meta inputs the model reads values of: torch.export instead
+        self._fx_first = False  # an fx graph was captured (so a stale one is captured again by fx)
+        self._model_print = _fingerprint(model)  # the model's state when the graph was captured
         self._fx_error: TracingError | None = None
         self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
         self._measured: tuple[Capture, Measurements, int | None] | None = None
@@ -104,6 +108,7 @@ class TorchFLOPsByFX:
             shown.step("capturing (torch.fx)")
             try:
                 self._capture = self._graph = capture_fx(model, self.options.capture_options(self.tables))
+                self._fx_first = True
             except TracingError as e:
                 if tracer == "fx":
                     raise
@@ -131,31 +136,41 @@ class TorchFLOPsByFX:
         On the default front end (``tracer="auto"``/``"eager"``) this *is* one call of the model,
         with everything one call does (hooks, in-place updates, buffers, random numbers); extra
         ``warmup``/``repeat`` calls get copies of the inputs and leave no trace."""
-        options = self.options
-        progress = Progress(options.progress)
+        progress = Progress(self.options.progress)
         try:
-            if not self._eager and self._graph is None and self._fx_error is not None and options.tracer == "auto":
-                self._eager = True
-                warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
-                              "where the formulas you registered for Python functions or Tensor methods do not apply "
-                              "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=2)
-            meta = input_device((args, kwargs), self.model).type == "meta"
-            if self._eager and not (meta and self._data_fallback):
-                try:
-                    output, capture, measurements = self._propagate_eager(args, kwargs, progress)
-                except NodeExecutionError as e:
-                    if not (meta and options.tracer == "auto" and getattr(e, "needs_values", False)):
-                        raise
-                    self._data_fallback = True
-                    warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), "
-                                  "which meta tensors do not have, so this meta profile comes from the graph "
-                                  "torch.export traces instead of from a run.", TracerFallbackWarning, stacklevel=2)
-                    output, capture, measurements = self._propagate_graph(args, kwargs, progress)
-            else:
-                output, capture, measurements = self._propagate_graph(args, kwargs, progress)
+            output, capture, measurements = self._propagate(args, kwargs, progress)
         finally:
             progress.done()
         self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
+        self._warn_unsupported(measurements)
+        return output
+
+    def _propagate(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   progress: Progress) -> tuple[Any, Capture, Measurements]:
+        """The front end for these inputs: eager (falling back to torch.export for meta inputs the
+        model reads values of), or the fx/export graph."""
+        options = self.options
+        if not self._eager and self._graph is None and self._fx_error is not None and options.tracer == "auto":
+            self._eager = True
+            warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
+                          "where the formulas you registered for Python functions or Tensor methods do not apply "
+                          "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=4)
+        meta = input_device((args, kwargs), self.model).type == "meta"
+        if not self._eager or (meta and self._data_fallback):
+            return self._propagate_graph(args, kwargs, progress)
+        try:
+            return self._propagate_eager(args, kwargs, progress)
+        except NodeExecutionError as e:
+            if not (meta and options.tracer == "auto" and getattr(e, "needs_values", False)):
+                raise
+        self._data_fallback = True
+        warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
+                      "tensors do not have, so this meta profile comes from the graph torch.export traces instead of "
+                      "from a run.", TracerFallbackWarning, stacklevel=4)
+        return self._propagate_graph(args, kwargs, progress)
+
+    def _warn_unsupported(self, measurements: Measurements) -> None:
+        """One warning per target without a formula, per counter, at the caller's line."""
         for target, nodes in measurements.unsupported().items():
             if target in self._warned:
                 continue
@@ -165,8 +180,7 @@ class TorchFLOPsByFX:
                 f"torch_flops: no FLOPs formula for {target} ({len(nodes)} node(s): {names}; {nodes[0][1]}); "
                 "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
                 "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
-                UnsupportedOpWarning, stacklevel=2)
-        return output
+                UnsupportedOpWarning, stacklevel=3)
 
     def _propagate_graph(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                          progress: Progress) -> tuple[Any, Capture, Measurements]:
@@ -180,7 +194,7 @@ class TorchFLOPsByFX:
             runner.plan.check_strict()
         inputs = graph.bind(args, kwargs)
         device = input_device((args, kwargs), self.model)
-        with model_state_restored(self.model):
+        with TRACE_GATE.running(), model_state_restored(self.model):  # no fx/export trace meanwhile
             output, measurements = runner.run(
                 inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
                 timer=options.timer_for(device), progress=progress, model=self.model,
@@ -206,7 +220,7 @@ class TorchFLOPsByFX:
 
         total = warmups + repeats + 1
         extra: list[EagerRecording] = []
-        with model_state_restored(model), gc_paused():
+        with TRACE_GATE.running(), model_state_restored(model), gc_paused():  # no fx/export trace meanwhile
             saved = ExtraRuns(model) if warmups or repeats else None
             for i in range(warmups + repeats):
                 progress.step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
@@ -234,14 +248,22 @@ class TorchFLOPsByFX:
         return output, capture, measurements
 
     def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
-        if self._graph is not None and self._graph.accepts(args, kwargs):
-            self._capture = self._graph
-            return self._graph
+        graph = self._graph
+        if graph is not None and graph.front_end != "graph_module" and self._model_print != _fingerprint(self.model):
+            # train()/eval(), a dtype or device move, replaced parameters or modules since the capture:
+            # the graph may hold a branch or tensors the model no longer has; capture again
+            graph = self._graph = None
+            self._runners = {}
+            if self.options.tracer == "fx" or self._fx_first:
+                progress.step("capturing (torch.fx)")
+                graph = self._graph = capture_fx(self.model, self.options.capture_options(self.tables))
+                self._model_print = _fingerprint(self.model)
+        if graph is not None and graph.accepts(args, kwargs):
+            self._capture = graph
+            return graph
         progress.step("capturing (torch.export)")
         capture = capture_export(self.model, args, kwargs, fx_error=self._fx_error)
-        if self._fx_error is not None and self._graph is None:
-            warnings.warn(f"torch_flops: profiling the torch.export graph because symbolic tracing failed: "
-                          f"{str(self._fx_error).splitlines()[0]}", TracerFallbackWarning, stacklevel=3)
+        self._model_print = _fingerprint(self.model)
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
@@ -398,6 +420,15 @@ class TorchFLOPsByFX:
     def export_chrome_trace(self, path: str, convention: str = "torch_flops") -> None:
         """Write a Trace Event Format file (chrome://tracing, Perfetto); ``ValueError`` untimed."""
         report.write_chrome_trace(self.in_convention(convention), path)
+
+
+def _fingerprint(model: nn.Module) -> tuple[Any, ...]:
+    """What a captured graph depends on: every module (identity and training flag) and every
+    parameter and buffer (identity, dtype, device, shape)."""
+    modules = tuple((id(m), m.training) for m in model.modules())
+    tensors = tuple((id(t), t.dtype, t.device, None if isinstance(t, UninitializedTensorMixin) else t.shape)
+                    for t in itertools.chain(model.parameters(), model.buffers()))
+    return modules, tensors
 
 
 def _median(values: tuple[float | None, ...]) -> float | None:

@@ -14,9 +14,12 @@ the cause and what the user can do.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +31,14 @@ from torch_flops.errors import TracingError
 from torch_flops.paths import module_chain
 
 __all__ = [
+    "TRACE_GATE",
     "Capture",
     "CaptureOptions",
     "CapturedGraph",
     "ExportBinder",
     "FxBinder",
     "NodeLocation",
+    "TraceGate",
     "bind_inputs",
     "capture_export",
     "capture_fx",
@@ -221,6 +226,9 @@ class _LeafTracer(fx.Tracer):
 
     def __init__(self, options: CaptureOptions) -> None:
         super().__init__()
+        # buffers read in forward become graph nodes (fx's default leaves them as constants): an
+        # update in forward (`self.calls.add_(1)`) is then in the graph and runs on every call
+        self.proxy_buffer_attributes = True
         self._leaf_types = options.leaf_types
         self._leaf_paths = options.leaf_paths
         self._leaf_names = options.leaf_names
@@ -285,7 +293,10 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     tracer = _LeafTracer(options)
     concrete = dict(options.concrete_args) if options.concrete_args else None
     try:
-        graph = tracer.trace(model, concrete_args=concrete)
+        # fx patches torch process-wide while it traces (Module.__call__, wrapped functions):
+        # one trace at a time; and what the forward does to real buffers while tracing is undone
+        with TRACE_GATE.tracing(), _buffers_kept(model):
+            graph = tracer.trace(model, concrete_args=concrete)
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
         raise TracingError(
@@ -293,6 +304,89 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
         ) from e
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+class TraceGate:
+    """torch.fx (and torch.export) patch torch for the whole process while they trace
+    (``Module.__call__``, wrapped functions): a model called in another thread meanwhile would be
+    traced instead of run. Traces take the gate alone (:meth:`tracing`); runs of a model
+    (:meth:`running`, any number at once in as many threads) wait for a trace to finish, and a
+    trace for the runs under way. A thread that already holds the gate may enter again."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._runs: dict[int, int] = {}  # thread -> how deep it is in running()
+        self._tracer: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            while (self._tracer not in (None, me)) or any(t != me for t in self._runs):
+                self._cond.wait()
+            self._tracer, self._depth = me, self._depth + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._tracer = None
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            while self._tracer not in (None, me):
+                self._cond.wait()
+            self._runs[me] = self._runs.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._runs[me] -= 1
+                if not self._runs[me]:
+                    del self._runs[me]
+                self._cond.notify_all()
+
+
+#: the one gate of the process (see :class:`TraceGate`)
+TRACE_GATE = TraceGate()
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """torch.export logs warnings of its own to stderr ("Unable to find user code..."): errors only
+    while it traces (what went wrong reaches the user as a TracingError); levels restored after."""
+    loggers = [logging.getLogger(name) for name in ("torch", "torch._export", "torch.export", "torch._dynamo",
+                                                    "torch.fx.experimental.symbolic_shapes")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.level, logging.ERROR))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _buffers_kept(model: nn.Module) -> Iterator[None]:
+    """Symbolic tracing runs the forward's Python code, and an in-place update of a real buffer
+    (``self.calls.add_(1)``) then happens for real: such buffers get their values back."""
+    buffers = [b for b in model.buffers() if b.device.type != "meta"]
+    versions = [b._version for b in buffers]
+    with torch.no_grad():
+        saved = [b.clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, version, copy in zip(buffers, versions, saved):
+                if buffer._version != version:
+                    buffer.copy_(copy)
 
 
 def check_initialized(model: nn.Module) -> None:
@@ -391,14 +485,14 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     wrapper = _ExportWrapper(model, dropped)
     was_training = [(m, m.training) for m in model.modules()]
     try:
-        with torch.no_grad():
+        with TRACE_GATE.tracing(), _quiet_torch_logs(), torch.no_grad():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
         error = TracingError(
             f"torch.export could not trace {type(model).__name__} with inputs "
             f"({_describe(args, kwargs)}): {type(e).__name__}: {_first_line(e)}\n"
             "What to try: check the input names and shapes against the model's forward(); for "
-            "data-dependent Python control flow use tracer='fx' with concrete_args or leaf_modules."
+            "data-dependent Python control flow use tracer='auto' (the model as it runs) on real tensors."
         )
         if fx_error is not None:
             raise TracingError(

@@ -763,9 +763,15 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
         if isinstance(text, bytes):
             with os.fdopen(fd, "wb") as fb:
                 fb.write(text)
+                fb.flush()
+                os.fsync(fb.fileno())
         else:
             with os.fdopen(fd, "w", newline="") as f:
                 f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        # the permissions a plain open() would give (mkstemp makes the file private), or the old file's
+        os.chmod(tmp, os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -773,6 +779,20 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None, indent: int | None = 2,

@@ -1,0 +1,431 @@
+"""The program profiled is the program the user runs: data-dependent models, inputs and buffers
+mutated exactly once, hooks, custom autograd Functions, models changed after the counter was made,
+plain containers, signatures, TorchScript, threads, files and warnings. Each model is compared
+with an eager twin: output, gradients, inputs, parameters and buffers bit for bit, and
+``2 * total_macs`` with FlopCounterMode run eagerly on the same inputs."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import os
+import threading
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import fx, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from torch_flops import NodeExecutionError, TorchFLOPsByFX, UnsupportedOpWarning, report
+
+
+def _flop_counter(model: nn.Module, *args: Any, **kwargs: Any) -> int:
+    with FlopCounterMode(display=False) as mode, torch.no_grad():
+        model(*args, **kwargs)
+    return int(mode.get_total_flops())
+
+
+# ----------------------------------------------------------------------------- data-dependent models
+
+
+class EarlyExit(nn.Module):
+    """Stops after the first block whose output is confident enough (an .item() branch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+            if x.abs().mean().item() > 0.5:
+                break
+        return x
+
+
+class NormLoop(nn.Module):
+    """Halves until the norm is small: the loop count depends on the data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc(x)
+        while x.norm() > 1.0:
+            x = x * 0.5
+        return x
+
+
+class Detector(nn.Module):
+    """A head that runs only on the boxes whose score passes a threshold (maybe none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.score = nn.Linear(8, 1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = self.score(x).squeeze(-1) > 0
+        if not keep.any():
+            return x.new_zeros(0, 4)
+        return self.head(x[keep])
+
+
+class PythonMoE(nn.Module):
+    """Top-1 routing read back with .tolist(): each expert runs on the tokens routed to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(8, 3)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        choice = self.router(x).argmax(-1).tolist()
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows = [i for i, c in enumerate(choice) if c == e]
+            if rows:
+                index = torch.tensor(rows)
+                out[index] = expert(x[index])
+        return out
+
+
+@pytest.mark.parametrize("build", [EarlyExit, NormLoop, Detector, PythonMoE], ids=lambda b: b.__name__)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_data_dependent_models_profile_as_they_run(build: Any, seed: int) -> None:
+    torch.manual_seed(seed)
+    model = build().eval()
+    x = torch.randn(6, 16 if build is EarlyExit else 8) * (3 if build is NormLoop else 1)
+    with torch.no_grad():
+        expected = model(x)
+        counter = TorchFLOPsByFX(model)  # "auto": the model as it runs
+        out = counter.propagate(x)
+    assert counter.tracer_used == "eager"
+    assert torch.equal(out, expected)
+    assert counter.unsupported == {}
+    assert 2 * counter.total_macs == _flop_counter(model, x)  # what ran, not a graph of one path
+    assert counter.total_macs > 0
+
+
+def test_data_dependent_loop_count_is_the_real_one() -> None:
+    torch.manual_seed(0)
+    model = NormLoop().eval()
+    for scale, _ in ((1.0, "few"), (100.0, "many")):
+        x = torch.randn(4, 8) * scale
+        with torch.no_grad():
+            y, halvings = model.fc(x), 0
+            while y.norm() > 1.0:
+                y, halvings = y * 0.5, halvings + 1
+        counter = TorchFLOPsByFX(model)
+        with torch.no_grad():
+            counter.propagate(x)
+        muls = [r for r in counter.records if r.target == "Tensor.mul"]
+        assert len(muls) == halvings  # one multiply node per iteration that ran
+
+
+# ----------------------------------------------------------------------------- inputs and buffers
+
+
+class MutatesInput(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x + 1
+
+
+class CountsCalls(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx", "export"])
+def test_inputs_are_mutated_exactly_once(tracer: str) -> None:
+    x = torch.ones(3)
+    counter = TorchFLOPsByFX(MutatesInput(), warmup=2, repeat=3, tracer=tracer)  # type: ignore[arg-type]
+    out = counter.propagate(x)
+    assert torch.equal(x, torch.full((3,), 2.0))  # eager: 1 * 2, once (not 2**6)
+    assert torch.equal(out, torch.full((3,), 3.0))
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx", "export"])
+def test_buffers_updated_once_per_propagate_and_never_at_construction(tracer: str) -> None:
+    model = CountsCalls().eval()
+    counter = TorchFLOPsByFX(model, warmup=2, repeat=3, tracer=tracer)  # type: ignore[arg-type]
+    assert int(model.calls) == 0  # constructing the counter ran nothing
+    counter.propagate(torch.randn(2, 4))
+    assert int(model.calls) == 1
+    counter.propagate(torch.randn(2, 4))
+    assert int(model.calls) == 2
+
+
+def test_training_model_state_equals_an_eager_twin(same_state: Any) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2)).train()
+    twin = copy.deepcopy(model)
+    x = torch.randn(16, 8)
+    torch.manual_seed(1)
+    out = TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    torch.manual_seed(1)
+    expected = twin(x)
+    assert torch.equal(out, expected)  # the same dropout mask: extra runs gave the RNG state back
+    same_state(model, twin)
+    out.sum().backward()
+    expected.sum().backward()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_a_parameter_updated_in_forward_cannot_be_repeated() -> None:
+    class SelfUpdating(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3), requires_grad=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.w.add_(1)
+            return x * self.w
+
+    model = SelfUpdating()
+    assert torch.equal(TorchFLOPsByFX(model).propagate(torch.ones(3)), torch.full((3,), 2.0))  # one call: fine
+    with pytest.raises(ValueError, match="updates its parameter 'w' in forward.*warmup=0 and repeat=1"):
+        TorchFLOPsByFX(model, repeat=2).propagate(torch.ones(3))
+
+
+# ----------------------------------------------------------------------------- hooks and autograd
+
+
+def test_forward_hooks_and_pre_hooks_run() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    calls: list[str] = []
+    model.register_forward_hook(lambda m, a, out: out * 10)  # the root's: changes the output
+    model[0].register_forward_pre_hook(lambda m, a: (calls.append("pre"), (a[0] + 1,))[1])
+    model[2].register_forward_hook(lambda m, a, out: calls.append("post"))
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        out = TorchFLOPsByFX(model).propagate(x)
+        assert calls == ["pre", "post"]  # once each
+        expected = model(x)
+    assert torch.equal(out, expected)
+
+
+class _STE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.round()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad  # straight through: round() has no gradient of its own
+
+
+class Quantized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(_STE.apply(x * 3))
+
+
+def test_custom_autograd_function_keeps_its_backward() -> None:
+    torch.manual_seed(0)
+    model = Quantized()
+    x = torch.randn(5, 4, requires_grad=True)
+    TorchFLOPsByFX(model).propagate(x).sum().backward()
+    profiled = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    assert torch.equal(profiled, x.grad)  # 3 * fc.weight per row, not the 0 of round()
+    assert profiled.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- changed models
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_a_model_changed_after_construction_is_not_run_stale(tracer: str) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.9)).eval()
+    counter = TorchFLOPsByFX(model, tracer=tracer)  # type: ignore[arg-type]
+    x = torch.randn(8, 4)
+    assert torch.equal(counter.propagate(x), model(x))
+    model.train()  # dropout now drops
+    torch.manual_seed(0)
+    out = counter.propagate(x)
+    torch.manual_seed(0)
+    assert torch.equal(out, model(x))
+    model.eval().double()  # new parameter objects of another dtype
+    out = counter.propagate(x.double())
+    assert out.dtype == torch.float64 and torch.equal(out, model(x.double()))
+    model[0] = nn.Linear(4, 6).double()  # a replaced module
+    out = counter.propagate(x.double())
+    assert out.shape == (8, 6) and torch.equal(out, model(x.double()))
+
+
+def test_fx_outputs_come_back_in_plain_containers() -> None:
+    class Dicty(nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, Any]:
+            return {"a": x * 2, "b": [x + 1, x - 1]}
+
+    for tracer in ("auto", "fx"):
+        out = TorchFLOPsByFX(Dicty(), tracer=tracer).propagate(torch.ones(2))  # type: ignore[arg-type]
+        assert type(out) is dict and type(out["b"]) is list
+        out["c"] = 1  # writable, as the model's own output is
+        out["b"].append(2)
+
+
+# ----------------------------------------------------------------------------- signatures
+
+
+def test_varargs_kwargs_and_omitted_optional_arguments() -> None:
+    class Star(nn.Module):
+        def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+            return torch.stack(xs).sum(0)
+
+    class Kw(nn.Module):
+        def forward(self, x: torch.Tensor, **kw: torch.Tensor) -> torch.Tensor:
+            return x * kw["scale"]
+
+    class Optional(nn.Module):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+            return x if mask is None else x * mask
+
+    a, b = torch.randn(3), torch.randn(3)
+    assert torch.equal(TorchFLOPsByFX(Star()).propagate(a, b, a), torch.stack([a, b, a]).sum(0))
+    assert torch.equal(TorchFLOPsByFX(Kw()).propagate(a, scale=b), a * b)
+    counter = TorchFLOPsByFX(Optional())
+    assert torch.equal(counter.propagate(a), a)  # mask left out: its default, as in eager
+    assert torch.equal(counter.propagate(a, mask=b), a * b)
+    with pytest.raises(TypeError, match="unexpected keyword input.*'maks'"):
+        counter.propagate(a, maks=b)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_gets_one_clear_sentence() -> None:
+    scripted = torch.jit.script(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="TorchScript model .* has none: profile the nn.Module before scripting"):
+        TorchFLOPsByFX(scripted)
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def test_threads_profile_their_own_models_and_leave_torch_unpatched() -> None:
+    call, getattr_ = nn.Module.__call__, nn.Module.__getattr__
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            torch.manual_seed(i)
+            model = nn.Sequential(nn.Linear(8, 8 * (i + 1)), nn.ReLU(), nn.Linear(8 * (i + 1), 2))
+            x = torch.randn(4, 8)
+            for _ in range(5):
+                counter = TorchFLOPsByFX(model, tracer="fx" if i % 2 else "auto")
+                with torch.no_grad():
+                    out = counter.propagate(x)
+                    assert torch.equal(out, model(x))
+            results[i] = counter.total_macs
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # Linear(8, 8k) + Linear(8k, 2) on 4 rows: 4*8*8k + 4*8k*2 MACs = 320 k
+    assert results == {i: 320 * (i + 1) for i in range(4)}
+    assert nn.Module.__call__ is call and nn.Module.__getattr__ is getattr_
+    assert not fx._symbolic_trace.is_fx_tracing()
+    assert not torch.nn.modules.module._global_forward_hooks  # the recording's hooks are gone
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TorchFLOPsByFX(nn.Linear(2, 2))
+    counter.propagate(torch.randn(1, 2))
+    path = tmp_path / "profile.json"
+    counter.to_json(str(path))
+    good = path.read_text()
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    for write in (lambda: counter.to_json(str(path)), lambda: counter.save_result_to_csv(str(path)),
+                  lambda: counter.export_chrome_trace(str(path))):
+        with pytest.raises(OSError, match="No space left"):
+            write()
+        assert path.read_text() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.json"]  # no partial temporary file
+
+
+def test_a_read_only_directory_is_refused_up_front(tmp_path: Any) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError, match="not writable"):
+            report.write_atomic(tmp_path / "x.csv", "a")
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_files_get_the_usual_permissions(tmp_path: Any) -> None:
+    path = tmp_path / "out.txt"
+    report.write_atomic(path, "x")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# ----------------------------------------------------------------------------- warnings
+
+
+class _Mystery(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def test_one_warning_per_target_per_counter_at_the_callers_line() -> None:
+    model = nn.Sequential(_Mystery(), nn.Linear(2, 2))
+    counters = [TorchFLOPsByFX(model, leaf_modules=(_Mystery,)) for _ in range(3)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for counter in counters:
+            counter.propagate(torch.randn(1, 2))
+            counter.propagate(torch.randn(1, 2))  # the same counter again: no second warning
+    ours = [w for w in caught if issubclass(w.category, UnsupportedOpWarning)]
+    assert len(ours) == 3
+    assert all(w.filename == __file__ for w in ours)  # points at the propagate() line above
+
+
+def test_an_op_error_inside_the_model_is_the_models_own_exception() -> None:
+    class Catches(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                return x @ torch.ones(5, 5)  # fails: (2, 3) @ (5, 5)
+            except RuntimeError:
+                return x * 2  # the model handles it, as it would eagerly
+
+    x = torch.ones(2, 3)
+    assert torch.equal(TorchFLOPsByFX(Catches()).propagate(x), x * 2)
+    with pytest.raises(NodeExecutionError, match=r"'matmul' \(Tensor.matmul\)") as info:
+        TorchFLOPsByFX(_Raises()).propagate(x)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+class _Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.ones(5, 5)
