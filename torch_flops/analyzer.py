@@ -11,13 +11,13 @@ give a :class:`~torch_flops.capture.Capture`, ``make_plan`` a :class:`~torch_flo
 from __future__ import annotations
 
 import itertools
+import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import fx, nn
-from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
@@ -92,7 +92,7 @@ class TorchFLOPsByFX:
         self._graph: Capture | None = None  # the fx or export graph(s), kept across calls
         self._data_fallback = False  # meta inputs the model reads values of: torch.export instead
         self._fx_first = False  # an fx graph was captured (so a stale one is captured again by fx)
-        self._model_print = _fingerprint(model)  # the model's state when the graph was captured
+        self._snapshot = _Snapshot(model)  # the model's state when the graph was captured (set below)
         self._fx_error: TracingError | None = None
         self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
         self._measured: tuple[Capture, Measurements, int | None] | None = None
@@ -109,6 +109,7 @@ class TorchFLOPsByFX:
             try:
                 self._capture = self._graph = capture_fx(model, self.options.capture_options(self.tables))
                 self._fx_first = True
+                self._snapshot = _Snapshot(model, self._graph.graph_module)
             except TracingError as e:
                 if tracer == "fx":
                     raise
@@ -249,7 +250,7 @@ class TorchFLOPsByFX:
 
     def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
         graph = self._graph
-        if graph is not None and graph.front_end != "graph_module" and self._model_print != _fingerprint(self.model):
+        if graph is not None and graph.front_end != "graph_module" and not self._snapshot.holds():
             # train()/eval(), a dtype or device move, replaced parameters or modules since the capture:
             # the graph may hold a branch or tensors the model no longer has; capture again
             graph = self._graph = None
@@ -257,13 +258,13 @@ class TorchFLOPsByFX:
             if self.options.tracer == "fx" or self._fx_first:
                 progress.step("capturing (torch.fx)")
                 graph = self._graph = capture_fx(self.model, self.options.capture_options(self.tables))
-                self._model_print = _fingerprint(self.model)
+                self._snapshot = _Snapshot(self.model, graph.graph_module)
         if graph is not None and graph.accepts(args, kwargs):
             self._capture = graph
             return graph
         progress.step("capturing (torch.export)")
         capture = capture_export(self.model, args, kwargs, fx_error=self._fx_error)
-        self._model_print = _fingerprint(self.model)
+        self._snapshot = _Snapshot(self.model)  # export holds its own copies: the flags alone
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
@@ -422,13 +423,37 @@ class TorchFLOPsByFX:
         report.write_chrome_trace(self.in_convention(convention), path)
 
 
-def _fingerprint(model: nn.Module) -> tuple[Any, ...]:
-    """What a captured graph depends on: every module (identity and training flag) and every
-    parameter and buffer (identity, dtype, device, shape)."""
-    modules = tuple((id(m), m.training) for m in model.modules())
-    tensors = tuple((id(t), t.dtype, t.device, None if isinstance(t, UninitializedTensorMixin) else t.shape)
-                    for t in itertools.chain(model.parameters(), model.buffers()))
-    return modules, tensors
+class _Snapshot:
+    """What a captured graph depends on beyond the objects it shares with the model: the training
+    flag of every module (the branch fx took) and, for every module and tensor the graph calls or
+    reads, the object at each step of its path (a replaced module, parameter or buffer is not the
+    graph's). A move to another dtype or device keeps the objects, and the graph sees it. Taken
+    once per capture; :meth:`holds` is a few C-level scans on every call."""
+
+    def __init__(self, model: nn.Module, graph: fx.GraphModule | None = None) -> None:
+        self._modules = list(model.modules())
+        self._flags = [m.training for m in self._modules]
+        links: dict[int, tuple[dict[str, Any], str, Any]] = {}
+        if graph is not None:  # fx: what the graph calls and reads
+            targets = [str(n.target) for n in graph.graph.nodes if n.op in ("call_module", "get_attr")]
+        else:  # export: the graph was traced from every parameter and buffer
+            targets = [name for name, _ in itertools.chain(model.named_parameters(), model.named_buffers())]
+        for target in targets:
+            owner: Any = model
+            for name in target.split("."):
+                store = next((d for d in (owner._modules, owner._parameters, owner._buffers) if name in d), None) \
+                    if isinstance(owner, nn.Module) else None
+                if store is None:  # not the model's (a constant of the graph's own)
+                    break
+                owner = store[name]
+                links[id(owner)] = (store, name, owner)
+        self._stores = [store for store, _, _ in links.values()]
+        self._names = [name for _, name, _ in links.values()]
+        self._objects = [obj for _, _, obj in links.values()]
+
+    def holds(self) -> bool:
+        return ([m.training for m in self._modules] == self._flags
+                and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
 
 
 def _median(values: tuple[float | None, ...]) -> float | None:

@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="torch device for the model and inputs (default: cpu)")
     p.add_argument("--meta", action="store_true",
                    help="build the model and inputs on the meta device: counts only, nothing timed or allocated")
-    p.add_argument("--tracer", choices=("auto", "fx", "export"), default="auto", help="graph front end")
+    p.add_argument("--tracer", choices=("auto", "eager", "fx", "export"), default="auto",
+                   help="front end: auto (default: the model as it runs, eager), eager, fx (symbolic trace), export")
     p.add_argument("--format", choices=_FORMATS, default="tree", help="output (default: tree)")
     p.add_argument("--group-by", choices=report.GROUP_BY, default="node",
                    help="rows of --format table/csv/markdown (default: node)")

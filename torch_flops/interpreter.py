@@ -270,7 +270,11 @@ class NodeMeasurer:
             nbytes = out.nbytes
             entries: StorageEntries = None
             if plan.holds:
-                entries = storage_key(out)
+                try:  # storage_key(out), inlined: this runs for every node
+                    storage = out.untyped_storage()
+                    entries = (storage._cdata, storage.nbytes())
+                except (RuntimeError, NotImplementedError):
+                    entries = storage_key(out)
                 nbytes = min(nbytes, entries[1])
         else:
             shape = output_shape(out)

@@ -208,8 +208,9 @@ class LiveTensors:
 
     def __init__(self, excluded_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
-        self._held: dict[int, list[int]] = {}  # storage key -> [nbytes, holders]
-        self._by_value: dict[Any, tuple[int, ...]] = {}
+        self._held: dict[int, int] = {}  # storage key -> how many live values hold it
+        #: value -> the (storage key, bytes) pairs it holds: one pair, or a tuple of pairs
+        self._by_value: dict[Any, Any] = {}
         self._excluded = excluded_keys
 
     @staticmethod
@@ -221,32 +222,34 @@ class LiveTensors:
         if entries is None:
             return
         pairs = (entries,) if type(entries[0]) is int else entries
-        keys = []
+        kept = []
         held = self._held
-        for skey, nbytes in pairs:  # type: ignore[misc]
+        for pair in pairs:  # type: ignore[union-attr]
+            skey, nbytes = pair  # type: ignore[misc]
             if skey in self._excluded:
                 continue
-            entry = held.get(skey)
-            if entry is None:
-                held[skey] = [nbytes, 1]
+            count = held.get(skey)
+            if count is None:
+                held[skey] = 1
                 self.bytes += nbytes
             else:
-                entry[1] += 1
-            keys.append(skey)
-        if keys:
-            self._by_value[key] = tuple(keys)
+                held[skey] = count + 1
+            kept.append(pair)
+        if kept:
+            self._by_value[key] = tuple(kept)
 
     def release(self, key: Any) -> None:
-        keys = self._by_value.pop(key, None)
-        if keys is None:
+        pairs = self._by_value.pop(key, None)
+        if pairs is None:
             return
         held = self._held
-        for skey in keys:
-            entry = held[skey]
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.bytes -= entry[0]
+        for skey, nbytes in ((pairs,) if type(pairs[0]) is int else pairs):
+            count = held[skey] - 1
+            if count:
+                held[skey] = count
+            else:
                 del held[skey]
+                self.bytes -= nbytes
 
     def timeline(self, entries: Sequence[StorageEntries],
                  frees: Sequence[Iterable[int]]) -> tuple[list[int], list[int]]:
@@ -261,29 +264,37 @@ class LiveTensors:
         for i, value in enumerate(entries):
             before.append(live)
             if value is not None:
-                if type(value[0]) is int:  # one storage: (key, nbytes)
-                    skey, nbytes = value  # type: ignore[misc]
+                if type(value[0]) is int:  # one storage: (key, nbytes), kept as it is
+                    skey = value[0]
                     if skey not in excluded:
-                        entry = held.get(skey)
-                        if entry is None:
-                            held[skey] = [nbytes, 1]
-                            live += nbytes
+                        count = held.get(skey)
+                        if count is None:
+                            held[skey] = 1
+                            live += value[1]  # type: ignore[misc]
                         else:
-                            entry[1] += 1
-                        by_value[i] = (skey,)
+                            held[skey] = count + 1
+                        by_value[i] = value
                 else:
                     self.bytes = live
                     self.hold(i, value)
                     live = self.bytes
             after.append(live)
             for dead in frees[i]:
-                keys = by_value.pop(dead, None)
-                if keys is not None:
-                    for skey in keys:
-                        entry = held[skey]
-                        entry[1] -= 1
-                        if entry[1] == 0:
-                            live -= entry[0]
-                            del held[skey]
+                pairs = by_value.pop(dead, None)
+                if pairs is None:
+                    continue
+                if type(pairs[0]) is int:
+                    skey = pairs[0]
+                    count = held[skey] - 1
+                    if count:
+                        held[skey] = count
+                    else:
+                        del held[skey]
+                        live -= pairs[1]
+                else:
+                    self.bytes = live
+                    by_value[dead] = pairs
+                    self.release(dead)
+                    live = self.bytes
         self.bytes = live
         return before, after

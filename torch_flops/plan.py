@@ -18,7 +18,7 @@ import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx, nn
@@ -29,7 +29,8 @@ from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
-__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "Traffic", "finish_plan", "make_plan", "plan_node", "readable_target"]
+__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Traffic", "finish_plan", "make_plan", "plan_node",
+           "readable_target"]
 
 
 class NodeKind(enum.Enum):
@@ -76,6 +77,21 @@ class NodePlan:
     indexed: bool = False
 
 
+class RecordColumns(NamedTuple):
+    """Per node, in plan order: the record fields a plan decides (see ``Plan.record_columns``)."""
+
+    names: list[str]
+    ops: list[str]
+    targets: list[str]
+    paths: list[str]
+    module_types: list[str]
+    chains: list[tuple[str, ...]]
+    kinds: list[str]  #: NodeKind values
+    counted: list[bool]  #: a formula counts the node
+    internal: list[bool]  #: the graph's plumbing (its time counts toward no module)
+    notes: list[str]  #: why an unsupported node has no count
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """The plan of one captured graph: one :class:`NodePlan` per node, in graph order."""
@@ -91,12 +107,16 @@ class Plan:
         return tuple(p for p in self.nodes if p.kind is NodeKind.UNSUPPORTED)
 
     @functools.cached_property
-    def record_fields(self) -> tuple[tuple[Any, ...], ...]:
-        """Per node, what its record takes from the plan alone (built once, read on every run):
-        (position, name, op, target, module path, module type, module chain, kind value, whether it
-        has a formula, internal, table key)."""
-        return tuple((p.position, p.node.name, p.node.op, p.target, p.location.path, p.location.module_type,
-                      p.location.chain, p.kind.value, p.formula is not None, p.internal, p.key) for p in self.nodes)
+    def record_columns(self) -> RecordColumns:
+        """What the records take from the plan alone, column by column (built once, read on every
+        run): :class:`RecordColumns`."""
+        nodes = self.nodes
+        return RecordColumns(
+            names=[p.node.name for p in nodes], ops=[p.node.op for p in nodes], targets=[p.target for p in nodes],
+            paths=[p.location.path for p in nodes], module_types=[p.location.module_type for p in nodes],
+            chains=[p.location.chain for p in nodes], kinds=[p.kind.value for p in nodes],
+            counted=[p.formula is not None for p in nodes], internal=[p.internal for p in nodes],
+            notes=[f"no formula for {p.key!r}" if p.kind is NodeKind.UNSUPPORTED else "" for p in nodes])
 
     def check_strict(self) -> None:
         """``UnsupportedOpError`` listing the nodes without a formula, before anything runs."""
