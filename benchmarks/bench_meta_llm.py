@@ -5,6 +5,11 @@ total FLOPs and an analytic estimate. Repeats at 40 and 160 layers to show linea
     python benchmarks/bench_meta_llm.py            # 40, 80 and 160 layers, 1 x 2048 tokens
     python benchmarks/bench_meta_llm.py --layers 80
 
+Then, when transformers is installed, the same shape as a transformers LlamaForCausalLM (80 layers,
+meta, 1 x 2048 tokens): torch_flops' default front end (the model as it runs, with its records)
+against torch.export + FlopCounterMode over the exported graph, each in a fresh process, model
+construction excluded from the timed part (target: at most 0.5x, peak RSS <= 1 GB).
+
 Each depth runs in a fresh subprocess so its peak RSS is its own. "total s" is build + trace +
 propagate; "process s" is the whole subprocess, Python start-up and imports included.
 Prints, never asserts.
@@ -63,14 +68,75 @@ def run_one(layers: int, tokens: int) -> dict[str, float]:
     }
 
 
+def run_transformers(contender: str, layers: int, tokens: int) -> dict[str, float]:
+    import torch
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=layers,
+                                      num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+                                      max_position_embeddings=4096)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).eval()
+    if contender == "export":
+        # torch.export cannot return the DynamicCache; without a cache the mask code reads values
+        # (it checks for packed sequences), which the export graph specialises away
+        model.config.use_cache = False
+    ids = torch.empty(1, tokens, dtype=torch.long, device="meta")
+    start = time.perf_counter()
+    if contender == "torch_flops":
+        from torch_flops import TorchFLOPsByFX
+
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(input_ids=ids)
+        flops = 2 * counter.total_macs
+        _ = counter.records
+    else:
+        with torch.no_grad():
+            program = torch.export.export(model, (), {"input_ids": ids}, strict=False)
+            with FlopCounterMode(display=False) as mode:
+                program.module()(input_ids=ids)
+        flops = mode.get_total_flops()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "flops": flops,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def compare_transformers(layers: int, tokens: int) -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("transformers comparison: transformers is not installed")
+        return
+    results = {}
+    for contender in ("torch_flops", "export"):
+        out = subprocess.run([sys.executable, __file__, "--child-hf", contender, "--layers", str(layers), "--tokens",
+                              str(tokens)], check=True, capture_output=True, text=True).stdout
+        results[contender] = json.loads(out.strip().splitlines()[-1])
+    ours, theirs = results["torch_flops"], results["export"]
+    print(f"transformers LlamaForCausalLM, {layers} layers, meta, 1 x {tokens} tokens (construction excluded):")
+    print(f"  torch_flops (tracer='auto', with its records): {ours['seconds']:.2f} s, peak RSS {ours['peak_rss_mb']:.0f} "
+          f"MB, 2*MACs {ours['flops'] / 1e12:.2f} T")
+    print(f"  torch.export + FlopCounterMode:                {theirs['seconds']:.2f} s, peak RSS "
+          f"{theirs['peak_rss_mb']:.0f} MB, FLOPs {theirs['flops'] / 1e12:.2f} T")
+    print(f"  ratio {ours['seconds'] / theirs['seconds']:.2f} (target <= 0.5); counts equal: "
+          f"{ours['flops'] == theirs['flops']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="*", default=[40, 80, 160])
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-hf", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(args.layers[0], args.tokens)))
+        return
+    if args.child_hf:
+        print(json.dumps(run_transformers(args.child_hf, args.layers[0], args.tokens)))
         return
     print(f"Llama-2-70B shape on meta, 1 x {args.tokens} tokens (hidden 8192, 64 heads, 8 KV heads, "
           "intermediate 28672, vocab 32000)")
@@ -96,6 +162,8 @@ def main() -> None:
         for r in rows[1:]:
             print(f"{r['layers']}/{base['layers']} layers: depth x{r['layers'] / base['layers']:.2f}, nodes "
                   f"x{r['nodes'] / base['nodes']:.2f}, trace+propagate time x{(r['trace_s'] + r['propagate_s']) / base_s:.2f}")
+    if not args.no_transformers:
+        compare_transformers(80, args.tokens)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ class TorchFLOPsByFX:
         self._graph: Capture | None = None  # the fx or export graph(s), kept across calls
         self._data_fallback = False  # meta inputs the model reads values of: torch.export instead
         self._fx_first = False  # an fx graph was captured (so a stale one is captured again by fx)
-        self._snapshot = _Snapshot(model)  # the model's state when the graph was captured (set below)
+        self._snapshot: _Snapshot | None = None  # the model's state when the graph was captured
         self._fx_error: TracingError | None = None
         self._runners: dict[CapturedGraph, tuple[Runner, frozenset[int]]] = {}
         self._measured: tuple[Capture, Measurements, int | None] | None = None
@@ -221,7 +221,7 @@ class TorchFLOPsByFX:
 
         total = warmups + repeats + 1
         extra: list[EagerRecording] = []
-        with TRACE_GATE.running(), model_state_restored(model), gc_paused():  # no fx/export trace meanwhile
+        with TRACE_GATE.running(), model_state_restored(model, index.modules), gc_paused():  # no trace meanwhile
             saved = ExtraRuns(model) if warmups or repeats else None
             for i in range(warmups + repeats):
                 progress.step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
@@ -250,7 +250,7 @@ class TorchFLOPsByFX:
 
     def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
         graph = self._graph
-        if graph is not None and graph.front_end != "graph_module" and not self._snapshot.holds():
+        if graph is not None and self._snapshot is not None and not self._snapshot.holds():
             # train()/eval(), a dtype or device move, replaced parameters or modules since the capture:
             # the graph may hold a branch or tensors the model no longer has; capture again
             graph = self._graph = None

@@ -209,7 +209,8 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.plot is not None:
         _check_matplotlib()
 
-    model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class)
+    model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class,
+                                 graph_front_end=ns.tracer in ("fx", "export"))
     model.eval()
     result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
                      progress=False if ns.quiet else None, **kwargs).with_convention(ns.convention)
@@ -312,14 +313,14 @@ def _on(device: torch.device) -> Iterator[None]:
 
 
 def _build(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
-           tokens: tuple[int, ...] | None,
-           model_class: str | None = None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+           tokens: tuple[int, ...] | None, model_class: str | None = None,
+           graph_front_end: bool = False) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     if model_class is not None and not (spec.endswith(".json") or os.path.isdir(spec)):
         raise CLIError("--model-class is for a transformers config.json", 2)
     if spec in zoo.ZOO:
         return _build_zoo(spec, device, dtype, input_shape, tokens)
     if spec.endswith(".json") or os.path.isdir(spec):
-        return _build_transformers(spec, device, dtype, input_shape, tokens, model_class)
+        return _build_transformers(spec, device, dtype, input_shape, tokens, model_class, graph_front_end)
     if ":" in spec and os.sep not in spec.partition(":")[0]:
         return _build_import(spec, device, dtype, input_shape, tokens)
     if os.sep in spec or spec.endswith((".py", ".pt", ".pth", ".json")):
@@ -414,8 +415,8 @@ def _check_positions(model: nn.Module, seq: int) -> None:
 
 
 def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
-                        tokens: tuple[int, ...] | None,
-                        model_class: str | None = None) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+                        tokens: tuple[int, ...] | None, model_class: str | None = None,
+                        graph_front_end: bool = False) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     if not os.path.exists(spec):
         raise CLIError(f"no such file: {spec}")
     try:
@@ -439,8 +440,8 @@ def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, inp
             print(f"torch-flops: {spec} names no architectures: built {type(model).__name__}; "
                   "pick another class with --model-class", file=sys.stderr)
     model = _finish(model, device, dtype)
-    if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False  # no cache object in the output: nothing to carry through a graph
+    if graph_front_end and hasattr(model.config, "use_cache"):
+        model.config.use_cache = False  # a cache object in the output cannot be carried through a graph
     main_input = getattr(model, "main_input_name", "input_ids")
     if input_shape is not None:
         return model, (), {main_input: _float_input(input_shape, device, dtype)}

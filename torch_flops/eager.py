@@ -21,6 +21,7 @@ this model's modules, and are removed when the call ends, even when it fails.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
 import threading
@@ -33,8 +34,10 @@ from torch import fx, nn
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.nn.modules import module as module_hooks
 from torch.overrides import TorchFunctionMode
+from torch.overrides import _get_current_function_mode as _current_function_mode
 from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from torch_flops.capture import Capture, CapturedGraph, NodeLocation
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
@@ -42,7 +45,7 @@ from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRun, NodeMeasurer, describe_inputs, traffic_table
 from torch_flops.measure import LiveTensors, MemoryProbe, Timer
 from torch_flops.paths import module_chain
-from torch_flops.plan import NodePlan, Plan, finish_plan, plan_node, readable_target
+from torch_flops.plan import NodePlan, Plan, build_node_plan, decide, finish_plan, readable_target
 
 __all__ = ["EagerRecording", "ModelIndex", "check_call", "check_leaves"]
 
@@ -62,9 +65,11 @@ class ModelIndex:
         self.attrs: dict[int, str] = {}
         self.params: dict[str, int] = {}
         self.leaf_classes: dict[str, type] = {}  #: path -> class of each module recorded as one node
+        self.modules: list[nn.Module] = []
         leaves: set[int] = set()
         tensors: list[torch.Tensor] = []
         for path, module in model.named_modules():
+            self.modules.append(module)
             self.paths[id(module)] = path
             self.types[path] = type(module).__name__
             owned = 0
@@ -108,6 +113,7 @@ class EagerRecording(NodeMeasurer):
         self._attrs = index.attrs
         self.graph = fx.Graph()
         self.plans: list[NodePlan] = []
+        self._decided: dict[tuple[Any, ...], Any] = {}  # per target: what plan.decide said
         self.locations: dict[fx.Node, NodeLocation] = {}
         self._positions: dict[fx.Node, int] = {}
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
@@ -124,6 +130,9 @@ class EagerRecording(NodeMeasurer):
         self._function_targets: dict[Any, Any] = {}
         self._open_args: Any = None
         self._failed: tuple[str, Any] | None = None  # the last op that raised, and its arguments
+        self._dispatch_mode = _Recorder(self)
+        self._function_mode = _Functions(self)
+        self._suspended: tuple[bool, bool] = (False, False)  # the modes taken off while a module node runs
         #: the model read a value of a meta tensor (``.item()``, ``if tensor:``): it cannot run on meta
         self.needs_values = False
         self._open_level = 0
@@ -140,7 +149,7 @@ class EagerRecording(NodeMeasurer):
         handles = [module_hooks.register_module_forward_pre_hook(self._pre_hook),
                    module_hooks.register_module_forward_hook(self._hook, with_kwargs=True, always_call=True)]
         try:
-            with _Recorder(self), _Functions(self):
+            with self._dispatch_mode, self._function_mode:
                 output = self._model(*args, **kwargs)
         except Exception as e:
             error = NodeExecutionError(self._failure_message(e))
@@ -208,6 +217,7 @@ class EagerRecording(NodeMeasurer):
         if self._open is None and id(module) in self._leaves:
             self._open, self._open_level, self._open_args = module, len(self._stack), args
             self._open_before = self._read() if self._read is not None else None
+            self._suspended = self._suspend(True)
             self._open_start = self._tick()
 
     def _hook(self, module: nn.Module, args: Any, *kwargs_result: Any) -> None:
@@ -217,6 +227,7 @@ class EagerRecording(NodeMeasurer):
             return
         if len(kwargs_result) != 2:
             if module is self._open and len(self._stack) == self._open_level:
+                self._resume(self._suspended)
                 path = self._paths[id(module)]
                 self._failed = (f"node {path.replace('.', '_')!r} ({type(module).__name__} in module {path!r})",
                                 self._open_args)
@@ -226,18 +237,39 @@ class EagerRecording(NodeMeasurer):
         kwargs, result = kwargs_result
         if module is self._open and len(self._stack) == self._open_level:
             end = self._tick()
+            self._resume(self._suspended)
             after = self._read() if self._read is not None else None
             self._open = self._open_args = None
             self._add("call_module", self._paths[id(module)], args, kwargs or {}, result, module,
                       self._open_start, end, self._open_before, after)
         self._pop()
 
+    def _suspend(self, functions: bool) -> tuple[bool, bool]:
+        """Take this recording's modes off their stacks while a node's own calls run, so they run
+        at native speed rather than through Python: only a mode on top of its stack (a mode the
+        model pushed itself stays above ours, and ours then passes its calls through)."""
+        dispatch = _current_dispatch_mode() is self._dispatch_mode
+        function = functions and _current_function_mode() is self._function_mode
+        if function:
+            self._function_mode.__exit__(None, None, None)
+        if dispatch:
+            self._dispatch_mode.__exit__(None, None, None)
+        return dispatch, function
+
+    def _resume(self, suspended: tuple[bool, bool]) -> None:
+        dispatch, function = suspended
+        if dispatch:
+            self._dispatch_mode.__enter__()
+        if function:
+            self._function_mode.__enter__()
+
     def _push(self, path: str) -> None:
         outer = self._location
-        # every dotted prefix too: a ModuleList that is iterated, not called, still encloses its items
-        chain = module_chain((*outer.chain, path)) if path else outer.chain
         self._stack.append(outer)
-        self._location = NodeLocation(path, self._types.get(path, ""), chain)
+        if not path:
+            self._location = NodeLocation(path, self._types.get(path, ""), outer.chain)
+            return
+        self._location = _location(outer.chain, path, self._types.get(path, ""))
 
     def _pop(self) -> None:
         self._location = self._stack.pop() if self._stack else self._root
@@ -256,6 +288,7 @@ class EagerRecording(NodeMeasurer):
         read = self._read
         before = read() if read is not None else None
         self._open = func  # the aten ops inside are this node's
+        suspended = self._suspend(False)  # (this mode is off its stack already, inside its handler)
         start = self._tick()
         try:
             out = func(*args, **kwargs)
@@ -265,8 +298,9 @@ class EagerRecording(NodeMeasurer):
             self._failed = (f"node {self._next_name(name)!r} ({readable})", args)
             raise
         finally:
+            end = self._tick()
+            self._resume(suspended)
             self._open = None
-        end = self._tick()
         self._failed = None
         after = read() if read is not None else None
         self._add(op, target, args, kwargs, out, None, start, end, before, after)
@@ -343,7 +377,12 @@ class EagerRecording(NodeMeasurer):
         self._positions[node] = i
         self.locations[node] = location
         self.grow()
-        plan = plan_node(node, i, module, location, self._table, self._ignored, self._positions)
+        cache_key = (node.op, type(module) if module is not None else node.target,
+                     location.path if self._ignored else None, location.attribute)
+        decided = self._decided.get(cache_key)
+        if decided is None:
+            decided = self._decided[cache_key] = decide(node, module, self._table, self._ignored, location)
+        plan = build_node_plan(node, i, module, location, decided, self._positions)
         self.plans.append(plan)
         return plan
 
@@ -513,6 +552,14 @@ def check_call(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
     for p in params:
         if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in given:
             raise TypeError(f"missing input {p.name!r}; the model's inputs are {names}")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _location(outer: tuple[str, ...], path: str, module_type: str) -> NodeLocation:
+    """The location inside module ``path`` called within the modules ``outer``: its chain has every
+    dotted prefix too (an iterated ModuleList still encloses its items). A function of strings
+    only, so one cache serves every model and call (layers repeat the same locations)."""
+    return NodeLocation(path, module_type, module_chain((*outer, path)))
 
 
 def _readable(target: Any) -> str:

@@ -29,8 +29,8 @@ from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
 
-__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Traffic", "finish_plan", "make_plan", "plan_node",
-           "readable_target"]
+__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Traffic", "build_node_plan", "decide",
+           "finish_plan", "make_plan", "plan_node", "readable_target"]
 
 
 class NodeKind(enum.Enum):
@@ -147,15 +147,32 @@ def plan_node(node: fx.Node, position: int, module: nn.Module | None, location: 
               frees: tuple[int, ...] = ()) -> NodePlan:
     """One node's plan (``module``: the module a ``call_module`` node calls). ``needed`` and
     ``frees`` need the whole graph: :func:`finish_plan` fills them in for a graph built node by node."""
+    return build_node_plan(node, position, module, location, decide(node, module, table, ignored, location),
+                           positions, needed=needed, frees=frees)
+
+
+def decide(node: fx.Node, module: nn.Module | None, table: FormulaTable, ignored: set[str],
+           location: NodeLocation) -> tuple[str, NodeKind, Formula | None, str]:
+    """What a node's target decides: (table key, kind, formula, readable target). The same for
+    every node of one target (and module class, and path where ``ignored`` names paths), so the
+    eager front end keeps it per target."""
     key = _table_key(node, module) if node.op.startswith("call_") else node.op
     kind, formula = _choose(node, module, key, table, ignored, location.path)
-    traffic = _traffic(node, key, module)
     if node.op == "get_attr" and location.attribute:
         target = location.attribute
     elif module is not None:
         target = type(module).__name__
     else:
         target = readable_target(node, None)
+    return key, kind, formula, target
+
+
+def build_node_plan(node: fx.Node, position: int, module: nn.Module | None, location: NodeLocation,
+                    decided: tuple[str, NodeKind, Formula | None, str], positions: Mapping[fx.Node, int], *,
+                    needed: bool = True, frees: tuple[int, ...] = ()) -> NodePlan:
+    """A node's plan from what its target decided (:func:`decide`) and the node itself."""
+    key, kind, formula, target = decided
+    traffic = _traffic(node, key, module)
     return NodePlan(
         node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
         location=location, needed=needed, frees=frees, holds=node.op != "output",

@@ -13,7 +13,7 @@ runs of such a model raise, naming the parameter. :func:`model_state_restored` g
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -24,9 +24,10 @@ __all__ = ["ExtraRuns", "copy_inputs", "model_state_restored"]
 
 
 @contextlib.contextmanager
-def model_state_restored(model: nn.Module) -> Iterator[None]:
-    """Restore every module's ``training`` flag on exit (also when the body raises)."""
-    flags = [(m, m.training) for m in model.modules()]
+def model_state_restored(model: nn.Module, modules: Sequence[nn.Module] | None = None) -> Iterator[None]:
+    """Restore every module's ``training`` flag on exit (also when the body raises); ``modules``:
+    the model's modules when the caller has them already."""
+    flags = [(m, m.training) for m in (model.modules() if modules is None else modules)]
     try:
         yield
     finally:

@@ -217,8 +217,9 @@ class FormulaTable:
     def user_module_keys(self) -> tuple[tuple[type, ...], frozenset[str]]:
         """Module classes and class names whose formula the user added or replaced."""
         classes, names = [], set()
+        builtin = self._builtin
         for key, formula in self._entries.items():
-            if key_kind(key) != "module" or self._builtin.get(key) is formula:
+            if builtin.get(key) is formula or key_kind(key) != "module":  # the cheap test first: few differ
                 continue
             if isinstance(key, Name):
                 names.add(key.name)
@@ -229,8 +230,9 @@ class FormulaTable:
     def user_graph_keys(self) -> list[Any]:
         """Function and Tensor-method keys whose formula the user added or replaced: only a graph
         front end (fx) sees those calls whole; at the aten level they are their ops."""
-        return [key for key, formula in self._entries.items()
-                if key_kind(key) in ("function", "method") and self._builtin.get(key) is not formula]
+        builtin = self._builtin
+        changed = [key for key, formula in self._entries.items() if builtin.get(key) is not formula]  # few
+        return [key for key in changed if key_kind(key) in ("function", "method")]
 
     # ------------------------------------------------------------------ finding
     def _names(self) -> dict[tuple[Kind, str], list[Any]]:
