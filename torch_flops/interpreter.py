@@ -293,8 +293,9 @@ class NodeMeasurer:
             try:
                 result = plan.formula(plan.module, out, *args, **kwargs)  # type: ignore[misc]
                 if isinstance(result, tuple):  # (flops, macs[, dot_outputs, mm_macs]), or a formulas.Count
-                    self.flops[i] = int(result[0])
-                    self.macs[i] = int(result[1])
+                    flops, macs = result[0], result[1]
+                    self.flops[i] = flops if type(flops) is int else int(flops)
+                    self.macs[i] = macs if type(macs) is int else int(macs)
                     if len(result) > 2:
                         self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
                     if result[1] and type(out) is torch.Tensor:
