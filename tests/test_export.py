@@ -66,7 +66,8 @@ def test_auto_with_a_function_formula_tries_fx_then_runs_eagerly() -> None:
     counter_with = _with_function_formula(model)
     with pytest.warns(TracerFallbackWarning, match="cannot trace this model") as record:
         out = counter_with.propagate(x)
-    assert len([w for w in record if issubclass(w.category, TracerFallbackWarning)]) == 1
+    fallbacks = [w for w in record if issubclass(w.category, TracerFallbackWarning)]
+    assert len(fallbacks) == 1 and fallbacks[0].filename == __file__
     assert counter_with.tracer_used == "eager" and torch.equal(out, model(x))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per counter

@@ -139,7 +139,8 @@ def test_auto_on_meta_runs_the_model_or_falls_back_once() -> None:
     # the attention mask is checked with .item(), which meta tensors cannot answer: export's graph
     with pytest.warns(TracerFallbackWarning, match="reads tensor values") as record:
         counter.propagate(**ids)
-    assert len([w for w in record if issubclass(w.category, TracerFallbackWarning)]) == 1
+    fallbacks = [w for w in record if issubclass(w.category, TracerFallbackWarning)]
+    assert len(fallbacks) == 1 and fallbacks[0].filename == __file__  # at the caller's propagate() line
     assert counter.tracer_used == "export" and counter.total_macs == macs
 
 
@@ -169,8 +170,11 @@ def test_causal_lm_cache_is_dropped_with_a_warning() -> None:
     with torch.no_grad():
         expected = model(input_ids=ids)  # use_cache defaults to True: returns a DynamicCache
         counter = TorchFLOPsByFX(model, tracer="export")
-        with pytest.warns(DroppedOutputWarning, match="past_key_values"):
+        with pytest.warns(DroppedOutputWarning, match="past_key_values") as record:
             got = counter.propagate(input_ids=ids)
+        eager = TorchFLOPsByFX(model).propagate(input_ids=ids)  # the default: the model's own output
+    assert [w.filename for w in record if issubclass(w.category, DroppedOutputWarning)] == [__file__]
     assert expected.past_key_values is not None
     assert got.past_key_values is None
     assert torch.equal(got.logits, expected.logits)
+    assert eager.past_key_values is not None and torch.equal(eager.logits, expected.logits)

@@ -155,7 +155,7 @@ class TorchFLOPsByFX:
             self._eager = True
             warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
                           "where the formulas you registered for Python functions or Tensor methods do not apply "
-                          "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=4)
+                          "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=3)
         meta = input_device((args, kwargs), self.model).type == "meta"
         if not self._eager or (meta and self._data_fallback):
             return self._propagate_graph(args, kwargs, progress)
@@ -167,7 +167,7 @@ class TorchFLOPsByFX:
         self._data_fallback = True
         warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
                       "tensors do not have, so this meta profile comes from the graph torch.export traces instead of "
-                      "from a run.", TracerFallbackWarning, stacklevel=4)
+                      "from a run.", TracerFallbackWarning, stacklevel=3)
         return self._propagate_graph(args, kwargs, progress)
 
     def _warn_unsupported(self, measurements: Measurements) -> None:
@@ -268,7 +268,7 @@ class TorchFLOPsByFX:
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
-                          "model's output.", DroppedOutputWarning, stacklevel=3)
+                          "model's output.", DroppedOutputWarning, stacklevel=5)
         self._capture, self._graph, self._runners = capture, capture, {}
         return capture
 
