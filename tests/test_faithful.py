@@ -336,7 +336,16 @@ def test_threads_profile_their_own_models_and_leave_torch_unpatched() -> None:
         except BaseException as e:  # noqa: BLE001 (reported below)
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    def plain_calls() -> None:  # the user's own thread, calling a model while others trace with fx
+        try:
+            model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+            x = torch.randn(2, 8)
+            for _ in range(200):
+                assert torch.equal(model(x), torch.relu(model[0](x)))
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)] + [threading.Thread(target=plain_calls)]
     for t in threads:
         t.start()
     for t in threads:

@@ -233,8 +233,23 @@ class _LeafTracer(fx.Tracer):
         self._leaf_paths = options.leaf_paths
         self._leaf_names = options.leaf_names
         self._tensor_paths: tuple[nn.Module, dict[int, str]] | None = None
+        self._thread = threading.get_ident()
+
+    # torch.fx patches nn.Module.__call__ and __getattr__ for the whole process while it traces:
+    # a model that another thread calls meanwhile reaches this tracer. Calls from any thread but
+    # the tracing one run as they would without it.
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> fx.Graph:
+        self._thread = threading.get_ident()
+        return super().trace(root, concrete_args)
+
+    def call_module(self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if threading.get_ident() != self._thread:
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        if threading.get_ident() != self._thread:
+            return attr_val
         # fx finds the path of a parameter (or buffer) read in forward by scanning all of the root's
         # named_parameters() on every read: O(parameters) a read, quadratic in depth for a deep
         # model whose own modules read `self.weight`. Look the path up once instead; same first
