@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=500)
     parser.add_argument("--runs", type=int, default=15, help="interleaved runs per round (medians)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, for the spread of the ratios")
-    parser.add_argument("--resnet-runs", type=int, default=3)
+    parser.add_argument("--resnet-runs", type=int, default=3, help="0 leaves ResNet-50 out")
     args = parser.parse_args()
     torch.manual_seed(0)
 
@@ -111,7 +111,12 @@ def main() -> None:
           f"(d)/(b) = {statistics.median(d_b):.3f} [{d_b[0]:.3f} .. {d_b[-1]:.3f}] (target <= 1.1)   "
           f"(d)/(b') = {statistics.median(d_b2):.3f} [{d_b2[0]:.3f} .. {d_b2[-1]:.3f}]   "
           f"(c)/(a) = {last['propagate'] / last['eager']:.3f}   (e)/(a) = {last['eager_full'] / last['eager']:.2f}")
+    if args.resnet_runs > 0:
+        compare_resnet(args.resnet_runs)
 
+
+def compare_resnet(runs: int) -> None:
+    """propagate + records over eager on ResNet-50 at batch 8, both front ends."""
     resnet = zoo.resnet50().eval()
     images = zoo.resnet50_example_inputs(batch_size=8)
     fx_counter, auto_counter = TorchFLOPsByFX(resnet, tracer="fx"), TorchFLOPsByFX(resnet)
@@ -120,13 +125,13 @@ def main() -> None:
         fx_counter.propagate(*images)
         auto_counter.propagate(*images)
         eager_s, fx_s, auto_s = [], [], []
-        for _ in range(args.resnet_runs):
+        for _ in range(runs):
             eager_s.append(median_seconds(lambda: resnet(*images), 1))
             fx_s.append(median_seconds(lambda: (fx_counter.propagate(*images), fx_counter.records), 1))
             auto_s.append(median_seconds(lambda: (auto_counter.propagate(*images), auto_counter.records), 1))
     re, rf, ra = statistics.median(eager_s), statistics.median(fx_s), statistics.median(auto_s)
     print(f"ResNet-50, batch 8, 224x224: eager {re * 1e3:.1f} ms; propagate + records: fx {rf * 1e3:.1f} ms "
-          f"({rf / re:.3f}x), auto/eager front end {ra * 1e3:.1f} ms ({ra / re:.3f}x) (median of {args.resnet_runs})")
+          f"({rf / re:.3f}x), auto/eager front end {ra * 1e3:.1f} ms ({ra / re:.3f}x) (median of {runs})")
 
 
 if __name__ == "__main__":

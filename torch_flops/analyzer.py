@@ -195,7 +195,8 @@ class TorchFLOPsByFX:
             runner.plan.check_strict()
         inputs = graph.bind(args, kwargs)
         device = input_device((args, kwargs), self.model)
-        with TRACE_GATE.running(), model_state_restored(self.model):  # no fx/export trace meanwhile
+        modules = self._snapshot.modules if self._snapshot is not None else None
+        with TRACE_GATE.running(), model_state_restored(self.model, modules), gc_paused():  # no trace meanwhile
             output, measurements = runner.run(
                 inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
                 timer=options.timer_for(device), progress=progress, model=self.model,
@@ -431,8 +432,8 @@ class _Snapshot:
     once per capture; :meth:`holds` is a few C-level scans on every call."""
 
     def __init__(self, model: nn.Module, graph: fx.GraphModule | None = None) -> None:
-        self._modules = list(model.modules())
-        self._flags = [m.training for m in self._modules]
+        self.modules = list(model.modules())  #: the model's modules, in model.modules() order
+        self._flags = [m.training for m in self.modules]
         links: dict[int, tuple[dict[str, Any], str, Any]] = {}
         if graph is not None:  # fx: what the graph calls and reads
             targets = [str(n.target) for n in graph.graph.nodes if n.op in ("call_module", "get_attr")]
@@ -452,7 +453,7 @@ class _Snapshot:
         self._objects = [obj for _, _, obj in links.values()]
 
     def holds(self) -> bool:
-        return ([m.training for m in self._modules] == self._flags
+        return ([m.training for m in self.modules] == self._flags
                 and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
 
 
