@@ -112,7 +112,7 @@ def test_subprocess_gpt2_meta_json(runs: dict[str, subprocess.Popen[str]]) -> No
     code, out, err = finished(runs, "gpt2")  # through the console script when installed
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 3
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 4
     summary = doc["summary"]
     assert summary["device"] == "meta" and summary["time_ms"] is None and summary["batch_size"] == 1
     assert summary["params"] == 124_439_808  # GPT-2 small, tied head

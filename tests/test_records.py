@@ -245,12 +245,14 @@ def test_roll_ups_agree_with_records(drawn: tuple[list[tuple[Any, ...]], dict[st
 def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     doc = p.to_dict()
-    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 3)
+    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 4)
     assert set(doc) == {"schema", "version", "settings", "summary", "records", "modules"}
     assert doc["summary"]["flops"] == 1256 and doc["summary"]["unsupported"] == {"torch.mystery": 1}
     assert doc["modules"]["head"] == {"module_type": "Linear", "depth": 1, "params": 22, "own_params": 22,
                                       "flops": 336, "macs": 160, "time_ms": 2.0, "nodes": 2, "unsupported": 0,
-                                      "bytes_read": 0, "bytes_written": 0}
+                                      "bytes_read": 0, "bytes_written": 0, "backward_flops": None,
+                                      "backward_macs": None, "backward_time_ms": None, "optimizer_flops": None,
+                                      "optimizer_time_ms": None}
     back = Profile.from_dict(json.loads(json.dumps(doc)))
     assert back.records == p.records
     assert back.records[7].output_shape == ((4, 2), None)
@@ -283,8 +285,8 @@ def test_from_dict_refuses_other_documents(hand_profile: Any) -> None:
     doc = hand_profile().to_dict()
     with pytest.raises(ValueError, match="not a torch_flops profile"):
         Profile.from_dict({**doc, "schema": "something.else"})
-    with pytest.raises(ValueError, match="unsupported torch_flops profile version 4"):
-        Profile.from_dict({**doc, "version": 4})
+    with pytest.raises(ValueError, match="unsupported torch_flops profile version 5"):
+        Profile.from_dict({**doc, "version": 5})
     # readers ignore unknown keys
     doc["records"][0]["future_field"] = 1
     assert Profile.from_dict({**doc, "extra": True}).records == hand_profile().records

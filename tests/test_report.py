@@ -233,16 +233,20 @@ def test_rows_for_each_grouping(hand_profile: Any) -> None:
 # ---------------------------------------------------------------------- JSON
 _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status", "time_ms",
                 "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
-                "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note"}
+                "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
+                # version 4: the backward of each node (null without one)
+                "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
+                "saved_bytes"}
 _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported",
-                "bytes_read", "bytes_written"}
+                "bytes_read", "bytes_written", "backward_flops", "backward_macs", "backward_time_ms",
+                "optimizer_flops", "optimizer_time_ms"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
-                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention"}
+                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention", "backward"}
 
 
 def _check_schema(doc: dict[str, Any]) -> None:
-    """The documented schema of ``torch_flops.profile`` version 2."""
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 3
+    """The documented schema of ``torch_flops.profile`` version 4."""
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 4
     assert isinstance(doc["settings"], dict)
     assert set(doc["summary"]) == _SUMMARY_KEYS
     for r in doc["records"]:

@@ -10,6 +10,7 @@ give a :class:`~torch_flops.capture.Capture`, ``make_plan`` a :class:`~torch_flo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import warnings
@@ -131,15 +132,32 @@ class TorchFLOPsByFX:
         return self._capture.front_end if self._capture is not None else None
 
     # ------------------------------------------------------------------ running
-    def propagate(self, *args: Any, **kwargs: Any) -> Any:
+    def propagate(self, *args: Any, loss_fn: Callable[[Any], Any] | None = None, backward: bool = False,
+                  **kwargs: Any) -> Any:
         """Run the model on these inputs, measuring every node; return the model's output.
 
         On the default front end (``tracer="auto"``/``"eager"``) this *is* one call of the model,
         with everything one call does (hooks, in-place updates, buffers, random numbers); extra
-        ``warmup``/``repeat`` calls get copies of the inputs and leave no trace."""
+        ``warmup``/``repeat`` calls get copies of the inputs and leave no trace.
+
+        ``backward=True`` (implied by ``loss_fn``) also runs the loss (``loss_fn(output)``, or the
+        output itself when it is a scalar tensor) and ``loss.backward()``: the gradients land in
+        ``.grad`` as one eager forward + backward would put them, and every forward node's record
+        gets the work, time and saved bytes of its own backward (``backward_flops``, ...)."""
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(f"loss_fn must be a callable taking the model's output, got {type(loss_fn).__name__}")
+        if not isinstance(backward, bool):
+            raise TypeError(f"backward must be True or False, got {type(backward).__name__}")
+        backward = backward or loss_fn is not None
+        if backward and not self._eager and (self.options.tracer != "auto" or isinstance(self.model, fx.GraphModule)):
+            raise ValueError(f"backward=True profiles the backward autograd runs, which needs the eager front end "
+                             f"(tracer='auto' or 'eager'), not tracer={self.options.tracer!r}")
         progress = Progress(self.options.progress)
         try:
-            output, capture, measurements = self._propagate(args, kwargs, progress)
+            if backward:
+                output, capture, measurements = self._propagate_eager(args, kwargs, progress, (loss_fn,))
+            else:
+                output, capture, measurements = self._propagate(args, kwargs, progress)
         finally:
             progress.done()
         self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
@@ -203,9 +221,11 @@ class TorchFLOPsByFX:
                 memory=make_memory_probe(device, options.mem_func_name, model_storages))
         return _plain_containers(output), capture, measurements
 
-    def _propagate_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                         progress: Progress) -> tuple[Any, Capture, Measurements]:
-        """The eager front end: the extra calls first (on copies, undone), then the one real call."""
+    def _propagate_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress,
+                         backward: tuple[Callable[[Any], Any] | None] | None = None,
+                         ) -> tuple[Any, Capture, Measurements]:
+        """The eager front end: the extra calls first (on copies, undone), then the one real call.
+        ``backward``: ``(loss_fn,)`` to run the loss and its backward after each call."""
         model, options = self.model, self.options
         check_call(model, args, kwargs)
         device = input_device((args, kwargs), model)
@@ -218,32 +238,47 @@ class TorchFLOPsByFX:
 
         def recording() -> EagerRecording:
             return EagerRecording(model, index, self.tables, options.ignore_ops, options.timer_for(device),
-                                  make_memory_probe(device, options.mem_func_name, index.storages), options.strict)
+                                  make_memory_probe(device, options.mem_func_name, index.storages), options.strict,
+                                  backward=backward is not None)
+
+        def step(run: EagerRecording, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+            output = run.run(call_args, call_kwargs, None if backward is None else _loss_fn(backward[0]))
+            return output, None if backward is None else run.backward(run.loss, self.tables)
 
         total = warmups + repeats + 1
-        extra: list[EagerRecording] = []
+        extra: list[tuple[EagerRecording, Any]] = []
         with TRACE_GATE.running(), model_state_restored(model, index.modules), gc_paused():  # no trace meanwhile
             saved = ExtraRuns(model) if warmups or repeats else None
             for i in range(warmups + repeats):
                 progress.step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
                 copies, kwcopies = copy_inputs(args), copy_inputs(kwargs)
-                if i < warmups:
+                if i < warmups and backward is None:
                     model(*copies, **kwcopies)
                 else:
                     run = recording()
-                    run.run(copies, kwcopies)
-                    extra.append(run)
+                    _, backward_run = step(run, copies, kwcopies)
+                    if i >= warmups:
+                        extra.append((run, backward_run))
                 saved.undo()  # type: ignore[union-attr]
             progress.step(f"run {total}/{total}")
             real = recording()
-            output = real.run(args, kwargs)
+            output, backward_run = step(real, args, kwargs)
             capture = real.capture()
         times = real.times()
-        same = [run.times() for run in extra if run.targets() == real.targets()]
+        same = [(run, bw) for run, bw in extra if run.targets() == real.targets()]
         if same:  # the same program each time: the median per node
-            times = [_median(column) for column in zip(times, *same)]
+            times = [_median(column) for column in zip(times, *(run.times() for run, _ in same))]
         real.check_strict()
-        measurements = Measurements(runs=(real.measured(times),), device=str(device),
+        graph_run = real.measured(times)
+        if backward_run is not None:
+            timer = options.timer_for(device)
+            backward_times = backward_run.times(timer)
+            if same:
+                backward_times = [_median(column) for column in zip(
+                    backward_times, *(bw.times(timer) for _, bw in same if len(bw.flops) == len(backward_run.flops)))]
+            graph_run = dataclasses.replace(graph_run, backward=backward_run, backward_times=backward_times,
+                                            unattributed_time_ms=backward_run.unattributed_time(timer))
+        measurements = Measurements(runs=(graph_run,), device=str(device),
                                     memory_source=real.memory_source,
                                     device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "")
         self._capture = capture
@@ -302,6 +337,16 @@ class TorchFLOPsByFX:
     @property
     def total_flops(self) -> int:
         return self.profile.total_flops
+
+    @property
+    def total_backward_flops(self) -> int:
+        """FLOPs of the last ``propagate``'s backward (0 without ``backward=True``): see
+        :attr:`Profile.total_backward_flops`."""
+        return self.profile.total_backward_flops
+
+    @property
+    def total_backward_macs(self) -> int:
+        return self.profile.total_backward_macs
 
     @property
     def total_macs(self) -> int:
@@ -371,7 +416,7 @@ class TorchFLOPsByFX:
         if show:
             line = self.roofline(hardware) if hardware is not None else None
             print(report.model_profile_text(profile, depth, top_modules, roofline=line))
-        return report.format_rows(report.TREE_COLUMNS, rows) if as_string else rows
+        return report.format_rows(report.tree_columns(profile), rows) if as_string else rows
 
     def roofline(self, hardware: str | HardwareSpec | None = None) -> Roofline:
         """This profile on ``hardware`` (a name of ``torch_flops.hardware.names()`` or a spec;
@@ -455,6 +500,23 @@ class _Snapshot:
     def holds(self) -> bool:
         return ([m.training for m in self.modules] == self._flags
                 and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
+
+
+def _loss_fn(loss_fn: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """``loss_fn``, checked: what it returns (or the output, without one) must be a scalar tensor
+    that needs a gradient, or there is no backward to run."""
+    def loss(output: Any) -> Any:
+        value = output if loss_fn is None else loss_fn(output)
+        what = "loss_fn(output)" if loss_fn is not None else "the model's output (no loss_fn given)"
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
+                             "loss_fn=lambda out: out.sum()")
+        if not value.requires_grad:
+            raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
+                             "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
+        return value
+    return loss
 
 
 def _median(values: tuple[float | None, ...]) -> float | None:

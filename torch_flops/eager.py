@@ -26,7 +26,7 @@ import inspect
 import operator
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
+from torch_flops.backward import BackwardRecorder, BackwardRun, SequenceMap, saved_bytes
 from torch_flops.capture import Capture, CapturedGraph, NodeLocation
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.formulas import FormulaTable
@@ -94,8 +95,11 @@ class EagerRecording(NodeMeasurer):
     """One eager call of the model, recorded node by node (see the module docstring)."""
 
     def __init__(self, model: nn.Module, index: ModelIndex, table: FormulaTable, ignored: Iterable[str],
-                 timer: Timer, memory: MemoryProbe, strict: bool) -> None:
+                 timer: Timer, memory: MemoryProbe, strict: bool, backward: bool = False) -> None:
         self._model = model
+        #: with ``backward``: which forward node made each autograd node (torch_flops.backward)
+        self.sequences: SequenceMap | None = SequenceMap() if backward else None
+        self.loss: Any = None  #: what ``loss_fn`` returned (or the output), with ``backward``
         self._index = index
         self._table = table
         self._ignored = set(ignored)
@@ -141,16 +145,20 @@ class EagerRecording(NodeMeasurer):
         self.reset(0)
 
     # ------------------------------------------------------------------ the call
-    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call the model once, recording it; returns its output (untouched). An exception of the
-        model comes out as :class:`NodeExecutionError` naming the op or module that raised and
-        its input shapes, with the original as its cause."""
+    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+            loss_fn: Callable[[Any], Any] | None = None) -> Any:
+        """Call the model once, recording it; returns its output (untouched). ``loss_fn(output)``,
+        when given, runs in the same recording (its nodes are the step's too) and is kept as
+        :attr:`loss`. An exception of the model comes out as :class:`NodeExecutionError` naming
+        the op or module that raised and its input shapes, with the original as its cause."""
         self._add_inputs(args, kwargs)
         handles = [module_hooks.register_module_forward_pre_hook(self._pre_hook),
                    module_hooks.register_module_forward_hook(self._hook, with_kwargs=True, always_call=True)]
         try:
             with self._dispatch_mode, self._function_mode:
                 output = self._model(*args, **kwargs)
+                if loss_fn is not None:
+                    self.loss = loss_fn(output)
         except Exception as e:
             error = NodeExecutionError(self._failure_message(e))
             error.needs_values = self.needs_values  # type: ignore[attr-defined]
@@ -201,6 +209,21 @@ class EagerRecording(NodeMeasurer):
         """What the call measured (after :meth:`capture`); ``times``: medians over several calls."""
         self.split_seen()
         return self.graph_run(0, self.times() if times is None else times, traffic_table(self._plan))
+
+    def backward(self, loss: Any, table: FormulaTable) -> BackwardRun:
+        """``loss.backward()``, every aten op it runs counted and timed for the forward node that
+        caused it (:mod:`torch_flops.backward`); the gradients land in ``.grad`` as eager's do."""
+        assert self.sequences is not None, "recorded without backward=True"
+        n = len(self.plans)
+        saved = saved_bytes([loss.grad_fn], self.sequences, n, self._index.storages)
+        run = BackwardRun.empty(n)
+        run.saved_bytes = saved
+        try:
+            with BackwardRecorder(table, self.sequences, run, self._timer):
+                loss.backward()
+        finally:
+            self._timer.finish()
+        return run
 
     def targets(self) -> list[Any]:
         """The node targets in order: two calls ran the same program when these are equal."""
@@ -355,6 +378,8 @@ class EagerRecording(NodeMeasurer):
         self._mem_before[i], self._mem_after[i] = before, after
         self.measure(node, plan, args, kwargs, out)
         self._bind(out, node)
+        if self.sequences is not None:
+            self.sequences.close(i)
         return node
 
     def _next_name(self, candidate: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx, nn
 
+from torch_flops.backward import BackwardRun
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import (
     LiveTensors,
@@ -68,6 +69,11 @@ class GraphRun:
     #: pay for them
     traffic: Callable[[], tuple[list[int], list[int]]] = field(repr=False, default=lambda: ([], []))
     memory: Callable[[], tuple[list[int | None], list[int | None]]] = field(repr=False, default=lambda: ([], []))
+    #: what the backward of this run did per node (torch_flops.backward), and its times per node
+    #: (medians over the timed runs); None when no backward ran
+    backward: BackwardRun | None = None
+    backward_times: Sequence[float | None] | None = None
+    unattributed_time_ms: float | None = None  #: of the backward's work no forward node caused
 
     @functools.cached_property
     def _bytes(self) -> tuple[list[int], list[int]]:

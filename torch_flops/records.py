@@ -17,7 +17,7 @@ import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -35,7 +35,7 @@ __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "Operat
 
 #: ``"schema"`` and ``"version"`` of :meth:`Profile.to_dict` (the schema is described in :mod:`torch_flops.report`)
 SCHEMA_NAME = "torch_flops.profile"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TopBy = Literal["flops", "macs", "params", "time"]
 _TOP_BY = ("flops", "macs", "params", "time")
@@ -99,6 +99,23 @@ class NodeRecord(NamedTuple):
     #: (plan.Traffic); None where not known (records read from older files)
     bytes_read: int | None = None
     bytes_written: int | None = None
+    #: the work autograd did for this node's gradients (counted from the backward's own aten ops,
+    #: see torch_flops.backward); None when no backward ran. Recompute (activation checkpointing)
+    #: is included, and also given apart in ``recompute_*``.
+    backward_flops: int | None = None
+    backward_macs: int | None = None
+    backward_time_ms: float | None = None  #: None also where untimed (meta) or no backward op ran
+    recompute_flops: int | None = None
+    recompute_macs: int | None = None
+    #: bytes of activations this node saved for backward (parameters excluded, a storage once)
+    saved_bytes: int | None = None
+
+    @property
+    def step_flops(self) -> int | None:
+        """Forward + backward FLOPs of the node (``flops`` when no backward ran)."""
+        if self.flops is None:
+            return None
+        return self.flops + (self.backward_flops or 0)
 
     def as_dict(self) -> dict[str, Any]:
         data = self._asdict()
@@ -126,7 +143,38 @@ class NodeRecord(NamedTuple):
             note=data.get("note", ""), phase=data.get("phase", "forward"), dtype=data.get("dtype"),
             graph=int(data.get("graph", 0)), dot_outputs=data.get("dot_outputs"), mm_macs=data.get("mm_macs"),
             bytes_read=data.get("bytes_read"), bytes_written=data.get("bytes_written"),
+            backward_flops=data.get("backward_flops"), backward_macs=data.get("backward_macs"),
+            backward_time_ms=data.get("backward_time_ms"), recompute_flops=data.get("recompute_flops"),
+            recompute_macs=data.get("recompute_macs"), saved_bytes=data.get("saved_bytes"),
         )
+
+
+def _backward_summary(measurements: Measurements) -> dict[str, Any] | None:
+    """What a backward did beyond the forward nodes' records (see ``Profile.backward``)."""
+    runs = [r.backward for r in measurements.runs if r.backward is not None]
+    if not runs:
+        return None
+    unsupported: dict[str, int] = {}
+    times = [r.unattributed_time_ms for r in measurements.runs if r.backward is not None]
+    for run in runs:
+        for name, count in run.unsupported.items():
+            unsupported[name] = unsupported.get(name, 0) + count
+    return {
+        "unattributed_flops": sum(r.unattributed_flops for r in runs),
+        "unattributed_macs": sum(r.unattributed_macs for r in runs),
+        "unattributed_time_ms": None if all(t is None for t in times) else sum(t for t in times if t is not None),
+        "unsupported": unsupported,
+        "errors": {k: v for r in runs for k, v in r.errors.items()},
+        "ops": sum(r.ops for r in runs),
+    }
+
+
+def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``Profile.backward`` from a document's ``summary.backward`` (version 4)."""
+    if not summary:
+        return None
+    keys = ("unattributed_flops", "unattributed_macs", "unattributed_time_ms", "unsupported", "ops")
+    return {k: summary.get(k, 0 if k != "unattributed_time_ms" else None) for k in keys}
 
 
 def _tuple_shape(shape: Any) -> Any:
@@ -159,7 +207,9 @@ _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32", filled as met (
 # node. The assert keeps the two in step when a field is added.
 _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type", "flops", "macs", "status",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
-                  "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written")
+                  "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
+                  "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
+                  "saved_bytes")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -193,8 +243,24 @@ class _Sums:
     unsupported: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    backward_flops: int | None = None  #: None while no node had a backward
+    backward_macs: int | None = None
+    backward_time_ms: float | None = None
+    optimizer_flops: int | None = None  #: None while no optimizer record was added
+    optimizer_time_ms: float | None = None
 
     def add(self, r: NodeRecord) -> None:
+        if r.phase == "optimizer":  # a training step's optimizer work: its own columns
+            self.optimizer_flops = (self.optimizer_flops or 0) + (r.flops or 0)
+            if r.time_ms is not None:
+                self.optimizer_time_ms = (self.optimizer_time_ms or 0.0) + r.time_ms
+            self.nodes += 1
+            return
+        if r.backward_flops is not None:
+            self.backward_flops = (self.backward_flops or 0) + r.backward_flops
+            self.backward_macs = (self.backward_macs or 0) + (r.backward_macs or 0)
+            if r.backward_time_ms is not None:
+                self.backward_time_ms = (self.backward_time_ms or 0.0) + r.backward_time_ms
         if r.flops is not None:
             self.flops += r.flops
         if r.macs is not None:
@@ -227,6 +293,18 @@ class ModuleStats:
     unsupported: int = 0  #: of which without a FLOPs formula
     bytes_read: int = 0  #: summed over its nodes (see NodeRecord.bytes_read)
     bytes_written: int = 0
+    #: with a backward: its nodes' backward work and time (None without one)
+    backward_flops: int | None = None
+    backward_macs: int | None = None
+    backward_time_ms: float | None = None
+    #: in a training step: the optimizer's work on the parameters it owns (None without one)
+    optimizer_flops: int | None = None
+    optimizer_time_ms: float | None = None
+
+    @property
+    def step_flops(self) -> int:
+        """Forward + backward + optimizer FLOPs."""
+        return self.flops + (self.backward_flops or 0) + (self.optimizer_flops or 0)
 
     @property
     def flops_per_s(self) -> float | None:
@@ -240,7 +318,9 @@ class ModuleStats:
             "path": self.path, "module_type": self.module_type, "depth": self.depth, "params": self.params,
             "own_params": self.own_params, "flops": self.flops, "macs": self.macs, "time_ms": self.time_ms,
             "nodes": self.nodes, "unsupported": self.unsupported, "bytes_read": self.bytes_read,
-            "bytes_written": self.bytes_written,
+            "bytes_written": self.bytes_written, "backward_flops": self.backward_flops,
+            "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms,
+            "optimizer_flops": self.optimizer_flops, "optimizer_time_ms": self.optimizer_time_ms,
         }
 
 
@@ -256,11 +336,15 @@ class OperatorStats:
     unsupported: int = 0  #: nodes without a FLOPs formula
     bytes_read: int = 0
     bytes_written: int = 0
+    backward_flops: int | None = None  #: with a backward: what its nodes' backward did
+    backward_macs: int | None = None
+    backward_time_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "flops": self.flops, "macs": self.macs, "calls": self.calls,
                 "time_ms": self.time_ms, "unsupported": self.unsupported, "bytes_read": self.bytes_read,
-                "bytes_written": self.bytes_written}
+                "bytes_written": self.bytes_written, "backward_flops": self.backward_flops,
+                "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms}
 
 
 @dataclass(frozen=True)
@@ -284,9 +368,15 @@ class Profile:
     convention: str = "torch_flops"
     #: the ``torch_flops`` profile a converted one was made from
     source: Profile | None = field(default=None, compare=False, repr=False)
+    #: when a backward ran: its work that no forward node caused (``unattributed_flops``,
+    #: ``unattributed_macs``, ``unattributed_time_ms``: gradient accumulation, the seed gradient),
+    #: ``unsupported`` (aten op -> backward ops without a formula) and ``ops`` (aten ops run)
+    backward: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "records", tuple(self.records))
+        if self.backward is not None and not isinstance(self.backward, MappingProxyType):
+            object.__setattr__(self, "backward", MappingProxyType(dict(self.backward)))
         for name in ("module_types", "module_params", "settings"):
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
@@ -336,11 +426,15 @@ class Profile:
             deltas = [None if b is None or a is None else a - b for b, a in zip(befores, afters)]
             dtype_names = [_DTYPE_NAMES.get(d) or _dtype_name(d) for d in graph_run.dtypes]
             start = len(records)
+            bw = graph_run.backward
+            backward: tuple[Iterable[Any], ...] = (itertools.repeat(None),) * 6 if bw is None else (
+                bw.flops, bw.macs, graph_run.backward_times or itertools.repeat(None), bw.recompute_flops,
+                bw.recompute_macs, bw.saved_bytes)
             records.extend(map(tuple.__new__, itertools.repeat(NodeRecord), zip(  # the order of _RECORD_FIELDS
                 range(start, start + n), cols.names, cols.ops, cols.targets, cols.paths, cols.module_types, flops,
                 macs, status, times, befores, afters, deltas, graph_run.shapes, cols.chains, notes,
                 itertools.repeat("forward"), dtype_names, itertools.repeat(graph_run.graph), graph_run.dot_outputs,
-                graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written)))
+                graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward)))
             total_flops += sum(filter(None, flops))
             total_macs += sum(filter(None, macs))
             totals.unsupported += status.count(Status.UNSUPPORTED)
@@ -353,7 +447,8 @@ class Profile:
                     peak = found
         profile = cls(records=tuple(records), device=measurements.device, tracer=tracer,
                       memory_source=measurements.memory_source, module_types=module_types,
-                      module_params=module_params, batch_size=batch_size, settings=settings)
+                      module_params=module_params, batch_size=batch_size, settings=settings,
+                      backward=_backward_summary(measurements))
         totals.flops, totals.macs, totals.time_ms, totals.nodes = total_flops, total_macs, total_time, len(records)
         profile.__dict__["_totals"] = totals  # the cached properties, already known
         profile.__dict__["max_memory"] = peak
@@ -396,6 +491,53 @@ class Profile:
     def max_memory(self) -> int | None:
         values = [m for r in self.records for m in (r.mem_before, r.mem_after) if m is not None]
         return max(values) if values else None
+
+    # ------------------------------------------------------------------ the backward
+    @property
+    def has_backward(self) -> bool:
+        """Whether a backward ran (``propagate(..., backward=True)``, a training step)."""
+        return self.backward is not None
+
+    def _backward_sum(self, field_name: str, unattributed: str | None = None) -> int:
+        if self.backward is None:
+            return 0
+        total = sum(v for r in self.records if (v := getattr(r, field_name)) is not None)
+        return total + (self.backward.get(unattributed, 0) if unattributed else 0)
+
+    @property
+    def total_backward_flops(self) -> int:
+        """FLOPs of the backward: every node's ``backward_flops`` plus the unattributed work
+        (gradient accumulation); recompute included. 0 when no backward ran."""
+        return self._backward_sum("backward_flops", "unattributed_flops")
+
+    @property
+    def total_backward_macs(self) -> int:
+        return self._backward_sum("backward_macs", "unattributed_macs")
+
+    @property
+    def total_recompute_flops(self) -> int:
+        """The forward work activation checkpointing ran again inside the backward."""
+        return self._backward_sum("recompute_flops")
+
+    @property
+    def total_recompute_macs(self) -> int:
+        return self._backward_sum("recompute_macs")
+
+    @property
+    def total_saved_bytes(self) -> int:
+        """Bytes of activations the forward saved for backward (each storage once)."""
+        return self._backward_sum("saved_bytes")
+
+    @property
+    def total_backward_time_ms(self) -> float | None:
+        """Summed backward op times (None when untimed or no backward ran)."""
+        if self.backward is None:
+            return None
+        times = [r.backward_time_ms for r in self.records if r.backward_time_ms is not None]
+        extra = self.backward.get("unattributed_time_ms")
+        if not times and extra is None:
+            return None
+        return sum(times) + (extra or 0.0)
 
     @property
     def total_params(self) -> int:
@@ -441,7 +583,9 @@ class Profile:
                 path=path, module_type=types.get(path, seen_type.get(path, "")), depth=depth(path),
                 params=params.get(path, 0), own_params=self.module_params.get(path, 0), flops=s.flops,
                 macs=s.macs, time_ms=s.time_ms, nodes=s.nodes, unsupported=s.unsupported, bytes_read=s.bytes_read,
-                bytes_written=s.bytes_written,
+                bytes_written=s.bytes_written, backward_flops=s.backward_flops, backward_macs=s.backward_macs,
+                backward_time_ms=s.backward_time_ms, optimizer_flops=s.optimizer_flops,
+                optimizer_time_ms=s.optimizer_time_ms,
             )
             for path, s in sums.items()
         }
@@ -461,7 +605,9 @@ class Profile:
                 s = sums[key] = _Sums()
             s.add(r)
         stats = [OperatorStats(operator=k, flops=s.flops, macs=s.macs, calls=s.nodes, time_ms=s.time_ms,
-                               unsupported=s.unsupported, bytes_read=s.bytes_read, bytes_written=s.bytes_written)
+                               unsupported=s.unsupported, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
+                               backward_flops=s.backward_flops, backward_macs=s.backward_macs,
+                               backward_time_ms=s.backward_time_ms)
                  for k, s in sums.items()]
         stats.sort(key=lambda o: -o.flops)  # stable: ties keep first-run order
         return {o.operator: o for o in stats}
@@ -495,6 +641,11 @@ class Profile:
             "tracer": self.tracer, "nodes": len(self.records),
             "unsupported_nodes": sum(self.unsupported.values()), "unsupported": self.unsupported,
             "convention": self.convention,
+            "backward": None if self.backward is None else {
+                "flops": self.total_backward_flops, "macs": self.total_backward_macs,
+                "time_ms": self.total_backward_time_ms, "recompute_flops": self.total_recompute_flops,
+                "recompute_macs": self.total_recompute_macs, "saved_bytes": self.total_saved_bytes,
+                **{k: v for k, v in self.backward.items() if k != "errors"}},
         }
 
     # ------------------------------------------------------------------ serialization
@@ -528,6 +679,7 @@ class Profile:
             module_params={p: int(m.get("own_params", 0)) for p, m in modules.items()},
             batch_size=summary.get("batch_size"), settings=data.get("settings", {}),
             convention=summary.get("convention", "torch_flops"),
+            backward=_read_backward(summary.get("backward")),
         )
 
     @classmethod

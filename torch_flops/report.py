@@ -237,6 +237,15 @@ def _blank_zero(n: int | None) -> str:
     return str(n) if n else ""
 
 
+def _blank_zero_count(n: int | None) -> str:
+    """A count, blank when 0 or None (a column shown only where something happened)."""
+    return format_count(n) if n else ""
+
+
+def _blank_none_count(n: int | None) -> str:
+    return "" if n is None else format_count(n)
+
+
 def _unsupported_list(unsupported: Mapping[str, int]) -> str:
     """``"torch.mystery x1, Foo x2"``: the one way unsupported targets are listed."""
     return ", ".join(f"{target} x{count}" for target, count in sorted(unsupported.items()))
@@ -354,6 +363,50 @@ TREE_VIEW: tuple[Column, ...] = (
 )
 
 
+def _get(name: str) -> Callable[[Any, Any], Any]:
+    """A field that some rows lack (the tree's own-parameters row): None there."""
+    return lambda item, _ctx: getattr(item, name, None)
+
+
+def _tree_get(name: str) -> Callable[[Any, Any], Any]:
+    return lambda t, _root: getattr(t.module, name, None)
+
+
+#: the columns a view gains when a backward ran (``Profile.has_backward``); the optimizer's only
+#: show in a training step (optional: left out of text when empty)
+NODE_BACKWARD: tuple[Column, ...] = (
+    Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
+    Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("recompute_flops", "recompute FLOPs", _get("recompute_flops"), _blank_zero_count, optional=True),
+    Column("recompute_macs", None, _get("recompute_macs")),
+    Column("saved_bytes", "saved", _get("saved_bytes"), format_bytes),
+)
+MODULE_BACKWARD: tuple[Column, ...] = (
+    Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
+    Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("optimizer_flops", "optim FLOPs", _get("optimizer_flops"), _blank_none_count, optional=True),
+    Column("optimizer_time_ms", None, _get("optimizer_time_ms")),
+    Column("step_flops", "step FLOPs", _get("step_flops"), format_count),
+)
+OPERATOR_BACKWARD: tuple[Column, ...] = (
+    Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
+    Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+)
+TREE_BACKWARD: tuple[Column, ...] = (
+    Column("backward_flops", "bwd FLOPs", _tree_get("backward_flops"), format_count),
+    Column("backward_time_ms", "bwd latency", _tree_get("backward_time_ms"), format_time_ms),
+    Column("optimizer_flops", "optim FLOPs", _tree_get("optimizer_flops"), _blank_none_count, optional=True),
+    Column("step_flops", "step FLOPs", _tree_get("step_flops"), format_count),
+)
+
+
+def _view(view: tuple[Column, ...], extra: tuple[Column, ...], backward: bool) -> tuple[Column, ...]:
+    return view + extra if backward else view
+
+
 def _raw_names(view: Sequence[Column]) -> tuple[str, ...]:
     return tuple(c.name for c in view if c.raw)
 
@@ -364,7 +417,8 @@ OPERATOR_COLUMNS: tuple[str, ...] = _raw_names(OPERATOR_VIEW)
 TREE_COLUMNS: tuple[str, ...] = _raw_names(TREE_VIEW)
 
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
-    c.name: c.fmt for view in (TREE_VIEW, OPERATOR_VIEW, MODULE_VIEW, NODE_VIEW) for c in view
+    c.name: c.fmt for view in (TREE_VIEW, OPERATOR_VIEW, MODULE_VIEW, NODE_VIEW, NODE_BACKWARD, MODULE_BACKWARD)
+    for c in view
     if c.fmt is not str and c.name not in ("module", "module_path", "status", "unsupported")
 }
 
@@ -405,13 +459,25 @@ def _node_table(records: Sequence[NodeRecord], all_nodes: bool = True) -> _Table
     macs = sum(r.macs for r in records if r.macs is not None)
     times = [r.time_ms for r in records if r.time_ms is not None and not is_internal(r)]
     total = {"node": "total", "flops": flops, "macs": macs, "time_ms": sum(times) if times else None}
+    backward = _has_backward(records)
+    if backward:
+        bw_times = [r.backward_time_ms for r in records if r.backward_time_ms is not None]
+        total.update(backward_flops=sum(r.backward_flops or 0 for r in records),
+                     backward_macs=sum(r.backward_macs or 0 for r in records),
+                     backward_time_ms=sum(bw_times) if bw_times else None,
+                     saved_bytes=sum(r.saved_bytes or 0 for r in records))
     shown = list(records) if all_nodes else [r for r in records if not is_internal(r)]
-    return _Table(NODE_VIEW, shown, total=total)
+    return _Table(_view(NODE_VIEW, NODE_BACKWARD, backward), shown, total=total)
+
+
+def _has_backward(records: Sequence[NodeRecord]) -> bool:
+    return any(r.backward_flops is not None or r.phase != "forward" for r in records)
 
 
 def _module_table(profile: Profile) -> _Table:
     modules = profile.by_module()
-    return _Table(MODULE_VIEW, list(modules.values()), context=modules[""])
+    return _Table(_view(MODULE_VIEW, MODULE_BACKWARD, profile.has_backward), list(modules.values()),
+                  context=modules[""])
 
 
 def _operator_table(profile: Profile) -> _Table:
@@ -419,7 +485,11 @@ def _operator_table(profile: Profile) -> _Table:
     total = {"operator": "total", "calls": len(profile.records), "flops": profile.total_flops,
              "macs": profile.total_macs, "time_ms": profile.total_time_ms,
              "unsupported": sum(o.unsupported for o in ops.values())}
-    return _Table(OPERATOR_VIEW, list(ops.values()), context=total, total=total)
+    if profile.has_backward:
+        total.update(backward_flops=profile.total_backward_flops, backward_macs=profile.total_backward_macs,
+                     backward_time_ms=profile.total_backward_time_ms)
+    return _Table(_view(OPERATOR_VIEW, OPERATOR_BACKWARD, profile.has_backward), list(ops.values()),
+                  context=total, total=total)
 
 
 def _tree_table(profile: Profile, depth: int) -> _Table:
@@ -441,7 +511,7 @@ def _tree_table(profile: Profile, depth: int) -> _Table:
         if m.own_params and path in has_children and (depth < 0 or m.depth < depth):
             rows.append(_TreeRow(_OwnParameters(path, m.depth + 1, m.own_params), "  " * (level + 1) +
                                  "(own parameters)", text_only=True))
-    return _Table(TREE_VIEW, rows, context=modules[""])
+    return _Table(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward), rows, context=modules[""])
 
 
 def _table_for(profile: Profile, group_by: GroupBy, all_nodes: bool = True) -> _Table:
@@ -472,12 +542,23 @@ def rows_for(profile: Profile, group_by: GroupBy = "node",
 
 
 def node_rows(records: Sequence[NodeRecord]) -> list[list[Any]]:
-    """One list per node, in ``NODE_COLUMNS`` order, raw values."""
+    """One list per node, in ``node_columns(records)`` order (``NODE_COLUMNS``, plus the
+    backward's when one ran), raw values."""
     return _node_table(records).raw_rows()
 
 
+def node_columns(records: Sequence[NodeRecord]) -> tuple[str, ...]:
+    """The columns of :func:`node_rows`: ``NODE_COLUMNS``, plus ``NODE_BACKWARD``'s with a backward."""
+    return _raw_names(_node_table(records[:0] if not _has_backward(records) else records).columns)
+
+
+def tree_columns(profile: Profile) -> tuple[str, ...]:
+    """The columns of :func:`tree_rows`: ``TREE_COLUMNS``, plus ``TREE_BACKWARD``'s with a backward."""
+    return _raw_names(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward))
+
+
 def tree_rows(profile: Profile, depth: int = -1) -> list[list[Any]]:
-    """The module tree (``TREE_COLUMNS``, raw values; percentages of the root as 0-100 floats,
+    """The module tree (:func:`tree_columns`, raw values; percentages of the root as 0-100 floats,
     None where undefined), depth first, down to ``depth`` (0 = root only, -1 = all)."""
     return _tree_table(profile, depth).raw_rows()
 
@@ -723,7 +804,7 @@ def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode:
     if mode == "a" and os.path.exists(path):
         with open(path, newline="") as f:
             existing = f.read()
-    text = _csv(None if existing else NODE_COLUMNS, node_rows(records))
+    text = _csv(None if existing else node_columns(records), node_rows(records))
     if existing and not existing.endswith("\n"):
         existing += "\n"
     write_atomic(path, existing + text)

@@ -63,15 +63,25 @@ class ExtraRuns:
         with torch.no_grad():
             self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]
         self._versions = [(name, p, p._version) for name, p in params.values()]
+        #: each parameter's ``.grad`` (the object, and a copy of its values): an extra backward
+        #: accumulates into it or sets it
+        with torch.no_grad():
+            self._grads = [(p, p.grad, None if p.grad is None or p.grad.is_meta else p.grad.clone())
+                           for _, p in params.values()]
         self._cpu_rng = torch.get_rng_state()
         self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
             else None
 
     def undo(self) -> None:
-        """Put the buffers and the RNG state back; ``ValueError`` when the run changed a parameter."""
+        """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
+        changed a parameter."""
         with torch.no_grad():
             for _, buffer, saved in self._buffers:
                 buffer.copy_(saved)
+            for param, grad, values in self._grads:
+                if grad is not None and values is not None:
+                    grad.copy_(values)  # the same object, as an eager step would have kept
+                param.grad = grad
         torch.set_rng_state(self._cpu_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)

@@ -1,0 +1,227 @@
+"""The backward pass, per forward node: what autograd ran for each node's gradient.
+
+How a backward op finds the forward node that caused it
+-------------------------------------------------------
+Autograd numbers every graph node it creates (``Node._sequence_nr()``) from a per-thread counter
+that only goes up (``torch.autograd._get_sequence_nr()`` reads its next value). While the eager
+front end records the forward, it notes that counter each time a forward node ends
+(:meth:`SequenceMap.close`): the autograd nodes created while forward node ``i`` ran are exactly
+those numbered from the previous mark up to this one. During ``backward()`` a
+``TorchDispatchMode`` (:class:`BackwardRecorder`) sees every aten op autograd runs and asks
+``torch._C._current_autograd_node()`` which autograd node runs it; its sequence number, looked up
+between the marks, names the forward node. So a Linear's ``dX``/``dW`` matmuls and its bias's
+``sum`` land on the Linear's record, counted by the same aten formulas as the forward
+(``formulas/backward.py`` adds the ``*_backward`` ops), timed around each op.
+
+What does not belong to a forward node: gradient accumulation into an existing ``.grad``
+(``AccumulateGrad`` has no sequence number of its own) and the ``ones_like`` that seeds the
+backward; their work is kept as *unattributed* and is in the totals.
+
+Activation checkpointing (``torch.utils.checkpoint``): the recomputed forward runs inside the
+backward with grad mode on (ordinary backward ops run with it off), so an op seen with grad mode
+on is *recompute*; it is counted in the backward totals and, apart, as ``recompute_flops`` of the
+forward node whose backward asked for it. The autograd nodes the recompute creates are marked
+like the forward's, so their own backward lands on the same forward node.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_flops.formulas import FormulaTable, zero_flops
+from torch_flops.measure import Timer, storage_key
+
+__all__ = ["BackwardRecorder", "BackwardRun", "SequenceMap", "formula_count", "saved_bytes"]
+
+_sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
+_current_node: Callable[[], Any] = torch._C._current_autograd_node
+
+
+class SequenceMap:
+    """Autograd sequence numbers -> forward node positions (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []  #: the counter's value when each marked node ended (never goes down)
+        self.owners: list[int] = []  #: the forward position of each mark
+
+    def close(self, position: int) -> None:
+        """Forward node ``position`` has just ended: the autograd nodes made so far, and not
+        claimed by an earlier mark, are its."""
+        self.ends.append(_sequence_nr())
+        self.owners.append(position)
+
+    def owner(self, autograd_node: Any) -> int | None:
+        """The forward position whose run created ``autograd_node``; None for nodes made outside
+        the recorded forward (``AccumulateGrad``, a loss made after the recording)."""
+        if autograd_node is None:
+            return None
+        k = bisect.bisect_right(self.ends, autograd_node._sequence_nr())
+        return self.owners[k] if k < len(self.owners) else None
+
+
+def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """``(flops, macs)`` of one formula call (any return form of ``formulas.FlopCount``)."""
+    result = formula(None, out, *args, **kwargs)
+    if isinstance(result, tuple):
+        return int(result[0]), int(result[1])
+    return int(result), 0
+
+
+@dataclass
+class BackwardRun:
+    """What one backward measured, per forward node position (lists as long as the forward)."""
+
+    flops: list[int]
+    macs: list[int]
+    #: per position, the (start, end) timer marks of its backward ops (read after the timer finished)
+    marks: list[list[tuple[Any, Any]]]
+    recompute_flops: list[int]
+    recompute_macs: list[int]
+    #: work not caused by a forward node: gradient accumulation, the seed gradient
+    unattributed_flops: int = 0
+    unattributed_macs: int = 0
+    unattributed_marks: list[tuple[Any, Any]] = field(default_factory=list)
+    #: aten op name -> how many backward ops had no formula (excluded from the counts)
+    unsupported: dict[str, int] = field(default_factory=dict)
+    #: the formulas that failed: aten op name -> the first message
+    errors: dict[str, str] = field(default_factory=dict)
+    ops: int = 0  #: aten ops the backward ran
+    #: bytes each forward position saved for backward (activations; see :func:`saved_bytes`)
+    saved_bytes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n: int) -> BackwardRun:
+        return cls(flops=[0] * n, macs=[0] * n, marks=[[] for _ in range(n)], recompute_flops=[0] * n,
+                   recompute_macs=[0] * n)
+
+    def grow(self, n: int) -> None:
+        """Room for forward positions up to ``n`` (recompute may add none; kept for safety)."""
+        while len(self.flops) < n:
+            self.flops.append(0)
+            self.macs.append(0)
+            self.marks.append([])
+            self.recompute_flops.append(0)
+            self.recompute_macs.append(0)
+
+    def times(self, timer: Timer) -> list[float | None]:
+        """Milliseconds of backward per forward position (None where no backward op ran)."""
+        return [_summed(timer, marks) for marks in self.marks]
+
+    def unattributed_time(self, timer: Timer) -> float | None:
+        return _summed(timer, self.unattributed_marks)
+
+
+def _summed(timer: Timer, marks: list[tuple[Any, Any]]) -> float | None:
+    """Milliseconds between each (start, end) pair, summed; None when none or untimed (meta)."""
+    total = 0.0
+    for start, end in marks:
+        ms = timer.elapsed_ms(start, end)
+        if ms is None:
+            return None
+        total += ms
+    return total if marks else None
+
+
+class BackwardRecorder(TorchDispatchMode):
+    """Counts and times every aten op of a ``backward()`` for the forward node that caused it."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # see eager._Recorder: nothing here is compiled
+        return False
+
+    def __init__(self, table: FormulaTable, sequences: SequenceMap, run: BackwardRun, timer: Timer) -> None:
+        super().__init__()
+        self._table = table
+        self._sequences = sequences
+        self.run = run
+        self._timer = timer
+        self._formulas: dict[Any, Any] = {}
+
+    def _formula(self, func: Any) -> Any:
+        packet = func.overloadpacket
+        found = self._formulas.get(packet, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._formulas[packet] = self._table.resolve_aten(packet)
+        return found
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        recompute = torch.is_grad_enabled()  # the engine runs backward ops with grad mode off
+        owner = self._sequences.owner(_current_node())
+        tick = self._timer.tick
+        start = tick()
+        out = func(*args, **kwargs)
+        end = tick()
+        run = self.run
+        run.ops += 1
+        if recompute and owner is not None:  # the recompute's autograd nodes: their backward is the owner's too
+            self._sequences.close(owner)
+        formula = self._formula(func)
+        flops = macs = 0
+        if formula is None:
+            name = f"aten.{func.overloadpacket.__name__}"
+            run.unsupported[name] = run.unsupported.get(name, 0) + 1
+        elif formula is not zero_flops:
+            try:
+                flops, macs = formula_count(formula, out, args, kwargs)
+            except Exception as e:  # noqa: BLE001  (a broken formula never stops the user's backward)
+                run.errors.setdefault(f"aten.{func.overloadpacket.__name__}", f"{type(e).__name__}: {e}")
+        if owner is None:
+            run.unattributed_flops += flops
+            run.unattributed_macs += macs
+            run.unattributed_marks.append((start, end))
+            return out
+        if owner >= len(run.flops):
+            run.grow(owner + 1)
+        run.flops[owner] += flops
+        run.macs[owner] += macs
+        run.marks[owner].append((start, end))
+        if recompute:
+            run.recompute_flops[owner] += flops
+            run.recompute_macs[owner] += macs
+        return out
+
+
+def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int, excluded: frozenset[int]) -> list[int]:
+    """Bytes each forward position saved for backward: the storages held by the autograd graph
+    reachable from ``roots`` (``grad_fn`` s), each storage once (for the earliest node saving it),
+    the model's parameters and buffers (``excluded`` storage keys) left out. Read from the
+    ``_saved_*`` attributes autograd exposes on its nodes, before the backward frees them."""
+    first: dict[int, tuple[int, int]] = {}  # storage key -> (earliest forward position saving it, bytes)
+    seen: set[Any] = set()
+    stack = [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None and nxt not in seen)
+        owner = None if type(node).__name__ == "AccumulateGrad" else sequences.owner(node)
+        if owner is None or owner >= n:
+            continue
+        for attribute in dir(node):
+            if not attribute.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, attribute)
+            except RuntimeError:  # freed already (retain_graph=False after an earlier backward)
+                continue
+            for t in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(t, torch.Tensor):
+                    key, nbytes = storage_key(t)
+                    if key not in excluded and (key not in first or first[key][0] > owner):
+                        first[key] = (owner, nbytes)
+    result = [0] * n
+    for owner, nbytes in first.values():
+        result[owner] += nbytes
+    return result
+
+
+_UNKNOWN = object()
