@@ -17,6 +17,7 @@ __all__ = [
     "TracingError",
     "UnsupportedOpError",
     "UnsupportedOpWarning",
+    "UnsupportedOptimizerError",
 ]
 
 
@@ -34,6 +35,11 @@ class NodeExecutionError(TorchFlopsError, RuntimeError):
 
 class UnsupportedOpError(TorchFlopsError, RuntimeError):
     """A node has no FLOPs formula (or its formula failed) and ``strict=True`` was asked for."""
+
+
+class UnsupportedOptimizerError(TorchFlopsError, TypeError):
+    """An optimizer class (and every class of its MRO) has no step FLOPs formula
+    (``torch_flops.optim.register_optimizer`` adds one)."""
 
 
 class DuplicateFormulaError(TorchFlopsError, ValueError):
