@@ -13,6 +13,7 @@ from torch_flops.errors import (
     TracerFallbackWarning,
     TracingError,
     UnsupportedOpError,
+    UnsupportedOptimizerError,
     UnsupportedOpWarning,
 )
 from torch_flops.formulas import (
@@ -30,8 +31,10 @@ from torch_flops.formulas import (
 )
 from torch_flops.hardware import HardwareSpec
 from torch_flops.measure import Timer
+from torch_flops.optim import OPTIMIZER_FLOPs_MAPPING, optimizer_step_flops, register_optimizer
 from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.roofline import Roofline, RooflineRow, roofline
+from torch_flops.training import TrainingProfiler, utilization
 
 __version__ = "0.1.0"
 
@@ -47,6 +50,7 @@ __all__ = [
     "MODULE_FLOPs_MAPPING",
     "NodeExecutionError",
     "NodeRecord",
+    "OPTIMIZER_FLOPs_MAPPING",
     "Profile",
     "Roofline",
     "RooflineRow",
@@ -56,18 +60,23 @@ __all__ = [
     "TorchFlopsError",
     "TracerFallbackWarning",
     "TracingError",
+    "TrainingProfiler",
     "UnsupportedOpError",
     "UnsupportedOpWarning",
+    "UnsupportedOptimizerError",
     "__version__",
     "flop_count_table",
     "get_model_profile",
     "hardware",
+    "optimizer_step_flops",
     "profile",
     "register",
     "register_aten",
     "register_function",
     "register_method",
     "register_module",
+    "register_optimizer",
     "roofline",
+    "utilization",
     "zero_flops",
 ]

@@ -242,8 +242,11 @@ class TorchFLOPsByFX:
                                   backward=backward is not None)
 
         def step(run: EagerRecording, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> tuple[Any, Any]:
-            output = run.run(call_args, call_kwargs, None if backward is None else _loss_fn(backward[0]))
-            return output, None if backward is None else run.backward(run.loss, self.tables)
+            if backward is None:
+                return run.run(call_args, call_kwargs), None
+            loss_fn = backward[0]
+            output = run.run(call_args, call_kwargs, loss_fn if loss_fn is not None else _identity)
+            return output, run.backward(_checked_loss(run.loss, loss_fn is not None), self.tables)
 
         total = warmups + repeats + 1
         extra: list[tuple[EagerRecording, Any]] = []
@@ -502,21 +505,21 @@ class _Snapshot:
                 and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
 
 
-def _loss_fn(loss_fn: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
-    """``loss_fn``, checked: what it returns (or the output, without one) must be a scalar tensor
-    that needs a gradient, or there is no backward to run."""
-    def loss(output: Any) -> Any:
-        value = output if loss_fn is None else loss_fn(output)
-        what = "loss_fn(output)" if loss_fn is not None else "the model's output (no loss_fn given)"
-        if not isinstance(value, torch.Tensor) or value.numel() != 1:
-            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
-                             "loss_fn=lambda out: out.sum()")
-        if not value.requires_grad:
-            raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
-                             "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
-        return value
-    return loss
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
+    """The loss to run ``backward()`` on: a scalar tensor that needs a gradient, or a clear error."""
+    what = "loss_fn(output)" if from_loss_fn else "the model's output (no loss_fn given)"
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
+                         "loss_fn=lambda out: out.sum()")
+    if not value.requires_grad:
+        raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
+                         "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
+    return value
 
 
 def _median(values: tuple[float | None, ...]) -> float | None:

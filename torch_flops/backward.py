@@ -37,10 +37,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_flops.formulas import FormulaTable, zero_flops
 from torch_flops.measure import Timer, storage_key
 
-__all__ = ["BackwardRecorder", "BackwardRun", "SequenceMap", "formula_count", "saved_bytes"]
+__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "saved_bytes"]
 
 _sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
-_current_node: Callable[[], Any] = torch._C._current_autograd_node
+#: the autograd node running now (None outside a backward)
+current_autograd_node: Callable[[], Any] = torch._C._current_autograd_node
 
 
 class SequenceMap:
@@ -128,20 +129,19 @@ def _summed(timer: Timer, marks: list[tuple[Any, Any]]) -> float | None:
     return total if marks else None
 
 
-class BackwardRecorder(TorchDispatchMode):
-    """Counts and times every aten op of a ``backward()`` for the forward node that caused it."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:  # see eager._Recorder: nothing here is compiled
-        return False
+class BackwardCounter:
+    """Counts and times one backward aten op for the forward node that caused it (what
+    :class:`BackwardRecorder` does for each op; the training profiler's recording calls it for
+    the ops it sees run by autograd)."""
 
     def __init__(self, table: FormulaTable, sequences: SequenceMap, run: BackwardRun, timer: Timer) -> None:
-        super().__init__()
         self._table = table
         self._sequences = sequences
         self.run = run
         self._timer = timer
         self._formulas: dict[Any, Any] = {}
+        #: called once, with the autograd node, before the first op runs (nothing freed yet)
+        self.first_op: Callable[[Any], None] | None = None
 
     def _formula(self, func: Any) -> Any:
         packet = func.overloadpacket
@@ -150,11 +150,13 @@ class BackwardRecorder(TorchDispatchMode):
             found = self._formulas[packet] = self._table.resolve_aten(packet)
         return found
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         recompute = torch.is_grad_enabled()  # the engine runs backward ops with grad mode off
-        owner = self._sequences.owner(_current_node())
+        node = current_autograd_node()
+        if self.first_op is not None:
+            first, self.first_op = self.first_op, None
+            first(node)
+        owner = self._sequences.owner(node)
         tick = self._timer.tick
         start = tick()
         out = func(*args, **kwargs)
@@ -187,6 +189,22 @@ class BackwardRecorder(TorchDispatchMode):
             run.recompute_flops[owner] += flops
             run.recompute_macs[owner] += macs
         return out
+
+
+class BackwardRecorder(TorchDispatchMode):
+    """Hands every aten op of a ``backward()`` to a :class:`BackwardCounter`."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # see eager._Recorder: nothing here is compiled
+        return False
+
+    def __init__(self, table: FormulaTable, sequences: SequenceMap, run: BackwardRun, timer: Timer) -> None:
+        super().__init__()
+        self.counter = BackwardCounter(table, sequences, run, timer)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        return self.counter.op(func, args, kwargs or {})
 
 
 def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int, excluded: frozenset[int]) -> list[int]:

@@ -39,7 +39,14 @@ from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
-from torch_flops.backward import BackwardRecorder, BackwardRun, SequenceMap, saved_bytes
+from torch_flops.backward import (
+    BackwardCounter,
+    BackwardRecorder,
+    BackwardRun,
+    SequenceMap,
+    current_autograd_node,
+    saved_bytes,
+)
 from torch_flops.capture import Capture, CapturedGraph, NodeLocation
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.formulas import FormulaTable
@@ -100,6 +107,11 @@ class EagerRecording(NodeMeasurer):
         #: with ``backward``: which forward node made each autograd node (torch_flops.backward)
         self.sequences: SequenceMap | None = SequenceMap() if backward else None
         self.loss: Any = None  #: what ``loss_fn`` returned (or the output), with ``backward``
+        #: while set (a training step being recorded), the ops autograd runs are this counter's,
+        #: and no module, function or op seen in a backward becomes a forward node
+        self.backward_counter: BackwardCounter | None = None
+        self._handles: list[Any] = []
+        self.last_output: Any = None  #: the model's last output (an open-ended recording's output node)
         self._index = index
         self._table = table
         self._ignored = set(ignored)
@@ -170,6 +182,44 @@ class EagerRecording(NodeMeasurer):
         self._add_output(output)
         return output
 
+    def begin(self) -> None:
+        """Start an open-ended recording (a training step, see ``torch_flops.training``): every
+        call of this thread is recorded until :meth:`end`; each call of the model adds its inputs."""
+        self._handles = [module_hooks.register_module_forward_pre_hook(self._pre_hook),
+                         module_hooks.register_module_forward_hook(self._hook, with_kwargs=True, always_call=True)]
+        self._dispatch_mode.__enter__()
+        self._function_mode.__enter__()
+
+    def end(self) -> None:
+        """Stop the recording :meth:`begin` started; the output node holds the model's last output."""
+        try:
+            self._function_mode.__exit__(None, None, None)
+            self._dispatch_mode.__exit__(None, None, None)
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
+            self._timer.finish()
+        self._add_output(self.last_output)
+
+    def add_call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call of the model starts (an open-ended recording): its inputs become placeholders."""
+        if threading.get_ident() == self._thread and current_autograd_node() is None:
+            outer, self._open = self._open, _SELF
+            try:
+                self._add_inputs(args, kwargs)
+            finally:
+                self._open = outer
+
+    def set_call_output(self, output: Any) -> None:
+        """A call of the model returned ``output`` (the open-ended recording's output node)."""
+        if threading.get_ident() == self._thread and current_autograd_node() is None:
+            self.last_output = output
+
+    def paused(self) -> _Paused:
+        """A context in which nothing is recorded (the optimizer's step)."""
+        return _Paused(self)
+
     def _failure_message(self, e: Exception) -> str:
         where = self._location
         module = f" in module {where.path!r} ({where.module_type})" if where.path else ""
@@ -231,7 +281,8 @@ class EagerRecording(NodeMeasurer):
 
     # ------------------------------------------------------------------ module hooks
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
-        if threading.get_ident() != self._thread:
+        if threading.get_ident() != self._thread or (self.backward_counter is not None
+                                                     and current_autograd_node() is not None):
             return
         path = self._paths.get(id(module))
         if path is None:  # a module of another model, or made inside forward: its ops are its caller's
@@ -246,7 +297,8 @@ class EagerRecording(NodeMeasurer):
     def _hook(self, module: nn.Module, args: Any, *kwargs_result: Any) -> None:
         # (kwargs, result) after a forward; (result,) alone when the forward raised (torch calls an
         # always-called global hook so then): the stack unwinds, the open module stays for the message
-        if threading.get_ident() != self._thread or id(module) not in self._paths:
+        if threading.get_ident() != self._thread or id(module) not in self._paths or (
+                self.backward_counter is not None and current_autograd_node() is not None):
             return
         if len(kwargs_result) != 2:
             if module is self._open and len(self._stack) == self._open_level:
@@ -490,8 +542,10 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         recording = self.recording
-        if recording._open is not None:  # inside a module node: counted by the module's formula
-            return func(*args, **(kwargs or {}))
+        if recording.backward_counter is not None and current_autograd_node() is not None:
+            return recording.backward_counter.op(func, args, kwargs or {})  # run by autograd: a backward op
+        if recording._open is not None or func.namespace == "profiler":  # inside a module node; a
+            return func(*args, **(kwargs or {}))  # record_function marker of the autograd profiler
         return recording.op(func, args, kwargs or {})
 
 
@@ -509,12 +563,27 @@ class _Functions(TorchFunctionMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         recording = self.recording
-        if recording._open is not None or func.__name__ == "__get__":  # inside a node; a property read
+        if recording._open is not None or func.__name__ == "__get__" or (  # inside a node; a property read
+                recording.backward_counter is not None and current_autograd_node() is not None):  # a backward
             return func(*args, **kwargs)
         target = recording.function_target(func)
         if target is None:
             return func(*args, **kwargs)
         return recording.function(target[0], target[1], func, args, kwargs)
+
+
+class _Paused:
+    """While inside: the recording records nothing (the calls run as without it)."""
+
+    def __init__(self, recording: EagerRecording) -> None:
+        self._recording = recording
+        self._outer: Any = None
+
+    def __enter__(self) -> None:
+        self._outer, self._recording._open = self._recording._open, _SELF
+
+    def __exit__(self, *exc: object) -> None:
+        self._recording._open = self._outer
 
 
 _UNKNOWN = object()

@@ -58,6 +58,7 @@ __all__ = [
     "adamw_flops",
     "asgd_flops",
     "nadam_flops",
+    "formula_for",
     "optimizer_step_flops",
     "radam_flops",
     "register_optimizer",
@@ -97,7 +98,7 @@ def register_optimizer(*classes: type[Optimizer], override: bool = False) -> Cal
     return wrap
 
 
-def _formula_for(cls: type[Optimizer]) -> OptimizerFormula:
+def formula_for(cls: type[Optimizer]) -> OptimizerFormula:
     """The formula of the nearest class in ``cls``'s MRO that has one."""
     for base in cls.__mro__:
         formula = OPTIMIZER_FLOPs_MAPPING.get(base)  # type: ignore[call-overload]
@@ -114,7 +115,7 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
     ``param_groups`` order. Reads hyper-parameters and state only; runs and changes nothing."""
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    formula = _formula_for(type(optimizer))
+    formula = formula_for(type(optimizer))
     counts: list[tuple[Tensor, int]] = []
     for g, group in enumerate(optimizer.param_groups):
         for i, param in enumerate(group["params"]):

@@ -1,0 +1,156 @@
+"""``TrainingProfiler`` in the user's own loop (forward, loss, backward, optimizer step as three
+phases of one step's records), bit-identical to the loop without it, nothing left installed;
+``utilization`` (MFU/HFU) arithmetic."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import _get_current_function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+from torch_flops import TrainingProfiler, UnsupportedOptimizerError, hardware, utilization
+
+PARAMS = 8 * 16 + 16 + 16 * 4 + 4  # 212
+
+
+def _mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _loop(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    for x, y in batches:
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _batches(n: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(3, 8, generator=g), torch.randn(3, 4, generator=g)) for _ in range(n)]
+
+
+def test_two_adamw_steps_match_the_loop_without_the_profiler(same_state: Any, capture_state: Any) -> None:
+    model = _mlp()
+    twin = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    twin_optimizer = torch.optim.AdamW(twin.parameters(), lr=1e-2)
+    batches = _batches()
+    hooks_before = capture_state(nn.Linear(1, 1))  # global hooks: none added, none left
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, batches)
+    _loop(twin, twin_optimizer, batches)
+    same_state(model, twin)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(optimizer.state[p][key], twin_optimizer.state[q][key])
+    hooks_before()
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+
+    assert len(prof.profiles) == 2
+    step = prof.profiles[0]
+    # forward MACs: 3*8*16 + 3*16*4 = 384 + 192 = 576; backward (the input needs no grad): the
+    # first Linear dW 384, the second dX 192 + dW 192 -> 768
+    assert (step.total_macs, step.total_backward_macs) == (576, 768)
+    assert prof.get_total_macs() == 576 + 768
+    # AdamW (torch_flops.optim): 14 FLOPs per element -> 14 * 212 = 2968, one record per parameter
+    optimizer_records = [r for r in step.records if r.phase == "optimizer"]
+    assert [r.module_path for r in optimizer_records] == ["0", "0", "2", "2"]
+    assert sum(r.flops for r in optimizer_records) == 14 * PARAMS
+    assert prof.get_total_flops() == step.total_flops + step.total_backward_flops + 14 * PARAMS
+    assert prof.get_total_params() == PARAMS
+    assert prof.get_total_duration() > 0
+    # the loss (mse_loss) is a node of the step: 3*4 elements, subtract, square, mean
+    assert any(r.target == "F.mse_loss" or "mse_loss" in r.target for r in step.records)
+    modules = step.by_module()
+    assert modules["0"].optimizer_flops == 14 * (8 * 16 + 16) and modules["2"].backward_macs == 384
+
+
+def test_print_model_profile_and_its_file(tmp_path: Any, capsys: Any) -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prof = TrainingProfiler(model, optimizer)
+    prof.start_profile()
+    _loop(model, optimizer, _batches(1))
+    prof.stop_profile()
+    text = prof.print_model_profile(profile_step=1, module_depth=1, top_modules=1)
+    assert capsys.readouterr().out.strip() == text.strip()
+    # SGD without momentum: p -= lr * g, 2 FLOPs per element -> 424
+    assert "optimizer FLOPs:   424" in text and "bwd FLOPs" in text
+    path = tmp_path / "profile.txt"
+    prof.print_model_profile(output_file=str(path))
+    assert path.read_text().startswith("Training step 1")
+    with pytest.raises(ValueError, match="between 1 and 1"):
+        prof.print_model_profile(profile_step=2)
+    prof.end_profile()
+    with pytest.raises(RuntimeError, match="no training step"):
+        prof.get_total_flops()
+
+
+def test_without_an_optimizer_a_new_forward_after_a_backward_is_a_new_step() -> None:
+    model = _mlp()
+    batches = _batches(3)  # made before: everything this thread runs while profiling is recorded
+    with TrainingProfiler(model) as prof:
+        for x, y in batches:
+            F.mse_loss(model(x), y).backward()
+    assert len(prof.profiles) == 3
+    assert all(p.total_backward_macs == 768 for p in prof.profiles)
+    # without zero_grad, steps 2 and 3 add their gradients into .grad: one add per element (212),
+    # work of no forward node (unattributed), in the backward totals
+    first, second, third = prof.profiles
+    assert first.backward["unattributed_flops"] == 0
+    assert second.backward["unattributed_flops"] == third.backward["unattributed_flops"] == PARAMS
+    assert second.total_backward_flops == first.total_backward_flops + PARAMS
+    assert prof.get_total_flops() == round(sum(p.total_flops + p.total_backward_flops for p in prof.profiles) / 3)
+
+
+def test_bad_arguments_and_unknown_optimizers() -> None:
+    class Mine(torch.optim.Optimizer):
+        def step(self, closure: Any = None) -> None:
+            pass
+
+    model = _mlp()
+    with pytest.raises(UnsupportedOptimizerError, match="Mine"):
+        TrainingProfiler(model, Mine(model.parameters(), {}))
+    with pytest.raises(TypeError, match="model must be"):
+        TrainingProfiler("model")  # type: ignore[arg-type]
+    prof = TrainingProfiler(model)
+    prof.start_profile()
+    try:
+        with pytest.raises(RuntimeError, match="already profiling"):
+            prof.start_profile()
+    finally:
+        prof.end_profile()
+
+
+def test_utilization_arithmetic() -> None:
+    # 1e12 FLOPs in 1 s on a 2e12 FLOP/s part: 50%
+    assert utilization(10**12, 1000.0, 2e12) == pytest.approx(0.5)
+    # by name: the H100 SXM's dense bf16 peak (989.5e12 FLOP/s); 989.5e9 FLOPs in 2 ms -> 50%
+    h100 = hardware.get("h100-sxm").peak_flops(torch.bfloat16)
+    assert utilization(round(h100 * 1e-3), 2.0, "h100-sxm", torch.bfloat16) == pytest.approx(0.5)
+    assert utilization(10, None, 1e12) is None  # untimed (meta)
+    with pytest.raises(ValueError, match="positive"):
+        utilization(10, 1.0, 0)
+    with pytest.raises(TypeError, match="peak"):
+        utilization(10, 1.0, [1])  # type: ignore[arg-type]
+
+
+def test_mfu_and_hfu_of_a_profiled_loop() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, _batches(2))
+    step = prof.profiles[0]
+    model_flops = sum(p.total_flops + p.total_backward_flops for p in prof.profiles) / 2
+    seconds = prof.get_total_duration()
+    assert prof.get_mfu(1e9) == pytest.approx(model_flops / (seconds * 1e9), rel=1e-6)
+    assert prof.get_hfu(1e9) == pytest.approx(prof.get_mfu(1e9))  # no checkpointing: no recompute
+    assert step.total_recompute_flops == 0
