@@ -60,6 +60,13 @@ def test_linear_backward_by_hand(records_by_name: Any) -> None:
     # ReLU's own saved result is the same storage, counted once for the earlier node)
     assert (r["_0"].saved_bytes, r["_1"].saved_bytes, r["_2"].saved_bytes) == (96, 192, 0)
     assert all(rec.backward_time_ms is not None and rec.backward_time_ms > 0 for rec in (r["_0"], r["_2"]))
+    # live tensor bytes with what autograd keeps for the backward: after the ReLU, X (96 B, saved by
+    # the first Linear) + the first Linear's output (192) + the ReLU's (192, saved) = 480; after the
+    # second Linear the first's output is gone: 96 + 192 + 48 = 336
+    assert (r["_1"].mem_after, r["_2"].mem_after, counter.max_memory) == (480, 336, 480)
+    forward_only = TorchFLOPsByFX(_mlp())
+    forward_only.propagate(x)
+    assert forward_only.max_memory == 384  # X is freed after its last use: 192 + 192
 
 
 def test_frozen_layer_and_input_that_needs_grad(records_by_name: Any) -> None:

@@ -349,3 +349,31 @@ def test_subprocess_config_without_architectures(runs: dict[str, subprocess.Pope
     assert code == 0, err
     assert "config.json names no architectures: built BertModel; pick another class with --model-class" in err
     assert json.loads(out)["modules"][""]["module_type"] == "BertModel"
+
+
+def test_train_step(capsys: pytest.CaptureFixture[str], tiny_module: Path) -> None:
+    code, out, _ = run_main(capsys, "tinynet_cli:build", "--input-shape", "3,8", "--train", "--optimizer", "sgd",
+                            "--loss", "mse")
+    assert code == 0
+    # forward MACs 3*(8*16 + 16*4) = 576; backward: first Linear dW 384 (the input needs no grad),
+    # second dX 192 + dW 192 = 768; SGD: 2 FLOPs per parameter element, 212 elements = 424
+    assert "forward FLOPs" in out and "(MACs 576)" in out and "(MACs 768;" in out
+    assert "optimizer FLOPs:   424  (SGD)" in out
+    assert "bwd FLOPs" in out and "optim FLOPs" in out and "step FLOPs" in out
+    code, out, _ = run_main(capsys, "tinynet_cli:build", "--input-shape", "3,8", "--train", "--loss", "ce",
+                            "--format", "json", "--meta")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["summary"]["backward"]["macs"] == 768 and doc["summary"]["macs"] == 576
+    assert all(r["phase"] == "forward" for r in doc["records"])  # no optimizer asked for
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--train", "--tracer", "fx"], "leave --tracer out"),
+    (["--train", "--repeat", "3"], "--warmup and --repeat do not apply"),
+    (["--optimizer", "adamw"], "go with --train"),
+])
+def test_train_bad_combinations(capsys: pytest.CaptureFixture[str], tiny_module: Path, args: list[str],
+                                message: str) -> None:
+    code, _, err = run_main(capsys, "tinynet_cli:build", "--input-shape", "3,8", *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -207,11 +207,13 @@ class BackwardRecorder(TorchDispatchMode):
         return self.counter.op(func, args, kwargs or {})
 
 
-def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int, excluded: frozenset[int]) -> list[int]:
+def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
+                excluded: frozenset[int]) -> tuple[list[int], frozenset[int]]:
     """Bytes each forward position saved for backward: the storages held by the autograd graph
     reachable from ``roots`` (``grad_fn`` s), each storage once (for the earliest node saving it),
     the model's parameters and buffers (``excluded`` storage keys) left out. Read from the
-    ``_saved_*`` attributes autograd exposes on its nodes, before the backward frees them."""
+    ``_saved_*`` attributes autograd exposes on its nodes, before the backward frees them.
+    Returns the bytes per position and the saved storages' keys (kept alive until the backward)."""
     first: dict[int, tuple[int, int]] = {}  # storage key -> (earliest forward position saving it, bytes)
     seen: set[Any] = set()
     stack = [r for r in roots if r is not None]
@@ -239,7 +241,7 @@ def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int, excluded: froz
     result = [0] * n
     for owner, nbytes in first.values():
         result[owner] += nbytes
-    return result
+    return result, frozenset(first)
 
 
 _UNKNOWN = object()

@@ -37,11 +37,19 @@ from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
 from torch_flops.conventions import CONVENTIONS
 from torch_flops.hardware import HardwareSpec
+from torch_flops.records import Profile
 from torch_flops.roofline import roofline
+from torch_flops.training import TrainingProfiler, step_summary_text
 
 __all__ = ["main"]
 
 _FORMATS = ("tree", "table", "json", "csv", "markdown")
+_LOSSES = ("sum", "mse", "ce")
+#: --optimizer: the torch.optim class of each name (Adafactor where this torch has it)
+_OPTIMIZERS = {name: cls for name, cls in (
+    ("sgd", torch.optim.SGD), ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW),
+    ("adagrad", torch.optim.Adagrad), ("rmsprop", torch.optim.RMSprop),
+    ("adafactor", getattr(torch.optim, "Adafactor", None))) if cls is not None}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 _DEFAULT_TOKENS = (1, 128)
 
@@ -107,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model-class", metavar="NAME",
                    help="config.json: the transformers class to build (e.g. BertForMaskedLM), instead of the "
                         "config's architectures[0]")
+    train = p.add_argument_group("training step (--train)")
+    train.add_argument("--train", action="store_true",
+                       help="profile one training step: forward, loss, backward (and --optimizer's step), with "
+                            "forward/backward/optimizer columns")
+    train.add_argument("--loss", choices=tuple(_LOSSES), default="sum",
+                       help="sum: the output summed; mse: against a zero target; ce: cross entropy against "
+                            "fixed random classes of the last dimension (default: sum)")
+    train.add_argument("--optimizer", choices=tuple(_OPTIMIZERS), default=None,
+                       help="also profile this optimizer's step (default: none)")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument("--traceback", action="store_true", help="show the full traceback on errors")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -202,6 +219,12 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.roofline and ns.format == "csv":
         raise CLIError("--roofline prints text tables, which would break --format csv: use --format json "
                        "--hardware NAME (a 'roofline' object) or a text format", 2)
+    if ns.train and ns.tracer in ("fx", "export"):
+        raise CLIError("--train profiles the step as it runs (the eager front end): leave --tracer out", 2)
+    if ns.train and (ns.warmup or ns.repeat != 1):
+        raise CLIError("--train profiles one step as it runs: --warmup and --repeat do not apply", 2)
+    if (ns.optimizer is not None or ns.loss != "sum") and not ns.train:
+        raise CLIError("--loss and --optimizer go with --train", 2)
     spec = _hardware(ns, device)
     for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
         if path is not None:
@@ -211,13 +234,20 @@ def _run(ns: argparse.Namespace) -> int:
 
     model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class,
                                  graph_front_end=ns.tracer in ("fx", "export"))
-    model.eval()
-    result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
-                     progress=False if ns.quiet else None, **kwargs).with_convention(ns.convention)
+    step_text = None
+    if ns.train:
+        result, step_text = _train_step(model, args, kwargs, ns.loss, ns.optimizer)
+        result = result.with_convention(ns.convention)
+    else:
+        model.eval()
+        result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
+                         progress=False if ns.quiet else None, **kwargs).with_convention(ns.convention)
 
     line = roofline(result, spec) if spec is not None else None
     if ns.format == "tree":
         text = report.model_profile_text(result, depth=ns.depth, top=ns.top, roofline=line)
+        if step_text is not None:
+            text = step_text + "\n\n" + text
     elif ns.format == "table":
         parts = [report.summary_text(result), report.table_text(result, ns.group_by, ns.all_nodes)]
         if ns.top:
@@ -242,6 +272,49 @@ def _run(ns: argparse.Namespace) -> int:
 
         save_roofline_plot(line, ns.plot)
     return 0
+
+
+def _train_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss_name: str,
+                optimizer_name: str | None) -> tuple[Profile, str]:
+    """One training step of ``model`` under a :class:`TrainingProfiler`: its profile and summary."""
+    model.train()
+    optimizer = _OPTIMIZERS[optimizer_name](model.parameters()) if optimizer_name is not None else None
+    prof = TrainingProfiler(model, optimizer)
+    with prof:
+        output = model(*args, **kwargs)
+        _loss(loss_name, output).backward()
+        if optimizer is not None:
+            optimizer.step()
+    profile = prof.profiles[0]
+    return profile, step_summary_text(profile, prof._durations[0], prof._peaks[0])
+
+
+def _loss(name: str, output: Any) -> torch.Tensor:
+    """--loss on the model's main output tensor (``logits``/``last_hidden_state``, or the first tensor)."""
+    out = _main_tensor(output)
+    if name == "sum":
+        return out.float().sum()
+    if name == "mse":
+        return nn.functional.mse_loss(out.float(), torch.zeros_like(out, dtype=torch.float32))
+    if out.dim() < 2:
+        raise CLIError(f"--loss ce needs an output with a class dimension last, got shape {tuple(out.shape)}", 2)
+    classes = out.shape[-1]
+    g = torch.Generator().manual_seed(0)
+    target = torch.randint(0, classes, tuple(out.shape[:-1]), generator=g).to(out.device)
+    return nn.functional.cross_entropy(out.float().reshape(-1, classes), target.reshape(-1))
+
+
+def _main_tensor(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    for name in ("logits", "last_hidden_state"):
+        value = getattr(output, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    for value in output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ():
+        if isinstance(value, torch.Tensor):
+            return value
+    raise CLIError(f"--train needs a tensor output to compute the loss of, got {type(output).__name__}", 2)
 
 
 def _hardware(ns: argparse.Namespace, device: torch.device) -> HardwareSpec | None:

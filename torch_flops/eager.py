@@ -265,9 +265,8 @@ class EagerRecording(NodeMeasurer):
         caused it (:mod:`torch_flops.backward`); the gradients land in ``.grad`` as eager's do."""
         assert self.sequences is not None, "recorded without backward=True"
         n = len(self.plans)
-        saved = saved_bytes([loss.grad_fn], self.sequences, n, self._index.storages)
         run = BackwardRun.empty(n)
-        run.saved_bytes = saved
+        run.saved_bytes, self.kept_storages = saved_bytes([loss.grad_fn], self.sequences, n, self._index.storages)
         try:
             with BackwardRecorder(table, self.sequences, run, self._timer):
                 loss.backward()

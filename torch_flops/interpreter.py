@@ -195,6 +195,8 @@ class NodeMeasurer:
     _timer: Timer
     _memory: MemoryProbe
     _strict: bool
+    #: storages autograd keeps for the backward (a training step): live to the end of the replay
+    kept_storages: frozenset[int] = frozenset()
 
     def reset(self, n: int) -> None:
         """Fresh per-node lists for ``n`` nodes (the eager front end starts at 0 and grows)."""
@@ -247,7 +249,7 @@ class NodeMeasurer:
         if self._memory.read is not None:
             readings = (self._mem_before, self._mem_after)
             return lambda: readings
-        live = LiveTensors(self._memory.model_storages)
+        live = LiveTensors(self._memory.model_storages, self.kept_storages)
         return functools.partial(live.timeline, self._storages, self._plan.frees)  # type: ignore[return-value]
 
     def traffic(self, table: _TrafficTable) -> Callable[[], tuple[list[int], list[int]]]:

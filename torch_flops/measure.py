@@ -204,14 +204,17 @@ class LiveTensors:
     live but keeps the run itself lean.
     """
 
-    __slots__ = ("_by_value", "_excluded", "_held", "bytes")
+    __slots__ = ("_by_value", "_excluded", "_held", "_kept", "bytes")
 
-    def __init__(self, excluded_keys: frozenset[int] = frozenset()) -> None:
+    def __init__(self, excluded_keys: frozenset[int] = frozenset(), kept_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
         self._held: dict[int, int] = {}  # storage key -> how many live values hold it
         #: value -> the (storage key, bytes) pairs it holds: one pair, or a tuple of pairs
         self._by_value: dict[Any, Any] = {}
         self._excluded = excluded_keys
+        #: storages something outside the graph keeps alive to the end (what autograd saved for
+        #: the backward of a training step): held once more than the graph's values hold them
+        self._kept = kept_keys
 
     @staticmethod
     def storage_keys(tensors: Iterable[Tensor]) -> frozenset[int]:
@@ -230,7 +233,7 @@ class LiveTensors:
                 continue
             count = held.get(skey)
             if count is None:
-                held[skey] = 1
+                held[skey] = 2 if skey in self._kept else 1
                 self.bytes += nbytes
             else:
                 held[skey] = count + 1
@@ -259,7 +262,8 @@ class LiveTensors:
         of every profile.)"""
         before: list[int] = []
         after: list[int] = []
-        held, by_value, excluded = self._held, self._by_value, self._excluded
+        held, by_value, excluded, first = self._held, self._by_value, self._excluded, 2 if self._kept else 1
+        kept = self._kept
         live = self.bytes
         for i, value in enumerate(entries):
             before.append(live)
@@ -269,7 +273,7 @@ class LiveTensors:
                     if skey not in excluded:
                         count = held.get(skey)
                         if count is None:
-                            held[skey] = 1
+                            held[skey] = first if skey in kept else 1
                             live += value[1]  # type: ignore[misc]
                         else:
                             held[skey] = count + 1

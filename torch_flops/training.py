@@ -228,7 +228,8 @@ class TrainingProfiler:
         assert counter is not None
         n = len(recording.plans)
         counter.run.grow(n)
-        counter.run.saved_bytes = saved_bytes([node], recording.sequences, n, self._index.storages)
+        counter.run.saved_bytes, recording.kept_storages = saved_bytes([node], recording.sequences, n,
+                                                                       self._index.storages)
 
     def _before_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if self.optimizer is None and self._backward_seen and torch._C._current_autograd_node() is None:
@@ -331,7 +332,7 @@ def model_flops(profile: Profile) -> int:
 
 def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) -> str:
     """The numbers of one training step, one per line."""
-    optimizer_time = sum(r.time_ms or 0.0 for r in profile.records if r.phase == "optimizer")
+    optimizer_times = [r.time_ms for r in profile.records if r.phase == "optimizer" and r.time_ms is not None]
     lines = [
         f"Training step {profile.settings.get('training_step', '')}",
         f"  params:            {format_count(profile.total_params)}",
@@ -343,7 +344,7 @@ def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) ->
         f"  step FLOPs:        {format_count(step_flops(profile))}",
         f"  forward time:      {format_time_ms(profile.total_time_ms)}",
         f"  backward time:     {format_time_ms(profile.total_backward_time_ms)}",
-        f"  optimizer time:    {format_time_ms(optimizer_time if optimizer_flops(profile) else None)}",
+        f"  optimizer time:    {format_time_ms(sum(optimizer_times) if optimizer_times else None)}",
         f"  step duration:     {format_time_ms(duration_ms)} (wall clock)",
         f"  saved for backward: {report.format_bytes(profile.total_saved_bytes)}",
         f"  peak memory:       {report.format_bytes(peak)} ({profile.memory_source})",
