@@ -8,7 +8,9 @@ total FLOPs and an analytic estimate. Repeats at 40 and 160 layers to show linea
 Then, when transformers is installed, the same shape as a transformers LlamaForCausalLM (80 layers,
 meta, 1 x 2048 tokens): torch_flops' default front end (the model as it runs, with its records)
 against torch.export + FlopCounterMode over the exported graph, each in a fresh process, model
-construction excluded from the timed part (target: at most 0.5x, peak RSS <= 1 GB).
+construction excluded from the timed part (target: at most 0.5x, peak RSS <= 1 GB). And forward +
+loss + backward of the 80-layer shape on the default front end against its forward alone, in one
+process (target: at most 3x).
 
 Each depth runs in a fresh subprocess so its peak RSS is its own. "total s" is build + trace +
 propagate; "process s" is the whole subprocess, Python start-up and imports included.
@@ -103,6 +105,46 @@ def run_transformers(contender: str, layers: int, tokens: int) -> dict[str, floa
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def run_training(layers: int, tokens: int) -> dict[str, float]:
+    """The zoo's 70B shape on meta, default front end: forward-only propagate, then forward +
+    loss + backward (``propagate(..., loss_fn=...)``), each with its records, in one process."""
+    import torch
+
+    from torch_flops import TorchFLOPsByFX, zoo
+
+    config = zoo.llama2_70b_config()
+    config.num_layers = layers
+    with torch.device("meta"):
+        model = zoo.llama(config)
+    ids = zoo.llama_example_inputs(batch_size=1, device="meta", seq_len=tokens)
+    start = time.perf_counter()
+    forward = TorchFLOPsByFX(model)
+    forward.propagate(*ids)
+    _ = forward.records
+    middle = time.perf_counter()
+    step = TorchFLOPsByFX(model)
+    step.propagate(*ids, loss_fn=lambda logits: logits.float().sum())
+    _ = step.records
+    end = time.perf_counter()
+    return {"forward_s": middle - start, "step_s": end - middle, "forward_macs": forward.total_macs,
+            "backward_macs": step.total_backward_macs, "saved_gib": step.profile.total_saved_bytes / 2**30,
+            "unsupported": len(step.profile.backward["unsupported"]),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def compare_training(layers: int, tokens: int) -> None:
+    out = subprocess.run([sys.executable, __file__, "--child-train", "--layers", str(layers), "--tokens", str(tokens)],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    print(f"forward + backward, Llama-2-70B shape, {layers} layers, meta, 1 x {tokens} tokens (tracer='auto', with "
+          "records):")
+    print(f"  forward only {r['forward_s']:.2f} s; forward + loss + backward {r['step_s']:.2f} s: ratio "
+          f"{r['step_s'] / r['forward_s']:.2f} (target <= 3); peak RSS {r['peak_rss_mb']:.0f} MB")
+    print(f"  backward MACs {r['backward_macs'] / 1e12:.2f} T = {r['backward_macs'] / r['forward_macs']:.3f} x the "
+          f"forward's (dX and dW of every matmul); saved for backward "
+          f"{r['saved_gib']:.1f} GiB; backward ops without a formula: {r['unsupported']}")
+
+
 def compare_transformers(layers: int, tokens: int) -> None:
     try:
         import transformers  # noqa: F401
@@ -130,10 +172,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-hf", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-training", action="store_true", help="skip the forward + backward comparison")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(args.layers[0], args.tokens)))
+        return
+    if args.child_train:
+        print(json.dumps(run_training(args.layers[0], args.tokens)))
         return
     if args.child_hf:
         print(json.dumps(run_transformers(args.child_hf, args.layers[0], args.tokens)))
@@ -162,6 +209,8 @@ def main() -> None:
         for r in rows[1:]:
             print(f"{r['layers']}/{base['layers']} layers: depth x{r['layers'] / base['layers']:.2f}, nodes "
                   f"x{r['nodes'] / base['nodes']:.2f}, trace+propagate time x{(r['trace_s'] + r['propagate_s']) / base_s:.2f}")
+    if not args.no_training:
+        compare_training(80, args.tokens)
     if not args.no_transformers:
         compare_transformers(80, args.tokens)
 
