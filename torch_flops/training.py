@@ -206,7 +206,7 @@ class TrainingProfiler:
     def _begin_step(self) -> None:
         index = self._index
         recording = EagerRecording(self.model, index, self.tables, (), self._timer,
-                                   make_memory_probe(self._device, None, index.storages), False, backward=True)
+                                   make_memory_probe(self._device, "memory_allocated", index.storages), False, backward=True)
         counter = BackwardCounter(self.tables, recording.sequences, BackwardRun.empty(0), self._timer)  # type: ignore[arg-type]
         counter.first_op = self._first_backward_op
         recording.backward_counter = counter

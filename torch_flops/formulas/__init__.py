@@ -249,6 +249,7 @@ def register_aten(*ops: Any, override: bool = False) -> Callable[[FnT], FnT]:
 from torch_flops.formulas import (  # noqa: F401
     activation,
     attention,
+    backward,
     conv,
     elementwise,
     embedding,

@@ -15,6 +15,7 @@ __all__ = [
     "COMPLEX_MAC",
     "COMPLEX_MUL",
     "COMPLEX_OTHER",
+    "aa_window_total",
     "adaptive_window_total",
     "arg",
     "as_tuple",
@@ -27,6 +28,7 @@ __all__ = [
     "matmul_macs",
     "numel",
     "prod",
+    "sdpa_backward_macs",
     "sdpa_macs",
 ]
 
@@ -238,3 +240,41 @@ def adaptive_window_total(in_size: int, out_size: int) -> int:
     Window ``i`` spans ``[floor(i*I/O), ceil((i+1)*I/O))`` (as ATen's adaptive pooling does).
     """
     return sum(-(-(i + 1) * in_size // out_size) - (i * in_size // out_size) for i in range(out_size))
+
+
+def sdpa_backward_macs(q: Sequence[int], k: Sequence[int], v: Sequence[int],
+                       grad_out: Sequence[int]) -> tuple[int, int]:
+    """MACs of attention's backward and the number of attention scores.
+
+    A fused backward (FlashAttention-2, Dao 2023, Algorithm 2) recomputes ``S = Q K^T``, then
+    ``dP = dO V^T``, ``dV = P^T dO``, ``dQ = dS K`` and ``dK = dS^T Q``: the forward's two
+    matmuls (:func:`sdpa_macs`, with the gradient of the output as the output) plus
+    ``scores * (Ev + 2 E)``; ``scores * (3 E + 2 Ev)`` without broadcasting, as FlopCounterMode's
+    ``sdpa_backward_flop_count``. Grouped-query key/value heads count per query head.
+    """
+    forward, scores = sdpa_macs(q, k, v, grad_out)
+    return forward + scores * (v[-1] + 2 * q[-1]), scores
+
+
+def aa_window_total(in_size: int, out_size: int, interp_size: int, align_corners: bool,
+                    scale: float | None = None) -> int:
+    """Sum over the outputs along one dim of the input taps of an antialiased interpolation
+    (``interpolate(..., antialias=True)``; ``interp_size`` 2 bilinear, 4 bicubic).
+
+    As ATen's ``_compute_indices_min_size_weights_aa``: ``scale`` is ``in/out`` (``(in-1)/(out-1)``
+    with ``align_corners``, ``1/scale_factor`` when given); the filter's support is
+    ``interp_size/2``, widened by ``scale`` when downsampling; output ``i`` reads the inputs in
+    ``[center - support + 0.5, center + support + 0.5)`` around ``center = scale * (i + 0.5)``,
+    clipped to the input.
+    """
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        ratio = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+    support = interp_size * 0.5 * ratio if ratio >= 1.0 else interp_size * 0.5
+    total = 0
+    for i in range(out_size):
+        center = ratio * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        total += max(min(int(center + support + 0.5), in_size) - low, 0)
+    return total

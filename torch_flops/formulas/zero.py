@@ -120,3 +120,16 @@ ATEN_ZERO_OPS: list[str] = [
 ]
 
 register(*functions(*ZERO_FUNCTIONS), *methods(*ZERO_METHODS), *ZERO_MODULES, *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
+
+#: aten ops autograd runs in backward that only move gradients (their arithmetic ones are in
+#: backward.py): the gradient of a view written into zeros (each element once), a masked gather,
+#: a rotation, conj/sparse plumbing (an embedding's sparse gradient), im2col (nn.Fold's gradient,
+#: nn.Unfold's forward).
+ATEN_BACKWARD_ZERO_OPS: list[str] = [
+    "select_backward", "slice_backward", "diagonal_backward", "masked_scatter_backward",
+    "value_selecting_reduction_backward", "rot90", "_conj", "_indices", "_values",
+    "_sparse_coo_tensor_with_dims_and_tensors", "im2col",
+]
+__all__ += ["ATEN_BACKWARD_ZERO_OPS"]
+
+register(*aten_ops(*ATEN_BACKWARD_ZERO_OPS))(zero_flops)
