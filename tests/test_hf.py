@@ -178,3 +178,37 @@ def test_causal_lm_cache_is_dropped_with_a_warning() -> None:
     assert got.past_key_values is None
     assert torch.equal(got.logits, expected.logits)
     assert eager.past_key_values is not None and torch.equal(eager.logits, expected.logits)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "mixtral_moe"])
+def test_backward_matches_flop_counter_mode(name: str) -> None:
+    # eager attention (matmuls FlopCounterMode counts on CPU too); its backward is its
+    # forward+backward total minus its forward total. (Mixtral's experts run transformers' own
+    # grouped-matmul op, which FlopCounterMode does not see in forward or backward.)
+    build, inputs = CASES[name]
+    model = build().eval()  # no dropout: the profiled step and the plain one compute the same
+    model.set_attn_implementation("eager")  # every sub-model's attention too
+    kwargs = inputs()
+
+    def loss(out: Any) -> torch.Tensor:
+        return _main_output(out).float().pow(2).mean()
+
+    with FlopCounterMode(display=False) as forward:
+        model(**kwargs)
+    with FlopCounterMode(display=False) as both:
+        loss(model(**kwargs)).backward()
+    model.zero_grad(set_to_none=True)
+    # the gradients of a plain step (FlopCounterMode's module tracker adds autograd nodes of its own)
+    loss(model(**kwargs)).backward()
+    expected_grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(**kwargs, loss_fn=loss)
+    assert 2 * counter.total_backward_macs == both.get_total_flops() - forward.get_total_flops()
+    assert 2 * counter.total_macs == forward.get_total_flops()
+    assert counter.profile.backward["unsupported"] == {}
+    # the same gradients as the plain forward + backward, bit for bit
+    assert {k for k, p in model.named_parameters() if p.grad is not None} == set(expected_grads)
+    for k, p in model.named_parameters():
+        if k in expected_grads:
+            assert torch.equal(p.grad, expected_grads[k]), k
