@@ -250,6 +250,9 @@ def test_json_csv_and_tables_carry_the_backward(tmp_path: Any) -> None:
     rows = counter.print_model_profile(show=False)
     root = dict(zip(report.tree_columns(counter.profile), rows[0]))
     assert root["step_flops"] == counter.total_flops + 1644
+    trace = report.chrome_trace(counter.profile)
+    first = next(e for e in trace["traceEvents"] if e.get("name") == "_0" and e.get("ph") == "X")
+    assert first["args"]["backward_macs"] == 384
     # a forward-only profile has none of these columns
     plain = TorchFLOPsByFX(_mlp())
     plain.propagate(torch.randn(3, 8))

@@ -925,7 +925,10 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
             "name": r.name, "cat": "node",
             "args": {"target": r.target, "op": r.op, "module": r.module_path, "status": r.status.value,
                      "flops": r.flops, "macs": r.macs, "time_ms": r.time_ms, "bytes_read": r.bytes_read or 0,
-                     "bytes_written": r.bytes_written or 0, "output_shape": _shape_text(r.output_shape)}}))
+                     "bytes_written": r.bytes_written or 0, "output_shape": _shape_text(r.output_shape),
+                     **({} if r.backward_flops is None else {  # after a backward: what this node's cost there
+                         "backward_flops": r.backward_flops, "backward_macs": r.backward_macs,
+                         "backward_time_ms": r.backward_time_ms, "saved_bytes": r.saved_bytes})}}))
         position += duration
     close_to(0)
     root_type = module_types.get("", "") or "model"
