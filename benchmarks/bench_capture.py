@@ -23,13 +23,16 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch_flops import TorchFLOPsByFX
 
 
-def seconds(fn: Callable[[], Any], runs: int) -> float:
-    times = []
+def interleaved(fns: list[Callable[[], Any]], runs: int) -> list[float]:
+    """The median seconds of each function, run in turn (a, b, c, a, b, c, ...): a slow patch of
+    the machine slows all of them, not one."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, column in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            column.append(time.perf_counter() - start)
+    return [statistics.median(column) for column in times]
 
 
 def first_call(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> int:
@@ -62,7 +65,7 @@ def main() -> None:
         "GPT-2 small, 1 x 256 tokens": (transformers.GPT2LMHeadModel(transformers.GPT2Config()),
                                         {"input_ids": torch.randint(0, 50000, (1, 256))}),
     }
-    print(f"first propagate of a new counter + its records, vs one eager forward (median of {args.runs}, CPU, "
+    print(f"first propagate of a new counter + its records, vs one eager forward (median of {args.runs}, interleaved, CPU, "
           f"{torch.get_num_threads()} threads)")
     with torch.no_grad():
         for name, (model, inputs) in cases.items():
@@ -70,9 +73,9 @@ def main() -> None:
             model(**inputs)  # warm: allocator, kernels, and torch's dispatch-mode machinery for both tools
             flop_counter(model, inputs)
             first_call(model, inputs)
-            eager = seconds(lambda m=model, x=inputs: m(**x), args.runs)
-            ours = seconds(lambda m=model, x=inputs: first_call(m, x), args.runs)
-            peer = seconds(lambda m=model, x=inputs: flop_counter(m, x), args.runs)
+            eager, ours, peer = interleaved([lambda m=model, x=inputs: m(**x),
+                                             lambda m=model, x=inputs: first_call(m, x),
+                                             lambda m=model, x=inputs: flop_counter(m, x)], args.runs)
             macs = first_call(model, inputs)
             print(f"  {name}: eager {eager * 1e3:.1f} ms; torch_flops {ours * 1e3:.1f} ms = {ours / eager:.2f}x "
                   f"(target <= 1.5); FlopCounterMode {peer * 1e3:.1f} ms = {peer / eager:.2f}x; "
