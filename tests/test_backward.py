@@ -6,6 +6,7 @@ and the JSON/tables it adds."""
 from __future__ import annotations
 
 import copy
+import csv
 import json
 from collections.abc import Callable
 from typing import Any
@@ -241,9 +242,11 @@ def test_json_csv_and_tables_carry_the_backward(tmp_path: Any) -> None:
     assert [r.backward_flops for r in back.records] == [r.backward_flops for r in counter.records]
     path = tmp_path / "nodes.csv"
     counter.save_result_to_csv(path)
-    header = path.read_text().splitlines()[0].split(",")
-    assert header[-6:] == ["backward_flops", "backward_macs", "backward_time_ms", "recompute_flops",
-                           "recompute_macs", "saved_bytes"]
+    header, *rows = list(csv.reader(path.read_text().splitlines()))
+    assert header[-7:] == ["backward_flops", "backward_macs", "backward_time_ms", "recompute_flops",
+                           "recompute_macs", "saved_bytes", "step_flops"]
+    first_linear = dict(zip(header, next(row for row in rows if row[0] == "_0")))
+    assert first_linear["step_flops"] == str(816 + 816)  # forward 2*384 + 48 bias adds, backward the same
     text = report.model_profile_text(counter.profile, -1, 0)
     assert "bwd FLOPs" in text and "step FLOPs" in text
     # the module tree's step column: forward + backward; root 1.28 K + 1.64 K = 2.92 K

@@ -340,6 +340,11 @@ class OperatorStats:
     backward_macs: int | None = None
     backward_time_ms: float | None = None
 
+    @property
+    def step_flops(self) -> int:
+        """Forward + backward FLOPs of its nodes."""
+        return self.flops + (self.backward_flops or 0)
+
     def as_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "flops": self.flops, "macs": self.macs, "calls": self.calls,
                 "time_ms": self.time_ms, "unsupported": self.unsupported, "bytes_read": self.bytes_read,

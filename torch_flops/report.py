@@ -381,6 +381,7 @@ NODE_BACKWARD: tuple[Column, ...] = (
     Column("recompute_flops", "recompute FLOPs", _get("recompute_flops"), _blank_zero_count, optional=True),
     Column("recompute_macs", None, _get("recompute_macs")),
     Column("saved_bytes", "saved", _get("saved_bytes"), format_bytes),
+    Column("step_flops", "fwd+bwd FLOPs", _get("step_flops"), format_count),
 )
 MODULE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
@@ -394,6 +395,7 @@ OPERATOR_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
     Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
     Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("step_flops", "fwd+bwd FLOPs", _get("step_flops"), format_count),
 )
 TREE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _tree_get("backward_flops"), format_count),
@@ -465,7 +467,8 @@ def _node_table(records: Sequence[NodeRecord], all_nodes: bool = True) -> _Table
         total.update(backward_flops=sum(r.backward_flops or 0 for r in records),
                      backward_macs=sum(r.backward_macs or 0 for r in records),
                      backward_time_ms=sum(bw_times) if bw_times else None,
-                     saved_bytes=sum(r.saved_bytes or 0 for r in records))
+                     saved_bytes=sum(r.saved_bytes or 0 for r in records),
+                     step_flops=flops + sum(r.backward_flops or 0 for r in records))
     shown = list(records) if all_nodes else [r for r in records if not is_internal(r)]
     return _Table(_view(NODE_VIEW, NODE_BACKWARD, backward), shown, total=total)
 
@@ -487,7 +490,8 @@ def _operator_table(profile: Profile) -> _Table:
              "unsupported": sum(o.unsupported for o in ops.values())}
     if profile.has_backward:
         total.update(backward_flops=profile.total_backward_flops, backward_macs=profile.total_backward_macs,
-                     backward_time_ms=profile.total_backward_time_ms)
+                     backward_time_ms=profile.total_backward_time_ms,
+                     step_flops=profile.total_flops + profile.total_backward_flops)
     return _Table(_view(OPERATOR_VIEW, OPERATOR_BACKWARD, profile.has_backward), list(ops.values()),
                   context=total, total=total)
 
