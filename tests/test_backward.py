@@ -261,3 +261,66 @@ def test_json_csv_and_tables_carry_the_backward(tmp_path: Any) -> None:
     plain.propagate(torch.randn(3, 8))
     assert "bwd FLOPs" not in report.model_profile_text(plain.profile, -1, 0)
     assert json.loads(report.profile_to_json(plain.profile))["summary"]["backward"] is None
+
+
+def test_what_is_not_a_forward_node_s_backward() -> None:
+    upstream = nn.Linear(8, 8)  # runs before propagate: its backward is unattributed
+    model = _mlp()
+    h = upstream(torch.randn(3, 8))
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(h, loss_fn=lambda out: out.sum())
+    profile = counter.profile
+    # the model's first Linear now computes dX as well: 384 + 384 (+ 384 for the second layer)
+    first = next(r for r in counter.records if r.name == "_0")
+    assert first.backward_macs == 768
+    # upstream's dW (8x3 @ 3x8: 192 MACs) and db (24 adds) belong to no node of this profile
+    assert profile.backward["unattributed_macs"] == 192
+    assert upstream.weight.grad is not None
+
+
+def test_create_graph_work_is_not_recompute_and_external_leaves_keep_one_gradient() -> None:
+    model = _mlp()
+    scale = torch.ones((), requires_grad=True)  # a learnable scalar outside the model
+    x = torch.randn(3, 8)
+    twin, twin_scale = copy.deepcopy(model), scale.detach().clone().requires_grad_(True)
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=3)
+    counter.propagate(x, loss_fn=lambda out: (out * scale).sum())
+    (twin(x) * twin_scale).sum().backward()
+    assert torch.equal(scale.grad, twin_scale.grad)  # once, not once per extra run
+    assert counter.profile.total_recompute_macs == 0
+    # a gradient penalty: backward with create_graph=True runs every op with grad mode on
+    from torch_flops.backward import BackwardCounter, BackwardRun, SequenceMap
+    from torch_flops.measure import PerfCounterTimer
+
+    table = counter.tables
+    sequences = SequenceMap()
+    w = torch.randn(4, 4, requires_grad=True)
+    loss = (torch.randn(3, 4) @ w).pow(2).sum()
+    run = BackwardRun.empty(1)
+    backward = BackwardCounter(table, sequences, run, PerfCounterTimer())
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return backward.op(func, args, kwargs or {})
+
+    with Mode():
+        torch.autograd.grad(loss, w, create_graph=True)
+    assert run.ops > 0 and sum(run.recompute_macs) == 0
+
+
+def test_no_grad_is_refused_before_anything_runs() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    before = model[1].running_mean.clone()
+    with torch.no_grad(), pytest.raises(ValueError, match="no_grad"):
+        TorchFLOPsByFX(model, warmup=2).propagate(torch.randn(3, 4), loss_fn=lambda out: out.sum())
+    assert torch.equal(model[1].running_mean, before)
+
+
+def test_conventions_recount_the_backward() -> None:
+    counter = TorchFLOPsByFX(_mlp())
+    counter.propagate(torch.randn(3, 8), loss_fn=lambda out: out.sum())
+    macs = counter.profile.with_convention("macs")
+    assert macs.total_backward_flops == 768 and macs.total_backward_macs == 768
+    assert counter.profile.with_convention("flop_counter").total_backward_flops == 2 * 768
+    assert Profile.from_json(counter.profile.to_dict()).backward == counter.profile.backward

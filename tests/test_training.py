@@ -14,7 +14,7 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from torch_flops import TrainingProfiler, UnsupportedOptimizerError, hardware, utilization
+from torch_flops import TorchFLOPsByFX, TrainingProfiler, UnsupportedOptimizerError, hardware, utilization
 
 PARAMS = 8 * 16 + 16 + 16 * 4 + 4  # 212
 
@@ -154,3 +154,148 @@ def test_mfu_and_hfu_of_a_profiled_loop() -> None:
     assert prof.get_mfu(1e9) == pytest.approx(model_flops / (seconds * 1e9), rel=1e-6)
     assert prof.get_hfu(1e9) == pytest.approx(prof.get_mfu(1e9))  # no checkpointing: no recompute
     assert step.total_recompute_flops == 0
+
+
+# ---------------------------------------------------------------------- what a real loop does
+class _CountedBlock(nn.Module):
+    """Linear + BatchNorm; counts its forward calls (a recompute calls it again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bn, self.calls = nn.Linear(8, 8), nn.BatchNorm1d(8), 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.relu(self.bn(self.fc(x)))
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.head = _CountedBlock(), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+
+def test_non_reentrant_checkpoint_runs_as_without_the_profiler(same_state: Any) -> None:
+    model = _Checkpointed()
+    twin = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    batches = _batches(2)
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, batches)
+    _loop(twin, twin_optimizer, batches)
+    assert model.block.calls == twin.block.calls == 4  # a forward and a recompute per step
+    same_state(model, twin)  # BatchNorm's running statistics too
+    # the recompute (one Linear(8, 8) at 3 rows: 192 MACs) is counted and shown apart
+    assert prof.profiles[0].total_recompute_macs == 192
+    assert prof.get_hfu(1e12) > prof.get_mfu(1e12)
+
+
+def test_saved_tensor_hooks_of_the_user_are_not_unpacked() -> None:
+    store: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> int:
+        store[len(store)] = t
+        return len(store) - 1
+
+    def unpack(key: int) -> torch.Tensor:
+        return store.pop(key)  # one-shot, as offloading code is
+
+    model = _mlp()
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(torch.randn(3, 8), loss_fn=lambda out: out.sum())
+    assert not store  # every saved tensor unpacked exactly once, by the backward
+    assert counter.total_backward_macs == 768
+    assert counter.profile.total_saved_bytes == 0  # the hooks hold them: not ours to measure
+
+
+def test_other_threads_calling_the_model_are_not_recorded() -> None:
+    import threading
+
+    model = _mlp()
+    batches = _batches(3)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for _ in range(20):
+                with torch.no_grad():
+                    model(torch.randn(2, 8))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    with TrainingProfiler(model) as prof:
+        thread = threading.Thread(target=other)
+        thread.start()
+        for x, y in batches:
+            F.mse_loss(model(x), y).backward()
+        thread.join()
+    assert not errors
+    assert len(prof.profiles) == 3 and all(p.total_macs == 576 for p in prof.profiles)
+    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+
+
+def test_step_with_a_closure_and_a_step_that_raises() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _batches(1)[0]
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    with TrainingProfiler(model, optimizer) as prof:
+        optimizer.step(closure)
+    step = prof.profiles[0]
+    # the closure's forward and backward are the step's; SGD: 2 FLOPs per element
+    assert (step.total_macs, step.total_backward_macs) == (576, 768)
+    assert sum(r.flops for r in step.records if r.phase == "optimizer") == 2 * PARAMS
+
+    class Failing(torch.optim.SGD):
+        def step(self, closure: Any = None) -> Any:
+            raise RuntimeError("boom")
+
+    failing = Failing(model.parameters(), lr=0.1)
+    with TrainingProfiler(model, failing) as prof:
+        for x, y in _batches(2):
+            F.mse_loss(model(x), y).backward()
+            with pytest.raises(RuntimeError, match="boom"):
+                failing.step()
+    # the failed step ended its step; the next forward is recorded in full
+    assert [p.total_macs for p in prof.profiles] == [576, 576]
+
+
+def test_clipping_between_backward_and_step_is_the_update_s_work() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _batches(1)[0]
+    with TrainingProfiler(model, optimizer) as prof:
+        F.mse_loss(model(x), y).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    step = prof.profiles[0]
+    clipping = [r for r in step.records if r.phase == "optimizer" and r.op != "optimizer_step"]
+    assert clipping  # the norm and the scaling of the gradients
+    assert step.total_macs == 576  # not in the forward (nor in MFU)
+
+
+def test_meta_steps_have_no_mfu_and_bad_peaks_are_refused() -> None:
+    with torch.device("meta"):
+        model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 8, device="meta"), torch.randn(3, 4, device="meta")
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, [(x, y)])
+    assert prof.profiles[0].total_backward_macs == 768
+    assert prof.get_mfu(1e12) is None  # nothing ran on meta: no time
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="positive, finite"):
+            utilization(10, 1.0, bad)

@@ -39,7 +39,7 @@ from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import Roofline, roofline
-from torch_flops.state import ExtraRuns, copy_inputs, model_state_restored
+from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, model_state_restored
 
 __all__ = ["TorchFLOPsByFX"]
 
@@ -149,6 +149,9 @@ class TorchFLOPsByFX:
         if not isinstance(backward, bool):
             raise TypeError(f"backward must be True or False, got {type(backward).__name__}")
         backward = backward or loss_fn is not None
+        if backward and not torch.is_grad_enabled():
+            raise ValueError("backward=True under torch.no_grad() or torch.inference_mode(): the forward would "
+                             "record no graph to run backward on; call propagate outside it")
         if backward and not self._eager and (self.options.tracer != "auto" or isinstance(self.model, fx.GraphModule)):
             raise ValueError(f"backward=True profiles the backward autograd runs, which needs the eager front end "
                              f"(tracer='auto' or 'eager'), not tracer={self.options.tracer!r}")
@@ -241,12 +244,20 @@ class TorchFLOPsByFX:
                                   make_memory_probe(device, options.mem_func_name, index.storages), options.strict,
                                   backward=backward is not None)
 
-        def step(run: EagerRecording, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        def step(run: EagerRecording, call_args: tuple[Any, ...], call_kwargs: dict[str, Any],
+                 extra: bool = False) -> tuple[Any, Any]:
             if backward is None:
                 return run.run(call_args, call_kwargs), None
             loss_fn = backward[0]
             output = run.run(call_args, call_kwargs, loss_fn if loss_fn is not None else _identity)
-            return output, run.backward(_checked_loss(run.loss, loss_fn is not None), self.tables)
+            loss = _checked_loss(run.loss, loss_fn is not None)
+            if not extra:
+                return output, run.backward(loss, self.tables)
+            grads = LeafGrads(loss)  # every leaf it reaches, in the model or not: put back after
+            try:
+                return output, run.backward(loss, self.tables)
+            finally:
+                grads.restore()
 
         total = warmups + repeats + 1
         extra: list[tuple[EagerRecording, Any]] = []
@@ -255,14 +266,16 @@ class TorchFLOPsByFX:
             for i in range(warmups + repeats):
                 progress.step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
                 copies, kwcopies = copy_inputs(args), copy_inputs(kwargs)
-                if i < warmups and backward is None:
-                    model(*copies, **kwcopies)
-                else:
-                    run = recording()
-                    _, backward_run = step(run, copies, kwcopies)
-                    if i >= warmups:
-                        extra.append((run, backward_run))
-                saved.undo()  # type: ignore[union-attr]
+                try:
+                    if i < warmups and backward is None:
+                        model(*copies, **kwcopies)
+                    else:
+                        run = recording()
+                        _, backward_run = step(run, copies, kwcopies, extra=True)
+                        if i >= warmups:
+                            extra.append((run, backward_run))
+                finally:  # also when the call failed: buffers, gradients and RNG as they were
+                    saved.undo()  # type: ignore[union-attr]
             progress.step(f"run {total}/{total}")
             real = recording()
             output, backward_run = step(real, args, kwargs)

@@ -40,6 +40,7 @@ from torch_flops.measure import Timer, storage_key
 __all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "saved_bytes"]
 
 _sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
+_graph_task: Callable[[], int] = torch._C._current_graph_task_id
 #: the autograd node running now (None outside a backward)
 current_autograd_node: Callable[[], Any] = torch._C._current_autograd_node
 
@@ -50,6 +51,12 @@ class SequenceMap:
     def __init__(self) -> None:
         self.ends: list[int] = []  #: the counter's value when each marked node ended (never goes down)
         self.owners: list[int] = []  #: the forward position of each mark
+        #: the counter's value when the recording began: earlier autograd nodes are no node's
+        self.start = _sequence_nr()
+
+    def open(self) -> None:
+        """The recording begins now (autograd nodes made before belong to no forward node)."""
+        self.start = _sequence_nr()
 
     def close(self, position: int) -> None:
         """Forward node ``position`` has just ended: the autograd nodes made so far, and not
@@ -62,7 +69,10 @@ class SequenceMap:
         the recorded forward (``AccumulateGrad``, a loss made after the recording)."""
         if autograd_node is None:
             return None
-        k = bisect.bisect_right(self.ends, autograd_node._sequence_nr())
+        sequence = autograd_node._sequence_nr()
+        if sequence < self.start:
+            return None
+        k = bisect.bisect_right(self.ends, sequence)
         return self.owners[k] if k < len(self.owners) else None
 
 
@@ -142,6 +152,8 @@ class BackwardCounter:
         self._formulas: dict[Any, Any] = {}
         #: called once, with the autograd node, before the first op runs (nothing freed yet)
         self.first_op: Callable[[Any], None] | None = None
+        self._task: int | None = None  # the backward call (graph task) under way
+        self._create_graph = False  # whether it builds a graph (grad mode on for every op)
 
     def _formula(self, func: Any) -> Any:
         packet = func.overloadpacket
@@ -151,7 +163,13 @@ class BackwardCounter:
         return found
 
     def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        recompute = torch.is_grad_enabled()  # the engine runs backward ops with grad mode off
+        task = _graph_task()
+        if task != self._task:  # a new backward() call: its first op is the loss's, never a recompute,
+            self._task = task   # so grad mode on there means create_graph=True (the engine's setting)
+            self._create_graph = torch.is_grad_enabled()
+        # the engine runs backward ops with grad mode off unless create_graph; on, they are the
+        # recomputed forward of activation checkpointing
+        recompute = not self._create_graph and torch.is_grad_enabled()
         node = current_autograd_node()
         if self.first_op is not None:
             first, self.first_op = self.first_op, None
@@ -212,7 +230,10 @@ def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
     """Bytes each forward position saved for backward: the storages held by the autograd graph
     reachable from ``roots`` (``grad_fn`` s), each storage once (for the earliest node saving it),
     the model's parameters and buffers (``excluded`` storage keys) left out. Read from the
-    ``_saved_*`` attributes autograd exposes on its nodes, before the backward frees them.
+    ``_raw_saved_*`` attributes autograd exposes on its nodes, before the backward frees them,
+    without unpacking anything: a tensor saved through ``saved_tensors_hooks`` (activation
+    checkpointing, offloading) is the hooks' business and is not counted (its unpack hook would
+    run the user's code).
     Returns the bytes per position and the saved storages' keys (kept alive until the backward)."""
     first: dict[int, tuple[int, int]] = {}  # storage key -> (earliest forward position saving it, bytes)
     seen: set[Any] = set()
@@ -227,14 +248,15 @@ def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
         if owner is None or owner >= n:
             continue
         for attribute in dir(node):
-            if not attribute.startswith("_saved_"):
+            if not attribute.startswith("_raw_saved_"):
                 continue
             try:
                 value = getattr(node, attribute)
             except RuntimeError:  # freed already (retain_graph=False after an earlier backward)
                 continue
-            for t in value if isinstance(value, (tuple, list)) else (value,):
-                if isinstance(t, torch.Tensor):
+            for saved in value if isinstance(value, (tuple, list)) else (value,):
+                t = _saved_tensor(saved)
+                if t is not None:
                     key, nbytes = storage_key(t)
                     if key not in excluded and (key not in first or first[key][0] > owner):
                         first[key] = (owner, nbytes)
@@ -242,6 +264,17 @@ def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
     for owner, nbytes in first.values():
         result[owner] += nbytes
     return result, frozenset(first)
+
+
+def _saved_tensor(saved: Any) -> torch.Tensor | None:
+    """The tensor a ``SavedTensor`` holds, when no hook packed it (else None: not ours to unpack)."""
+    if getattr(saved, "unpack_hook", None) is not None:
+        return None
+    try:
+        data = saved.data
+    except (RuntimeError, AttributeError):  # freed, or not a saved tensor
+        return None
+    return data if isinstance(data, torch.Tensor) else None
 
 
 _UNKNOWN = object()

@@ -225,6 +225,9 @@ def _run(ns: argparse.Namespace) -> int:
         raise CLIError("--train profiles one step as it runs: --warmup and --repeat do not apply", 2)
     if (ns.optimizer is not None or ns.loss != "sum") and not ns.train:
         raise CLIError("--loss and --optimizer go with --train", 2)
+    if ns.optimizer == "adafactor" and ns.meta:
+        raise CLIError("--optimizer adafactor cannot step on meta tensors (torch's Adafactor reads its step "
+                       "count with .item()): use another optimizer with --meta, or a real device", 2)
     spec = _hardware(ns, device)
     for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
         if path is not None:
@@ -236,8 +239,7 @@ def _run(ns: argparse.Namespace) -> int:
                                  graph_front_end=ns.tracer in ("fx", "export"))
     step_text = None
     if ns.train:
-        result, step_text = _train_step(model, args, kwargs, ns.loss, ns.optimizer)
-        result = result.with_convention(ns.convention)
+        result, step_text = _train_step(model, args, kwargs, ns.loss, ns.optimizer, ns.convention)
     else:
         model.eval()
         result = profile(model, *args, tracer=ns.tracer, warmup=ns.warmup, repeat=ns.repeat,
@@ -275,7 +277,7 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _train_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss_name: str,
-                optimizer_name: str | None) -> tuple[Profile, str]:
+                optimizer_name: str | None, convention: str) -> tuple[Profile, str]:
     """One training step of ``model`` under a :class:`TrainingProfiler`: its profile and summary."""
     model.train()
     optimizer = _OPTIMIZERS[optimizer_name](model.parameters()) if optimizer_name is not None else None
@@ -285,7 +287,7 @@ def _train_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         _loss(loss_name, output).backward()
         if optimizer is not None:
             optimizer.step()
-    profile = prof.profiles[0]
+    profile = prof.profiles[0].with_convention(convention)
     return profile, step_summary_text(profile, prof._durations[0], prof._peaks[0])
 
 

@@ -84,5 +84,15 @@ def recount(records: tuple[NodeRecord, ...], name: str) -> tuple[NodeRecord, ...
     out = []
     for r in records:
         flops, macs = convert(r)
+        if r.backward_macs is not None and name in _BACKWARD:
+            r = r._replace(backward_flops=_BACKWARD[name](r.backward_macs),
+                           recompute_flops=_BACKWARD[name](r.recompute_macs or 0))
         out.append(r if (flops, macs) == (r.flops, r.macs) else r._replace(flops=flops, macs=macs))
     return tuple(out)
+
+
+#: a node's backward in another convention, from its backward MACs (the backward keeps no
+#: per-kernel split): ``macs`` counts them once, ``flop_counter`` twice (its matrix-multiply
+#: kernels: it also counts grouped-convolution gradients and skips mv/dot backward, see the README);
+#: ``exact`` keeps torch_flops' count
+_BACKWARD: dict[str, Callable[[int], int]] = {"macs": lambda m: m, "flop_counter": lambda m: 2 * m}

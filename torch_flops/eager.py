@@ -163,6 +163,8 @@ class EagerRecording(NodeMeasurer):
         when given, runs in the same recording (its nodes are the step's too) and is kept as
         :attr:`loss`. An exception of the model comes out as :class:`NodeExecutionError` naming
         the op or module that raised and its input shapes, with the original as its cause."""
+        if self.sequences is not None:
+            self.sequences.open()
         self._add_inputs(args, kwargs)
         handles = [module_hooks.register_module_forward_pre_hook(self._pre_hook),
                    module_hooks.register_module_forward_hook(self._hook, with_kwargs=True, always_call=True)]
@@ -185,6 +187,8 @@ class EagerRecording(NodeMeasurer):
     def begin(self) -> None:
         """Start an open-ended recording (a training step, see ``torch_flops.training``): every
         call of this thread is recorded until :meth:`end`; each call of the model adds its inputs."""
+        if self.sequences is not None:
+            self.sequences.open()
         self._handles = [module_hooks.register_module_forward_pre_hook(self._pre_hook),
                          module_hooks.register_module_forward_hook(self._hook, with_kwargs=True, always_call=True)]
         self._dispatch_mode.__enter__()

@@ -173,8 +173,9 @@ def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """``Profile.backward`` from a document's ``summary.backward`` (version 4)."""
     if not summary:
         return None
-    keys = ("unattributed_flops", "unattributed_macs", "unattributed_time_ms", "unsupported", "ops")
-    return {k: summary.get(k, 0 if k != "unattributed_time_ms" else None) for k in keys}
+    defaults: dict[str, Any] = {"unattributed_flops": 0, "unattributed_macs": 0, "unattributed_time_ms": None,
+                                "unsupported": {}, "errors": {}, "ops": 0}
+    return {k: summary.get(k, default) for k, default in defaults.items()}
 
 
 def _tuple_shape(shape: Any) -> Any:
@@ -650,7 +651,7 @@ class Profile:
                 "flops": self.total_backward_flops, "macs": self.total_backward_macs,
                 "time_ms": self.total_backward_time_ms, "recompute_flops": self.total_recompute_flops,
                 "recompute_macs": self.total_recompute_macs, "saved_bytes": self.total_saved_bytes,
-                **{k: v for k, v in self.backward.items() if k != "errors"}},
+                **self.backward},
         }
 
     # ------------------------------------------------------------------ serialization

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree
 
-__all__ = ["ExtraRuns", "copy_inputs", "model_state_restored"]
+__all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "model_state_restored"]
 
 
 @contextlib.contextmanager
@@ -44,9 +44,41 @@ def copy_inputs(value: Any) -> Any:
             return leaf
         with torch.no_grad():
             clone = leaf.clone()
-        return clone.requires_grad_(leaf.requires_grad) if leaf.is_leaf and leaf.requires_grad else clone
+        # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
+        # ends at it instead of going on into the caller's graph)
+        return clone.requires_grad_(True) if leaf.requires_grad else clone
 
     return _pytree.tree_map(copy, value)
+
+
+class LeafGrads:
+    """The ``.grad`` of every leaf a loss's backward will accumulate into (found through its
+    autograd graph: the model's parameters and any tensor outside it), saved now and put back by
+    :meth:`restore`, so that an extra run's backward leaves no gradient behind."""
+
+    def __init__(self, loss: torch.Tensor) -> None:
+        leaves: dict[int, torch.Tensor] = {}
+        seen: set[Any] = set()
+        stack = [loss.grad_fn] if loss.grad_fn is not None else []
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it feeds
+            if isinstance(variable, torch.Tensor):
+                leaves.setdefault(id(variable), variable)
+            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        with torch.no_grad():
+            self._grads = [(t, t.grad, None if t.grad is None or t.grad.is_meta else t.grad.clone())
+                           for t in leaves.values()]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for leaf, grad, values in self._grads:
+                if grad is not None and values is not None:
+                    grad.copy_(values)
+                leaf.grad = grad
 
 
 class ExtraRuns:

@@ -20,6 +20,8 @@ include the recompute. The optimizer's FLOPs are in neither (they are not the mo
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 import time
 from typing import Any
 
@@ -28,7 +30,6 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
-from torch_flops.capture import TRACE_GATE
 from torch_flops.eager import EagerRecording, ModelIndex
 from torch_flops.interpreter import Measurements
 from torch_flops.measure import input_device, make_memory_probe, make_timer
@@ -47,8 +48,8 @@ def utilization(flops: int, time_ms: float | None, peak: float | str | hardware.
     if isinstance(peak, bool) or not isinstance(peak, (int, float, str, hardware.HardwareSpec)):
         raise TypeError(f"peak must be FLOP/s (a number) or a hardware name, got {type(peak).__name__}")
     rate = float(peak) if isinstance(peak, (int, float)) else hardware.get(peak).peak_flops(dtype)
-    if rate <= 0:
-        raise ValueError(f"peak must be positive, got {peak!r}")
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(f"peak must be a positive, finite FLOP/s, got {peak!r}")
     if time_ms is None or time_ms <= 0:
         return None
     return flops / (time_ms / 1e3 * rate)
@@ -90,7 +91,9 @@ class TrainingProfiler:
         self._optimizer_counts: list[tuple[torch.Tensor, int]] = []
         self._optimizer_marks: tuple[Any, Any] | None = None
         self._pause: Any = None
-        self._gate: Any = None
+        self._thread = 0  # the thread that started profiling: the only one recorded
+        self._in_closure = False  # inside an optimizer.step(closure)'s closure
+        self._backward_start: int | None = None  # forward nodes recorded once the backward began
         self._peaks: list[int | None] = []
 
     # ------------------------------------------------------------------ DeepSpeed's verbs
@@ -102,8 +105,9 @@ class TrainingProfiler:
         self._index = ModelIndex(model, self.tables)
         self._device = input_device(((), {}), model)
         self._timer = make_timer(self._device)
-        self._gate = TRACE_GATE.running()
-        self._gate.__enter__()  # no fx trace of another thread while our hooks are installed
+        # (no trace gate held: a torch.fx trace in another thread is transparent to this one, and
+        # holding the gate for a whole training window would block it that long)
+        self._thread = threading.get_ident()
         if self.optimizer is not None:
             self._handles = [self.optimizer.register_step_pre_hook(self._before_step),
                              self.optimizer.register_step_post_hook(self._after_step)]
@@ -117,15 +121,13 @@ class TrainingProfiler:
         if not self._started:
             return
         try:
+            self._unpause()  # an optimizer step that raised never reached its post-hook
             self._finish_step(keep=True)
         finally:
             for handle in self._handles:
                 handle.remove()
             self._handles = []
             self._started = False
-            if self._gate is not None:
-                self._gate.__exit__(None, None, None)
-                self._gate = None
 
     def end_profile(self) -> None:
         """Stop and forget everything (hooks, modes and the profiles)."""
@@ -173,13 +175,17 @@ class TrainingProfiler:
         """Model FLOPs utilisation per step (see the module docstring); None on meta."""
         profiles = self._profiles()
         flops = sum(model_flops(p) for p in profiles) / len(profiles)
-        return utilization(round(flops), sum(self._durations) / len(self._durations), peak, dtype)
+        return utilization(round(flops), self._step_time(), peak, dtype)
+
+    def _step_time(self) -> float | None:
+        """Mean wall milliseconds per step; None on meta (nothing ran)."""
+        return None if self._device.type == "meta" else sum(self._durations) / len(self._durations)
 
     def get_hfu(self, peak: float | str | hardware.HardwareSpec, dtype: Any = torch.float32) -> float | None:
         """Hardware FLOPs utilisation per step: recompute included."""
         profiles = self._profiles()
         flops = sum(model_flops(p) + p.total_recompute_flops for p in profiles) / len(profiles)
-        return utilization(round(flops), sum(self._durations) / len(self._durations), peak, dtype)
+        return utilization(round(flops), self._step_time(), peak, dtype)
 
     def print_model_profile(self, profile_step: int = 1, module_depth: int = -1, top_modules: int = 1,
                             detailed: bool = True, output_file: str | None = None) -> str:
@@ -212,6 +218,7 @@ class TrainingProfiler:
         recording.backward_counter = counter
         self._recording = recording
         self._backward_seen = False
+        self._backward_start = None
         self._optimizer_counts = []
         self._optimizer_marks = None
         self._step_start = time.perf_counter()
@@ -224,6 +231,8 @@ class TrainingProfiler:
         recording = self._recording
         assert recording is not None and recording.sequences is not None
         self._backward_seen = True
+        if self._backward_start is None:
+            self._backward_start = len(recording.plans)
         counter = recording.backward_counter
         assert counter is not None
         n = len(recording.plans)
@@ -232,30 +241,61 @@ class TrainingProfiler:
                                                                        self._index.storages)
 
     def _before_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if self.optimizer is None and self._backward_seen and torch._C._current_autograd_node() is None:
+        if threading.get_ident() != self._thread or torch._C._current_autograd_node() is not None:
+            return  # another thread's call, or a recompute inside the backward
+        if self._pause is not None and not self._in_closure:  # the last optimizer step raised: it is over
+            self._unpause()
+            self._finish_step(keep=True)
+            self._begin_step()
+        elif self.optimizer is None and self._backward_seen:
             self._finish_step(keep=True)  # a new forward after a backward: without an optimizer, a new step
             self._begin_step()
         if self._recording is not None:
             self._recording.add_call_inputs(args, kwargs)
 
     def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._recording is not None:
+        if self._recording is not None and threading.get_ident() == self._thread:
             self._recording.set_call_output(output)
 
-    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._recording is None:
-            return
-        self._optimizer_counts = optimizer_step_flops(optimizer)
+    def _unpause(self) -> None:
+        if self._pause is not None:
+            self._pause.__exit__(None, None, None)
+            self._pause = None
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        if self._recording is None or threading.get_ident() != self._thread:
+            return None
+        # args: (the optimizer, *step's own arguments) as the step wrapper passes them
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         self._pause = self._recording.paused()
         self._pause.__enter__()
         self._optimizer_start = self._timer.tick()
+        if closure is None:
+            self._optimizer_counts = optimizer_step_flops(optimizer)
+            return None
+        # step(closure): the closure's forward and backward are the step's own; the update's FLOPs
+        # are counted once it has made the gradients (the optimizer calls it before updating)
+        self._optimizer_counts = []
+
+        def recorded_closure() -> Any:
+            assert self._pause is not None
+            self._pause.__exit__(None, None, None)
+            self._in_closure = True
+            try:
+                return closure()
+            finally:
+                self._in_closure = False
+                self._pause.__enter__()
+                self._optimizer_counts = optimizer_step_flops(optimizer)
+
+        return args[:1] + args[2:], {**{k: v for k, v in kwargs.items() if k != "closure"},
+                                     "closure": recorded_closure}
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._recording is None or self._pause is None:
+        if self._recording is None or self._pause is None or threading.get_ident() != self._thread:
             return
         end = self._timer.tick()
-        self._pause.__exit__(None, None, None)
-        self._pause = None
+        self._unpause()
         self._optimizer_marks = (self._optimizer_start, end)
         self._finish_step(keep=True)
         self._begin_step()
@@ -287,6 +327,14 @@ class TrainingProfiler:
             settings={"training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None})
         optimizer_records = self._optimizer_records(len(profile.records))
+        start = self._backward_start
+        if start is not None and self.optimizer is not None and any(
+                r.index >= start and r.op not in ("output", "placeholder", "get_attr") for r in profile.records):
+            # recorded after the backward began and before the optimizer stepped (gradient clipping,
+            # unscaling): the update's work, not the model's (no MFU)
+            relabelled = tuple(r._replace(phase="optimizer") if r.index >= start and r.op not in (
+                "output", "placeholder", "get_attr") else r for r in profile.records)
+            profile = dataclasses.replace(profile, records=relabelled)
         if optimizer_records:
             profile = dataclasses.replace(profile, records=profile.records + tuple(optimizer_records))
         self.profiles.append(profile)
