@@ -23,6 +23,7 @@ from torch import fx, nn
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
 from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx
+from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
 from torch_flops.errors import (
     DroppedOutputWarning,
@@ -99,6 +100,7 @@ class TorchFLOPsByFX:
         self._measured: tuple[Capture, Measurements, int | None] | None = None
         self._profile: Profile | None = None
         self._warned: set[str] = set()  # unsupported targets already warned about (once per counter)
+        self._distributed: dict[str, int] = {}  # rank and world size of the last propagate (none: {})
         #: the front end that follows the real execution (a GraphModule is its own program: run as
         #: is); "auto" prefers a graph only for formulas of Python functions or Tensor methods the
         #: user registered, which the aten ops of an eager run cannot show
@@ -164,6 +166,7 @@ class TorchFLOPsByFX:
         finally:
             progress.done()
         self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
+        self._distributed = distributed_settings()  # rank and world size, while the group is up
         self._warn_unsupported(measurements)
         return output
 
@@ -343,7 +346,8 @@ class TorchFLOPsByFX:
                 measurements, tracer=capture.front_end, module_types=capture.module_types,
                 module_params=capture.module_params, batch_size=batch_size,
                 settings={**self.options.settings(), "memory_source": measurements.memory_source,
-                          **({"device_name": measurements.device_name} if measurements.device_name else {})})
+                          **({"device_name": measurements.device_name} if measurements.device_name else {}),
+                          **self._distributed})
         return self._profile
 
     @property
@@ -468,7 +472,8 @@ class TorchFLOPsByFX:
     def to_json(self, path: str | None = None, convention: str = "torch_flops",
                 hardware: str | HardwareSpec | None = None) -> str:
         """The profile as a versioned JSON document (schema in :mod:`torch_flops.report`), with its
-        roofline on ``hardware`` when given; also written to ``path`` when given."""
+        roofline on ``hardware`` when given; also written to ``path`` when given (``{rank}`` in it:
+        this process's rank, so that each rank of a distributed run writes its own file)."""
         line = self.roofline(hardware) if hardware is not None else None
         return report.profile_to_json(self.in_convention(convention), path, roofline=line)
 

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from torch_flops.distributed import comm_bytes, is_communication
 from torch_flops.formulas import FormulaTable, zero_flops
 from torch_flops.measure import Timer, storage_key
 
@@ -105,6 +106,9 @@ class BackwardRun:
     ops: int = 0  #: aten ops the backward ran
     #: bytes each forward position saved for backward (activations; see :func:`saved_bytes`)
     saved_bytes: list[int] = field(default_factory=list)
+    #: collectives the backward ran (torch_flops.distributed): bytes this rank sent, their marks
+    comm_bytes: int = 0
+    comm_marks: list[tuple[Any, Any]] = field(default_factory=list)
 
     @classmethod
     def empty(cls, n: int) -> BackwardRun:
@@ -183,6 +187,10 @@ class BackwardCounter:
         run.ops += 1
         if recompute and owner is not None:  # the recompute's autograd nodes: their backward is the owner's too
             self._sequences.close(owner)
+        if is_communication(func):  # FSDP's reduce-scatter of gradients, DDP's all-reduce: bytes, no FLOPs
+            run.comm_bytes += comm_bytes(func, args, kwargs, out)
+            run.comm_marks.append((start, end))
+            return out
         formula = self._formula(func)
         flops = macs = 0
         if formula is None:

@@ -36,6 +36,7 @@ from torch import nn
 from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
 from torch_flops.conventions import CONVENTIONS
+from torch_flops.distributed import merge_profiles, rank_path
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import Profile
 from torch_flops.roofline import roofline
@@ -102,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                         "with --depth -1, the root's children with --depth 0)")
     p.add_argument("--warmup", type=int, default=0, help="untimed runs first (default: 0, as in the API)")
     p.add_argument("--repeat", type=int, default=1, help="timed runs, median per node (default: 1)")
-    p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the output here instead of stdout ({rank} in it: the process's rank under torch.distributed)")
     p.add_argument("--chrome-trace", metavar="FILE", help="also write a chrome://tracing / Perfetto trace")
     p.add_argument("--hardware", metavar="NAME",
                    help="roofline on this hardware (see --list-hardware): roofline columns in the tree, a "
@@ -138,6 +140,9 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["merge"]:
+        return _merge_main(args[1:])
     parser = _parser()
     try:
         ns = parser.parse_args(argv)
@@ -168,6 +173,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = e.code if isinstance(e, CLIError) else 1
             print(f"torch-flops: error: {_one_line(e)}", file=sys.stderr)
             return code
+
+
+def _merge_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="torch-flops merge",
+                description="One report from the JSON profiles the ranks of a distributed run wrote "
+                            "(to_json / --format json --output 'profile-{rank}.json').")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the ranks' JSON profiles")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output (default: text)")
+    p.add_argument("--depth", type=int, default=-1, help="module tree depth, 0 = root, -1 = all (default)")
+    p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
+    return p
+
+
+def _merge_main(argv: list[str]) -> int:
+    """``torch-flops merge FILE...``: :func:`torch_flops.distributed.merge_profiles` as text or JSON."""
+    try:
+        ns = _merge_parser().parse_args(argv)
+        if ns.depth < -1:
+            raise CLIError(f"--depth must be >= -1, got {ns.depth}", 2)
+        for path in ns.files:
+            if not os.path.isfile(path):
+                raise CLIError(f"no such profile: {path}", 2)
+        if ns.output is not None:
+            _check_writable("--output", ns.output)
+        merged = merge_profiles(ns.files)
+        text = merged.to_json() if ns.format == "json" else merged.text(ns.depth)
+    except CLIError as e:
+        print(f"torch-flops merge: error: {e}", file=sys.stderr)
+        return e.code
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except (ValueError, TypeError, OSError) as e:
+        print(f"torch-flops merge: error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    if ns.output is not None:
+        report.write_atomic(ns.output, text + "\n")
+    else:
+        print(text)
+    return 0
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -229,6 +273,9 @@ def _run(ns: argparse.Namespace) -> int:
         raise CLIError("--optimizer adafactor cannot step on meta tensors (torch's Adafactor reads its step "
                        "count with .item()): use another optimizer with --meta, or a real device", 2)
     spec = _hardware(ns, device)
+    for option in ("output", "chrome_trace", "plot"):  # {rank}: each rank of a distributed run its own file
+        if getattr(ns, option) is not None:
+            setattr(ns, option, rank_path(getattr(ns, option)))
     for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
         if path is not None:
             _check_writable(option, path)  # before a profile that may take minutes

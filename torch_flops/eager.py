@@ -90,8 +90,13 @@ class ModelIndex:
                     if kind is module._parameters:
                         owned += t.numel()
             self.params[path] = owned
-            if path and (table.resolve_module(type(module)) is not None or isinstance(module, leaf_types)
-                         or path in paths or type(module).__name__ in names):
+            # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
+            # its ops: they see each shard (local work) and the logical tensor (global work), and
+            # the collectives between them
+            sharded = any(type(t).__name__ == "DTensor" for t in module._parameters.values() if t is not None)
+            if path and not sharded and (table.resolve_module(type(module)) is not None
+                                         or isinstance(module, leaf_types) or path in paths
+                                         or type(module).__name__ in names):
                 leaves.add(id(module))
                 self.leaf_classes[path] = type(module)
         self.leaves = frozenset(leaves)

@@ -23,6 +23,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops.backward import BackwardRun
+from torch_flops.distributed import comm_bytes, is_dtensor_value, local_value
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import (
     LiveTensors,
@@ -40,6 +41,7 @@ from torch_flops.state import ExtraRuns, copy_inputs
 __all__ = ["FlopsInterpreter", "GraphRun", "Measurements", "Runner", "run"]
 
 _COUNTED = NodeKind.COUNTED
+_COMMUNICATION = NodeKind.COMMUNICATION
 _FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})  # the usual compute dtypes
 _DEFAULT, _INPLACE, _OVERWRITE, _GATHER, _SCATTER, _CREATE = range(6)
 _TRAFFIC_MODES = {Traffic.DEFAULT: _DEFAULT, Traffic.INPLACE: _INPLACE, Traffic.OVERWRITE: _OVERWRITE,
@@ -74,6 +76,11 @@ class GraphRun:
     backward: BackwardRun | None = None
     backward_times: Sequence[float | None] | None = None
     unattributed_time_ms: float | None = None  #: of the backward's work no forward node caused
+    #: per node: a collective's bytes (None elsewhere); an op on DTensors' logical work (None
+    #: elsewhere); None when the run had neither
+    comm_bytes: Sequence[int | None] | None = None
+    global_flops: Sequence[int | None] | None = None
+    global_macs: Sequence[int | None] | None = None
 
     @functools.cached_property
     def _bytes(self) -> tuple[list[int], list[int]]:
@@ -220,6 +227,8 @@ class NodeMeasurer:
         #: (bytes read, bytes written) of the gathers and scatters, from their operands
         self._moved: dict[int, tuple[int, int]] = {}
         self.errors: dict[int, str] = {}
+        self._comm: dict[int, int] = {}  #: position -> a collective's bytes
+        self._global: dict[int, tuple[int, int]] = {}  #: position -> an op on DTensors' (global FLOPs, MACs)
         self.formula_exceptions: dict[int, Exception] = {}  # what each failed formula raised
         #: nodes not run (meta tensors cannot run data-dependent ops such as item() or nonzero);
         #: only allowed for nodes the output does not depend on
@@ -264,6 +273,9 @@ class NodeMeasurer:
             plan=self._plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=self.dot_outputs,
             mm_macs=self.mm_macs, time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
             skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(),
+            comm_bytes=_sparse(self._comm, len(self.flops)),
+            global_flops=_sparse({k: v[0] for k, v in self._global.items()}, len(self.flops)),
+            global_macs=_sparse({k: v[1] for k, v in self._global.items()}, len(self.flops)),
         )
 
     def measure(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -315,9 +327,25 @@ class NodeMeasurer:
                 else:
                     self.flops[i] = int(result)  # type: ignore[arg-type]
                     self.macs[i] = 0
+                if type(out) is not torch.Tensor and is_dtensor_value(out):
+                    self._local_work(i, plan, out, args, kwargs)
             except Exception as e:  # noqa: BLE001  (a broken formula marks its node unsupported, never stops the run)
                 self._formula_failed(n, plan, e)
+        elif plan.kind is _COMMUNICATION:
+            self._comm[i] = comm_bytes(plan.node.target, args, kwargs, out)
         self._seen[i] = (shape, nbytes, entries, dtype)
+
+    def _local_work(self, i: int, plan: NodePlan, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """An op on DTensors: what the formula counted on their (global) shapes is the logical
+        op's work; this rank's is the same formula on the local shards."""
+        self._global[i] = (self.flops[i], self.macs[i])  # type: ignore[assignment]
+        result = plan.formula(plan.module, local_value(out), *local_value(args), **local_value(kwargs))  # type: ignore[misc]
+        if isinstance(result, tuple):
+            self.flops[i], self.macs[i] = int(result[0]), int(result[1])
+            if len(result) > 2:
+                self.dot_outputs[i], self.mm_macs[i] = result[2], result[3]  # type: ignore[misc]
+        else:
+            self.flops[i], self.macs[i] = int(result), 0  # type: ignore[arg-type]
 
     def _formula_failed(self, n: fx.Node, plan: NodePlan, e: Exception) -> None:
         formula = plan.formula
@@ -326,6 +354,16 @@ class NodeMeasurer:
             raise UnsupportedOpError(f"node '{n.name}' ({plan.target}): {message}") from e
         self.errors[plan.position] = message
         self.formula_exceptions[plan.position] = e
+
+
+def _sparse(values: dict[int, int], n: int) -> list[int | None] | None:
+    """A per-node list from the few nodes that have a value (None when none has)."""
+    if not values:
+        return None
+    column: list[int | None] = [None] * n
+    for k, v in values.items():
+        column[k] = v
+    return column
 
 
 def traffic_table(plan: Plan) -> _TrafficTable:

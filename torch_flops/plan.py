@@ -24,6 +24,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops.capture import CapturedGraph, NodeLocation
+from torch_flops.distributed import is_communication
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
@@ -40,6 +41,7 @@ class NodeKind(enum.Enum):
     ZERO = "zero"  #: 0 FLOPs by definition (views, copies, placeholders, get_attr, output)
     IGNORED = "ignored"  #: the user asked to ignore it (``ignore_ops``)
     UNSUPPORTED = "unsupported"  #: no formula
+    COMMUNICATION = "communication"  #: a collective (torch_flops.distributed): bytes, never FLOPs
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +296,8 @@ def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTab
     if node.op in ("placeholder", "get_attr", "output") or (
             node.op == "call_module" and str(node.target).startswith("_guards")):
         return NodeKind.ZERO, None
+    if is_communication(node.target):
+        return NodeKind.COMMUNICATION, None
     if key in ignored or (node.op == "call_module" and (str(node.target) in ignored or path in ignored)) or (
             key.startswith("aten.") and key[5:] in ignored):  # ignore_ops=("relu",) also means aten.relu
         return NodeKind.IGNORED, None

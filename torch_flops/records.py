@@ -50,6 +50,7 @@ class Status(str, enum.Enum):
     IGNORED = "ignored"  #: the user asked to ignore this op (``ignore_ops``): 0
     UNSUPPORTED = "unsupported"  #: no formula: excluded from totals, warned about
     SKIPPED = "skipped"  #: not run on meta tensors (a check the output does not need): 0, see ``note``
+    COMMUNICATION = "communication"  #: a collective: 0 FLOPs, its bytes in ``comm_bytes``
 
     def __str__(self) -> str:
         return self.value
@@ -109,6 +110,12 @@ class NodeRecord(NamedTuple):
     recompute_macs: int | None = None
     #: bytes of activations this node saved for backward (parameters excluded, a storage once)
     saved_bytes: int | None = None
+    #: a collective's bytes this rank sends (torch_flops.distributed); None for other nodes
+    comm_bytes: int | None = None
+    #: an op on DTensors: the logical (unsharded) operation's work; ``flops``/``macs`` are then this
+    #: rank's local shard's. None for ops on plain tensors (their work is the rank's own)
+    global_flops: int | None = None
+    global_macs: int | None = None
 
     @property
     def step_flops(self) -> int | None:
@@ -146,6 +153,8 @@ class NodeRecord(NamedTuple):
             backward_flops=data.get("backward_flops"), backward_macs=data.get("backward_macs"),
             backward_time_ms=data.get("backward_time_ms"), recompute_flops=data.get("recompute_flops"),
             recompute_macs=data.get("recompute_macs"), saved_bytes=data.get("saved_bytes"),
+            comm_bytes=data.get("comm_bytes"), global_flops=data.get("global_flops"),
+            global_macs=data.get("global_macs"),
         )
 
 
@@ -166,6 +175,7 @@ def _backward_summary(measurements: Measurements) -> dict[str, Any] | None:
         "unsupported": unsupported,
         "errors": {k: v for r in runs for k, v in r.errors.items()},
         "ops": sum(r.ops for r in runs),
+        "comm_bytes": sum(r.comm_bytes for r in runs),  # the backward's collectives (FSDP, DDP)
     }
 
 
@@ -174,7 +184,7 @@ def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not summary:
         return None
     defaults: dict[str, Any] = {"unattributed_flops": 0, "unattributed_macs": 0, "unattributed_time_ms": None,
-                                "unsupported": {}, "errors": {}, "ops": 0}
+                                "unsupported": {}, "errors": {}, "ops": 0, "comm_bytes": 0}
     return {k: summary.get(k, default) for k, default in defaults.items()}
 
 
@@ -210,7 +220,7 @@ _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
                   "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
                   "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
-                  "saved_bytes")
+                  "saved_bytes", "comm_bytes", "global_flops", "global_macs")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -249,8 +259,14 @@ class _Sums:
     backward_time_ms: float | None = None
     optimizer_flops: int | None = None  #: None while no optimizer record was added
     optimizer_time_ms: float | None = None
+    comm_bytes: int = 0  #: collectives' bytes (torch_flops.distributed)
+    comm_time_ms: float | None = None
 
     def add(self, r: NodeRecord) -> None:
+        if r.comm_bytes is not None:
+            self.comm_bytes += r.comm_bytes
+            if r.time_ms is not None:
+                self.comm_time_ms = (self.comm_time_ms or 0.0) + r.time_ms
         if r.phase == "optimizer":  # a training step's optimizer work: its own columns
             self.optimizer_flops = (self.optimizer_flops or 0) + (r.flops or 0)
             if r.time_ms is not None:
@@ -301,6 +317,9 @@ class ModuleStats:
     #: in a training step: the optimizer's work on the parameters it owns (None without one)
     optimizer_flops: int | None = None
     optimizer_time_ms: float | None = None
+    #: its collectives' bytes (this rank sends) and time (torch_flops.distributed)
+    comm_bytes: int = 0
+    comm_time_ms: float | None = None
 
     @property
     def step_flops(self) -> int:
@@ -322,6 +341,7 @@ class ModuleStats:
             "bytes_written": self.bytes_written, "backward_flops": self.backward_flops,
             "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms,
             "optimizer_flops": self.optimizer_flops, "optimizer_time_ms": self.optimizer_time_ms,
+            "comm_bytes": self.comm_bytes, "comm_time_ms": self.comm_time_ms,
         }
 
 
@@ -406,7 +426,7 @@ class Profile:
         # into records at the end; Python loops only where a node differs from its plan (a formula
         # that failed, a node not run). A loop over the nodes building each record costs ~3x more.
         statuses = {"counted": Status.COUNTED, "zero": Status.ZERO, "ignored": Status.IGNORED,
-                    "unsupported": Status.UNSUPPORTED}
+                    "unsupported": Status.UNSUPPORTED, "communication": Status.COMMUNICATION}
         records: list[NodeRecord] = []
         totals = _Sums()
         total_flops = total_macs = 0
@@ -433,6 +453,7 @@ class Profile:
             dtype_names = [_DTYPE_NAMES.get(d) or _dtype_name(d) for d in graph_run.dtypes]
             start = len(records)
             bw = graph_run.backward
+            none: Any = itertools.repeat(None)
             backward: tuple[Iterable[Any], ...] = (itertools.repeat(None),) * 6 if bw is None else (
                 bw.flops, bw.macs, graph_run.backward_times or itertools.repeat(None), bw.recompute_flops,
                 bw.recompute_macs, bw.saved_bytes)
@@ -440,7 +461,8 @@ class Profile:
                 range(start, start + n), cols.names, cols.ops, cols.targets, cols.paths, cols.module_types, flops,
                 macs, status, times, befores, afters, deltas, graph_run.shapes, cols.chains, notes,
                 itertools.repeat("forward"), dtype_names, itertools.repeat(graph_run.graph), graph_run.dot_outputs,
-                graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward)))
+                graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward,
+                graph_run.comm_bytes or none, graph_run.global_flops or none, graph_run.global_macs or none)))
             total_flops += sum(filter(None, flops))
             total_macs += sum(filter(None, macs))
             totals.unsupported += status.count(Status.UNSUPPORTED)
@@ -591,7 +613,7 @@ class Profile:
                 macs=s.macs, time_ms=s.time_ms, nodes=s.nodes, unsupported=s.unsupported, bytes_read=s.bytes_read,
                 bytes_written=s.bytes_written, backward_flops=s.backward_flops, backward_macs=s.backward_macs,
                 backward_time_ms=s.backward_time_ms, optimizer_flops=s.optimizer_flops,
-                optimizer_time_ms=s.optimizer_time_ms,
+                optimizer_time_ms=s.optimizer_time_ms, comm_bytes=s.comm_bytes, comm_time_ms=s.comm_time_ms,
             )
             for path, s in sums.items()
         }

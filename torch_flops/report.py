@@ -110,6 +110,7 @@ from tabulate import tabulate
 
 from torch_flops import hardware
 from torch_flops._validate import check_depth
+from torch_flops.distributed import rank_path
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 from torch_flops.roofline import Roofline
@@ -244,6 +245,10 @@ def _blank_zero_count(n: int | None) -> str:
 
 def _blank_none_count(n: int | None) -> str:
     return "" if n is None else format_count(n)
+
+
+def _blank_none_bytes(n: int | None) -> str:
+    return "" if n is None else format_bytes(n)
 
 
 def _unsupported_list(unsupported: Mapping[str, int]) -> str:
@@ -405,8 +410,30 @@ TREE_BACKWARD: tuple[Column, ...] = (
 )
 
 
+#: the columns a view gains when collectives ran (torch_flops.distributed)
+NODE_COMM: tuple[Column, ...] = (
+    Column("comm_bytes", "comm", _get("comm_bytes"), _blank_none_bytes),
+    Column("global_flops", "global FLOPs", _get("global_flops"), _blank_none_count),
+    Column("global_macs", None, _get("global_macs")),
+)
+MODULE_COMM: tuple[Column, ...] = (
+    Column("comm_bytes", "comm", _get("comm_bytes"), format_bytes),
+    Column("comm_time_ms", "comm time", _get("comm_time_ms"), format_time_ms),
+)
+
+
+TREE_COMM: tuple[Column, ...] = (
+    Column("comm_bytes", "comm", _tree_get("comm_bytes"), _blank_none_bytes),
+    Column("comm_time_ms", "comm time", _tree_get("comm_time_ms"), format_time_ms),
+)
+
+
 def _view(view: tuple[Column, ...], extra: tuple[Column, ...], backward: bool) -> tuple[Column, ...]:
     return view + extra if backward else view
+
+
+def _has_comm(records: Sequence[NodeRecord]) -> bool:
+    return any(r.comm_bytes is not None or r.global_flops is not None for r in records)
 
 
 def _raw_names(view: Sequence[Column]) -> tuple[str, ...]:
@@ -419,7 +446,8 @@ OPERATOR_COLUMNS: tuple[str, ...] = _raw_names(OPERATOR_VIEW)
 TREE_COLUMNS: tuple[str, ...] = _raw_names(TREE_VIEW)
 
 _FORMATTERS: dict[str, Callable[[Any], str]] = {
-    c.name: c.fmt for view in (TREE_VIEW, OPERATOR_VIEW, MODULE_VIEW, NODE_VIEW, NODE_BACKWARD, MODULE_BACKWARD)
+    c.name: c.fmt for view in (TREE_VIEW, OPERATOR_VIEW, MODULE_VIEW, NODE_VIEW, NODE_BACKWARD, MODULE_BACKWARD,
+                               NODE_COMM, MODULE_COMM)
     for c in view
     if c.fmt is not str and c.name not in ("module", "module_path", "status", "unsupported")
 }
@@ -470,7 +498,8 @@ def _node_table(records: Sequence[NodeRecord], all_nodes: bool = True) -> _Table
                      saved_bytes=sum(r.saved_bytes or 0 for r in records),
                      step_flops=flops + sum(r.backward_flops or 0 for r in records))
     shown = list(records) if all_nodes else [r for r in records if not is_internal(r)]
-    return _Table(_view(NODE_VIEW, NODE_BACKWARD, backward), shown, total=total)
+    columns = _view(_view(NODE_VIEW, NODE_BACKWARD, backward), NODE_COMM, _has_comm(records))
+    return _Table(columns, shown, total=total)
 
 
 def _has_backward(records: Sequence[NodeRecord]) -> bool:
@@ -479,8 +508,9 @@ def _has_backward(records: Sequence[NodeRecord]) -> bool:
 
 def _module_table(profile: Profile) -> _Table:
     modules = profile.by_module()
-    return _Table(_view(MODULE_VIEW, MODULE_BACKWARD, profile.has_backward), list(modules.values()),
-                  context=modules[""])
+    columns = _view(_view(MODULE_VIEW, MODULE_BACKWARD, profile.has_backward), MODULE_COMM,
+                    _has_comm(profile.records))
+    return _Table(columns, list(modules.values()), context=modules[""])
 
 
 def _operator_table(profile: Profile) -> _Table:
@@ -515,7 +545,8 @@ def _tree_table(profile: Profile, depth: int) -> _Table:
         if m.own_params and path in has_children and (depth < 0 or m.depth < depth):
             rows.append(_TreeRow(_OwnParameters(path, m.depth + 1, m.own_params), "  " * (level + 1) +
                                  "(own parameters)", text_only=True))
-    return _Table(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward), rows, context=modules[""])
+    columns = _view(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward), TREE_COMM, _has_comm(profile.records))
+    return _Table(columns, rows, context=modules[""])
 
 
 def _table_for(profile: Profile, group_by: GroupBy, all_nodes: bool = True) -> _Table:
@@ -552,13 +583,16 @@ def node_rows(records: Sequence[NodeRecord]) -> list[list[Any]]:
 
 
 def node_columns(records: Sequence[NodeRecord]) -> tuple[str, ...]:
-    """The columns of :func:`node_rows`: ``NODE_COLUMNS``, plus ``NODE_BACKWARD``'s with a backward."""
-    return _raw_names(_node_table(records[:0] if not _has_backward(records) else records).columns)
+    """The columns of :func:`node_rows`: ``NODE_COLUMNS``, plus ``NODE_BACKWARD``'s with a
+    backward and ``NODE_COMM``'s with collectives or DTensors."""
+    return _raw_names(_node_table(records).columns)
 
 
 def tree_columns(profile: Profile) -> tuple[str, ...]:
-    """The columns of :func:`tree_rows`: ``TREE_COLUMNS``, plus ``TREE_BACKWARD``'s with a backward."""
-    return _raw_names(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward))
+    """The columns of :func:`tree_rows`: ``TREE_COLUMNS``, plus ``TREE_BACKWARD``'s with a backward
+    and ``TREE_COMM``'s with collectives."""
+    return _raw_names(_view(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward), TREE_COMM,
+                            _has_comm(profile.records)))
 
 
 def tree_rows(profile: Profile, depth: int = -1) -> list[list[Any]]:
@@ -890,7 +924,7 @@ def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None
         doc["roofline"] = roofline.as_dict()
     text = json.dumps(doc, indent=indent, default=str)
     if path is not None:
-        write_atomic(path, text + "\n")
+        write_atomic(rank_path(path), text + "\n")
     return text
 
 

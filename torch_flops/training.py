@@ -30,6 +30,7 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
+from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex
 from torch_flops.interpreter import Measurements
 from torch_flops.measure import input_device, make_memory_probe, make_timer
@@ -324,7 +325,7 @@ class TrainingProfiler:
         index = self._index
         profile = Profile.from_measurements(
             measurements, tracer="eager", module_types=index.types, module_params=index.params, batch_size=None,
-            settings={"training_step": len(self.profiles) + 1,
+            settings={**distributed_settings(), "training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None})
         optimizer_records = self._optimizer_records(len(profile.records))
         start = self._backward_start

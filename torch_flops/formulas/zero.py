@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from torch_flops.formulas import aten_ops, functions, methods, register, zero_flops
+from torch_flops.formulas import Name, aten_ops, functions, methods, register, zero_flops
 
 __all__ = ["ATEN_ZERO_OPS", "CREATES", "GATHERS", "INPLACE_OPERATORS", "METADATA_INPLACE", "OVERWRITES", "SCATTERS",
            "ZERO_FUNCTIONS", "ZERO_METHODS", "ZERO_MODULES"]
@@ -133,3 +133,10 @@ ATEN_BACKWARD_ZERO_OPS: list[str] = [
 __all__ += ["ATEN_BACKWARD_ZERO_OPS"]
 
 register(*aten_ops(*ATEN_BACKWARD_ZERO_OPS))(zero_flops)
+
+#: FSDP2's copies into and out of its communication buffers (``torch.ops.fsdp``, registered when
+#: ``torch.distributed.fsdp`` is imported, hence by name): they move bytes, no arithmetic.
+FSDP_ZERO_OPS: list[str] = ["fsdp.all_gather_copy_in", "fsdp.split_with_sizes_copy", "fsdp.chunk_cat"]
+__all__ += ["FSDP_ZERO_OPS"]
+
+register(*(Name("aten", name) for name in FSDP_ZERO_OPS))(zero_flops)

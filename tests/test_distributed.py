@@ -1,0 +1,121 @@
+"""Distributed runs (gloo on CPU, loopback only): per-rank profiles, tensor-parallel local and
+global work, collectives' bytes, FSDP2, and the merged report. Each case runs
+``tests/_distributed_worker.py`` under ``torchrun --standalone`` (its own process group, bounded
+in time) and checks the numbers it wrote; the per-rank MACs are derived by hand below."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from torch_flops.cli import main
+from torch_flops.distributed import comm_bytes, merge_profiles, rank_path
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
+
+WORKER = Path(__file__).with_name("_distributed_worker.py")
+
+
+@cache
+def _run(case: str, ranks: int, out: str) -> tuple[dict[str, Any], ...]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(ranks), str(WORKER), case, out], check=False, capture_output=True, text=True, timeout=150,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tuple(json.loads(Path(out, f"{case}-{r}.facts.json").read_text()) for r in range(ranks))
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("ranks"))
+
+
+def test_tensor_parallel_mlp(out_dir: str) -> None:
+    facts = _run("tp_mlp", 2, out_dir)
+    # Linear(16, 32) colwise, ReLU, Linear(32, 8) rowwise, batch 4, 2 ranks. Unsharded:
+    # 4*16*32 + 4*32*8 = 2048 + 1024 = 3072 MACs. Each rank: its 16 output columns of the first
+    # (4*16*16 = 1024) and its 16 input rows of the second (4*16*8 = 512) = 1536
+    for rank, f in enumerate(facts):
+        assert f["settings"] == {"rank": rank, "world_size": 2}
+        assert f["unsharded_macs"] == 3072 and f["macs"] == 1536
+        assert f["node_macs"]["linear"] == [1024, 2048] and f["node_macs"]["linear_1"] == [512, 1024]
+        assert f["params"] == 16 * 32 + 32 + 32 * 8 + 8  # 808: the DTensor parameters, counted once
+        # the rowwise output's all-reduce: 4x8 floats = 128 B, ring 2(n-1)/n x 128 = 128 B
+        assert f["comm"] == [["_c10d_functional.all_reduce.default", "", 128]]
+    assert sum(f["macs"] for f in facts) == 3072
+    merged = merge_profiles([os.path.join(out_dir, f"tp_mlp-{r}.json") for r in (1, 0)])
+    assert merged.ranks == (0, 1)
+    assert (merged.total_macs, merged.global_macs) == (3072, 3072)
+    assert merged.flops_imbalance == 1.0 and merged.comm_bytes == 256
+
+
+def test_tensor_parallel_attention(out_dir: str) -> None:
+    facts = _run("tp_attention", 2, out_dir)
+    # dim 16, 4 heads of 4, batch 2, length 8, 2 ranks (2 heads each). Unsharded: q, k, v, o
+    # 2*8*16*16 = 4096 MACs each, attention Q K^T and P V 2 * (2*4*8*8*4) = 4096 -> 20480.
+    # Each rank: q, k, v its 8 columns (2048 each), o its 8 input rows (2048), attention over its
+    # 2 heads (2048) -> 10240
+    for f in facts:
+        assert f["unsharded_macs"] == 20480 and f["macs"] == 10240
+        assert f["node_macs"]["scaled_dot_product_attention"] == [2048, None]  # on local tensors
+        assert f["comm"] == [["_c10d_functional.all_reduce.default", "", 2 * 8 * 16 * 4]]  # 1024 B, ring 2(n-1)/n
+    merged = merge_profiles([os.path.join(out_dir, f"tp_attention-{r}.json") for r in (0, 1)])
+    assert merged.total_macs == 20480 and merged.global_macs == 20480
+
+
+def test_fsdp2_counts_as_one_device(out_dir: str) -> None:
+    facts = _run("fsdp2", 2, out_dir)
+    for f in facts:
+        assert f["macs"] == f["unsharded_macs"] == 3072
+        assert f["backward_macs"] == f["unsharded_backward_macs"] == 4096
+        assert f["params"] == 808  # sharded parameters counted once, globally
+        # all-gather of each layer's flat parameters before its forward: (n-1)/n of the whole
+        # (544 floats = 2176 B -> 1088 B; 264 floats = 1056 B -> 528 B), in the module they serve
+        assert f["comm"] == [["c10d._allgather_base_.default", "0", 1088], ["c10d._allgather_base_.default", "2", 528]]
+        # backward: the all-gathers again (resharded after forward) and the gradients'
+        # reduce-scatter, (n-1)/n of each: 2 * (1088 + 528)
+        assert f["backward_comm_bytes"] == 2 * (1088 + 528)
+
+
+def test_collectives_and_their_bytes(out_dir: str) -> None:
+    facts = _run("collectives", 2, out_dir)
+    s = 4 * 8 * 4  # a (4, 8) float32 tensor: 128 B; n = 2
+    assert facts[0]["comm"] == [
+        ["c10d.allreduce_.default", "", s],  # 2(n-1)/n S
+        ["c10d._allgather_base_.default", "", s],  # (n-1)/n of the gathered 2S
+        ["c10d._reduce_scatter_base_.default", "", s // 2],  # (n-1)/n of the input S
+        ["c10d.broadcast_.default", "", s],  # S
+        ["c10d.alltoall_base_.default", "", s // 2],  # (n-1)/n S
+        ["_c10d_functional.all_reduce.default", "", s],
+    ]
+    assert facts[0]["macs"] == 0
+
+
+def test_merge_cli_and_rank_paths(out_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _run("tp_mlp", 2, out_dir)
+    files = [os.path.join(out_dir, f"tp_mlp-{r}.json") for r in (0, 1)]
+    assert main(["merge", *files, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["global_macs"] == 3072 and doc["summary"]["ranks"] == [0, 1]
+    assert main(["merge", *files]) == 0
+    text = capsys.readouterr().out
+    assert "2 ranks" in text and "imbalance" in text
+    assert main(["merge", files[0], files[0]]) == 1  # two profiles of rank 0
+    assert "same rank" in capsys.readouterr().err
+    assert rank_path("p-{rank}.json") == "p-0.json"  # no process group here: rank 0
+
+
+def test_comm_bytes_of_a_group_of_one() -> None:
+    # no group larger than one rank: nothing moves (and no process group is needed to say so)
+    assert comm_bytes(torch.ops._c10d_functional.all_reduce.default, (torch.ones(4), "sum", "unused"),
+                      {}, torch.ones(4)) == 0

@@ -1,0 +1,333 @@
+"""Distributed runs: collectives as nodes, their bytes, DTensor's local and global work, the
+rank of a profile, and one report from the ranks' files (:func:`merge_profiles`).
+
+Bytes a collective moves (``comm_bytes``: what this rank sends; the standard ring algorithms are
+symmetric, so it receives as much), for a tensor of ``S`` bytes over a group of ``n`` ranks
+(Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+2005; NCCL's "performance.md" bus-bandwidth factors):
+
+=====================  ======================================================================
+all_reduce             2 (n - 1) / n x S   (ring: a reduce-scatter, then an all-gather)
+all_gather             (n - 1) / n x S_out  ((n - 1) x the input)
+reduce_scatter         (n - 1) / n x S_in   ((n - 1) x the output)
+all_to_all             (n - 1) / n x S      (each rank keeps its own 1/n)
+broadcast, reduce      S                    (pipelined chain: every rank passes S on once)
+send, recv             S
+barrier, wait          0                    (a wait is the time an async collective took)
+=====================  ======================================================================
+
+A group of one rank moves nothing. Collectives never have FLOPs (a reduction's adds are the
+network's, not the model's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["COMM_NAMESPACES", "MergedProfile", "comm_bytes", "distributed_settings", "has_dtensor",
+           "is_communication", "is_dtensor_value", "local_value", "merge_profiles", "rank_path"]
+
+#: the op namespaces of collectives: c10d's ProcessGroup ops and the functional collectives
+#: (which DTensor's redistributions use)
+COMM_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+
+
+#: ops of those namespaces that only wrap a tensor (no communication, no wait)
+_NOT_COMMUNICATION = frozenset({"_wrap_tensor_autograd"})
+
+
+def is_communication(target: Any) -> bool:
+    """Whether a graph target is a collective, or the wait for one (an op of
+    :data:`COMM_NAMESPACES`)."""
+    return (isinstance(target, torch._ops.OpOverload) and target.namespace in COMM_NAMESPACES
+            and target._opname not in _NOT_COMMUNICATION)
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def _group_size(args: Iterable[Any], kwargs: Mapping[str, Any], schema: Any) -> int:
+    """The ranks in the op's group: a ProcessGroup argument's size, a ``group_size`` argument, or
+    the group named by ``group_name``."""
+    named = dict(zip((a.name for a in schema.arguments), args))
+    named.update(kwargs)
+    if isinstance(named.get("group_size"), int):
+        return int(named["group_size"])
+    for value in named.values():
+        size = getattr(value, "size", None)
+        if callable(size) and type(value).__name__ in ("ProcessGroup", "ScriptObject"):
+            try:
+                return int(size())
+            except (TypeError, RuntimeError):
+                continue
+    name = named.get("group_name")
+    if isinstance(name, str):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        try:
+            return int(_resolve_process_group(name).size())  # type: ignore[arg-type]
+        except (RuntimeError, ValueError):  # no such group (no process group at all): fall through
+            pass
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_world_size())
+    return 1
+
+
+#: op name (without overload) -> bytes this rank sends, from (input bytes, output bytes, n)
+_RULES: dict[str, Callable[[int, int, int], float]] = {}
+
+
+def _rule(*names: str) -> Callable[[Callable[[int, int, int], float]], Callable[[int, int, int], float]]:
+    def wrap(fn: Callable[[int, int, int], float]) -> Callable[[int, int, int], float]:
+        for name in names:
+            _RULES[name] = fn
+        return fn
+    return wrap
+
+
+@_rule("allreduce_", "allreduce_coalesced_", "all_reduce", "all_reduce_", "all_reduce_coalesced",
+       "all_reduce_coalesced_")
+def _all_reduce(size_in: int, size_out: int, n: int) -> float:
+    return 2 * (n - 1) / n * size_in  # ring: reduce-scatter then all-gather, (n-1)/n of S each
+
+
+@_rule("allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_", "all_gather_into_tensor",
+       "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced", "allgather_coalesced_")
+def _all_gather(size_in: int, size_out: int, n: int) -> float:
+    return (n - 1) / n * size_out  # every rank receives the n - 1 chunks it lacks (and sends as many)
+
+
+@_rule("reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_", "reduce_scatter_tensor",
+       "reduce_scatter_tensor_coalesced")
+def _reduce_scatter(size_in: int, size_out: int, n: int) -> float:
+    return (n - 1) / n * size_in
+
+
+@_rule("alltoall_", "alltoall_base_", "all_to_all_single")
+def _all_to_all(size_in: int, size_out: int, n: int) -> float:
+    return (n - 1) / n * size_in  # a rank keeps its own 1/n
+
+
+@_rule("broadcast_", "broadcast", "broadcast_", "reduce_", "send", "recv_", "recv_any_source_")
+def _whole(size_in: int, size_out: int, n: int) -> float:
+    return float(size_in)
+
+
+_INPUTS = ("input_tensor", "input_tensors", "input", "inputs", "tensors", "tensor", "self")
+_OUTPUTS = ("output_tensor", "output_tensors", "output", "outputs", "out")
+
+
+def comm_bytes(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> int:
+    """Bytes this rank sends for one collective call (the module docstring's table); 0 for waits,
+    barriers and ops of :data:`COMM_NAMESPACES` that move nothing themselves. The input and output
+    are found by their names in the op's schema (c10d's ops take the output first)."""
+    rule = _RULES.get(target._opname)
+    if rule is None:
+        return 0
+    n = _group_size(args, kwargs, target._schema)
+    if n <= 1:
+        return 0
+    named = dict(zip((a.name for a in target._schema.arguments), args))
+    named.update(kwargs)
+    size_in = next((_tensor_bytes(named[k]) for k in _INPUTS if k in named), 0)
+    size_out = next((_tensor_bytes(named[k]) for k in _OUTPUTS if k in named), None)
+    if size_out is None:  # a functional collective returns its output
+        size_out = _tensor_bytes(out[0] if isinstance(out, tuple) and out else out)
+    return round(rule(size_in, size_out, n))
+
+
+def local_value(value: Any) -> Any:
+    """``value`` with every DTensor replaced by its local shard (this rank's part of it)."""
+    if _is_dtensor(value):
+        return value._local_tensor
+    if isinstance(value, (list, tuple)):
+        items = [local_value(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        return {k: local_value(v) for k, v in value.items()}
+    return value
+
+
+def has_dtensor(values: Iterable[Any]) -> bool:
+    """Whether any of ``values`` (arguments, nested one level) is a DTensor."""
+    for v in values:
+        if _is_dtensor(v) or (isinstance(v, (list, tuple)) and any(_is_dtensor(x) for x in v)):
+            return True
+    return False
+
+
+def is_dtensor_value(value: Any) -> bool:
+    """Whether ``value`` (a node's output) is a DTensor, or a tuple or list holding one."""
+    if isinstance(value, (tuple, list)):
+        return any(_is_dtensor(v) for v in value)
+    return _is_dtensor(value)
+
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor" and hasattr(value, "_local_tensor")
+
+
+def distributed_settings() -> dict[str, int]:
+    """``{"rank": r, "world_size": n}`` under an initialised process group, else ``{}``."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    return {}
+
+
+def rank_path(path: str | os.PathLike[str]) -> str:
+    """``path`` with ``{rank}`` replaced by this process's rank (0 without a process group), so
+    that every rank writes its own file: ``profile-{rank}.json``."""
+    text = os.fspath(path)
+    if "{rank}" not in text:
+        return text
+    return text.replace("{rank}", str(distributed_settings().get("rank", 0)))
+
+
+# ---------------------------------------------------------------------------------------------- merging
+@dataclass(frozen=True)
+class MergedProfile:
+    """One report from the profiles of a distributed run's ranks (:func:`merge_profiles`)."""
+
+    profiles: tuple[Any, ...]  #: one ``Profile`` per rank, in rank order
+    ranks: tuple[int, ...]
+    #: the work the ranks did, summed: every rank's local FLOPs/MACs
+    total_flops: int
+    total_macs: int
+    #: the model's work, each logical op once: a DTensor op's global work (from one rank: every
+    #: rank runs the same logical op), plus the work of plain-tensor ops, which is each rank's own
+    global_flops: int
+    global_macs: int
+    rank_flops: tuple[int, ...]
+    rank_time_ms: tuple[float | None, ...]
+    #: max / mean over the ranks (1.0: perfectly balanced); None where untimed
+    flops_imbalance: float | None
+    time_imbalance: float | None
+    comm_bytes: int  #: summed over the ranks
+    comm_time_ms: float | None
+    #: module path -> summed ``flops``, ``macs``, ``comm_bytes``, ``comm_time_ms`` over the ranks
+    modules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ranks": list(self.ranks), "total_flops": self.total_flops, "total_macs": self.total_macs,
+            "global_flops": self.global_flops, "global_macs": self.global_macs,
+            "rank_flops": list(self.rank_flops), "rank_time_ms": list(self.rank_time_ms),
+            "flops_imbalance": self.flops_imbalance, "time_imbalance": self.time_imbalance,
+            "comm_bytes": self.comm_bytes, "comm_time_ms": self.comm_time_ms,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps({"schema": "torch_flops.merged", "version": 1, "summary": self.summary(),
+                           "modules": {k: dict(v) for k, v in self.modules.items()}}, indent=2)
+
+    def text(self, depth: int = -1) -> str:
+        """The merged summary and the module tree of the merged view, as text."""
+        from tabulate import tabulate
+
+        from torch_flops.report import format_bytes, format_count, format_time_ms
+
+        lines = [
+            f"torch_flops merged profile: {len(self.ranks)} ranks",
+            f"  total (summed local work): {format_count(self.total_flops)}FLOPs, {format_count(self.total_macs)}MACs",
+            f"  global (the model's work): {format_count(self.global_flops)}FLOPs, {format_count(self.global_macs)}MACs",
+            "  per rank: " + ", ".join(f"rank {r}: {format_count(f)}FLOPs {format_time_ms(t)}"
+                                       for r, f, t in zip(self.ranks, self.rank_flops, self.rank_time_ms)),
+            (f"  imbalance (max / mean): FLOPs {_ratio_text(self.flops_imbalance)}, time "
+             f"{_ratio_text(self.time_imbalance)}"),
+            f"  communication: {format_bytes(self.comm_bytes)} sent, {format_time_ms(self.comm_time_ms)}",
+            "",
+        ]
+        rows = []
+        for path, m in self.modules.items():
+            if depth >= 0 and m["depth"] > depth:
+                continue
+            name = path.rpartition(".")[2] if path else "(root)"
+            label = "  " * m["depth"] + (f"{name} ({m['module_type']})" if m["module_type"] else name)
+            rows.append([label, format_count(m["flops"]), format_count(m["macs"]), format_time_ms(m["time_ms"]),
+                         format_bytes(m["comm_bytes"]), format_time_ms(m["comm_time_ms"])])
+        table = tabulate(rows, headers=["module", "FLOPs (all ranks)", "MACs", "time (summed)", "comm", "comm time"],
+                         tablefmt="simple", disable_numparse=True,
+                         colalign=("left", "right", "right", "right", "right", "right"))
+        return "\n".join(lines) + table
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _imbalance(values: list[float]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean > 0 else None
+
+
+def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
+    """One report from the ranks' profiles: ``Profile`` objects or the JSON files each rank wrote
+    (``to_json("profile-{rank}.json")``). Ranks come from each profile's ``settings["rank"]``
+    (their order in the argument when absent); ``ValueError`` for two profiles of one rank."""
+    from torch_flops.records import Profile, Status
+
+    loaded: list[Profile] = []
+    for item in paths_or_profiles:
+        if isinstance(item, Profile):
+            loaded.append(item)
+        elif isinstance(item, (str, os.PathLike)):
+            loaded.append(Profile.from_json(item))
+        else:
+            raise TypeError(f"merge_profiles takes Profiles or JSON paths, got {type(item).__name__}")
+    if not loaded:
+        raise ValueError("merge_profiles needs at least one profile")
+    ranks = [int(p.settings.get("rank", i)) for i, p in enumerate(loaded)]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"two profiles of the same rank: ranks {ranks}")
+    order = sorted(range(len(loaded)), key=lambda i: ranks[i])
+    profiles = [loaded[i] for i in order]
+    ranks = [ranks[i] for i in order]
+    global_flops = global_macs = 0
+    for k, p in enumerate(profiles):
+        for r in p.records:
+            if r.phase != "forward" or r.flops is None:
+                continue
+            if r.global_flops is not None:  # a DTensor op: the same logical op on every rank, once
+                if k == 0:
+                    global_flops += r.global_flops
+                    global_macs += r.global_macs or 0
+            else:
+                global_flops += r.flops
+                global_macs += r.macs or 0
+    modules: dict[str, dict[str, Any]] = {}
+    for p in profiles:
+        for path, m in p.by_module().items():
+            entry = modules.setdefault(path, {"module_type": m.module_type, "depth": m.depth, "flops": 0, "macs": 0,
+                                              "time_ms": None, "comm_bytes": 0, "comm_time_ms": None})
+            entry["flops"] += m.flops
+            entry["macs"] += m.macs
+            entry["comm_bytes"] += m.comm_bytes
+            for key, value in (("time_ms", m.time_ms), ("comm_time_ms", m.comm_time_ms)):
+                if value is not None:
+                    entry[key] = (entry[key] or 0.0) + value
+    rank_flops = [p.total_flops for p in profiles]
+    rank_time = [p.total_time_ms for p in profiles]
+    comm_times = [r.time_ms for p in profiles for r in p.records
+                  if r.status is Status.COMMUNICATION and r.time_ms is not None]
+    return MergedProfile(
+        profiles=tuple(profiles), ranks=tuple(ranks), total_flops=sum(rank_flops),
+        total_macs=sum(p.total_macs for p in profiles), global_flops=global_flops, global_macs=global_macs,
+        rank_flops=tuple(rank_flops), rank_time_ms=tuple(rank_time),
+        flops_imbalance=_imbalance([float(f) for f in rank_flops]),
+        time_imbalance=_imbalance(rank_time),  # type: ignore[arg-type]
+        comm_bytes=sum(r.comm_bytes or 0 for p in profiles for r in p.records),
+        comm_time_ms=sum(comm_times) if comm_times else None, modules=modules)
