@@ -135,8 +135,11 @@ __all__ += ["ATEN_BACKWARD_ZERO_OPS"]
 register(*aten_ops(*ATEN_BACKWARD_ZERO_OPS))(zero_flops)
 
 #: FSDP2's copies into and out of its communication buffers (``torch.ops.fsdp``, registered when
-#: ``torch.distributed.fsdp`` is imported, hence by name): they move bytes, no arithmetic.
-FSDP_ZERO_OPS: list[str] = ["fsdp.all_gather_copy_in", "fsdp.split_with_sizes_copy", "fsdp.chunk_cat"]
-__all__ += ["FSDP_ZERO_OPS"]
+#: ``torch.distributed.fsdp`` is imported, hence by name) and the functional collectives' autograd
+#: wrapper: they move bytes or wrap a tensor, no arithmetic. (The collectives themselves are
+#: communication nodes: torch_flops.distributed.)
+DISTRIBUTED_ZERO_OPS: list[str] = ["fsdp.all_gather_copy_in", "fsdp.split_with_sizes_copy", "fsdp.chunk_cat",
+                                   "_c10d_functional._wrap_tensor_autograd"]
+__all__ += ["DISTRIBUTED_ZERO_OPS"]
 
-register(*(Name("aten", name) for name in FSDP_ZERO_OPS))(zero_flops)
+register(*(Name("aten", name) for name in DISTRIBUTED_ZERO_OPS))(zero_flops)
