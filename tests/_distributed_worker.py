@@ -53,7 +53,12 @@ class Collectives(nn.Module):
         swapped = torch.empty_like(x)
         dist.all_to_all_single(swapped, x)
         z = fc.all_reduce(x, "sum", dist.group.WORLD)
-        return y.sum() + gathered.sum() + scattered.sum() + swapped.sum() + z.sum()
+        passed = x.clone()
+        if dist.get_rank() == 0:
+            dist.send(passed, dst=1)
+        elif dist.get_rank() == 1:
+            dist.recv(passed, src=0)
+        return y.sum() + gathered.sum() + scattered.sum() + swapped.sum() + z.sum() + passed.sum()
 
 
 def _facts(counter: TorchFLOPsByFX) -> dict[str, object]:

@@ -97,7 +97,9 @@ def test_collectives_and_their_bytes(out_dir: str) -> None:
         ["c10d.broadcast_.default", "", s],  # S
         ["c10d.alltoall_base_.default", "", s // 2],  # (n-1)/n S
         ["_c10d_functional.all_reduce.default", "", s],
+        ["c10d.send.default", "", s],  # S
     ]
+    assert facts[1]["comm"][-1] == ["c10d.recv_.default", "", s]
     assert facts[0]["macs"] == 0
 
 
