@@ -112,6 +112,7 @@ def main() -> None:
         counter = TorchFLOPsByFX(model)
         counter.propagate(x, loss_fn=lambda out: out.sum())
         facts["backward_comm_bytes"] = counter.profile.backward["comm_bytes"]
+        facts["module_backward_comm"] = {p: m.backward_comm_bytes for p, m in counter.profile.by_module().items()}
     elif case == "collectives":
         counter = TorchFLOPsByFX(Collectives())
         counter.propagate(torch.full((4, 8), float(rank)))

@@ -85,6 +85,11 @@ def test_fsdp2_counts_as_one_device(out_dir: str) -> None:
         # backward: the all-gathers again (resharded after forward) and the gradients'
         # reduce-scatter, (n-1)/n of each: 2 * (1088 + 528)
         assert f["backward_comm_bytes"] == 2 * (1088 + 528)
+        # per module: what ran during each node's backward. The last layer's backward runs its own
+        # all-gather (528), its gradients' reduce-scatter (528) and the prefetch of the first
+        # layer's parameters (1088); the first layer's reduce-scatter runs in FSDP's final
+        # callback, after every node's backward: in the total only
+        assert f["module_backward_comm"] == {"": 2144, "0": 0, "1": 0, "2": 528 + 528 + 1088}
 
 
 def test_collectives_and_their_bytes(out_dir: str) -> None:

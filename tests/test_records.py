@@ -252,7 +252,8 @@ def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
                                       "flops": 336, "macs": 160, "time_ms": 2.0, "nodes": 2, "unsupported": 0,
                                       "bytes_read": 0, "bytes_written": 0, "backward_flops": None,
                                       "backward_macs": None, "backward_time_ms": None, "optimizer_flops": None,
-                                      "optimizer_time_ms": None, "comm_bytes": 0, "comm_time_ms": None}
+                                      "optimizer_time_ms": None, "comm_bytes": 0, "comm_time_ms": None,
+                                      "backward_comm_bytes": 0}
     back = Profile.from_dict(json.loads(json.dumps(doc)))
     assert back.records == p.records
     assert back.records[7].output_shape == ((4, 2), None)

@@ -238,10 +238,11 @@ _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "
                 "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
                 "saved_bytes",
                 # version 4 too: a collective's bytes; an op on DTensors' logical work
-                "comm_bytes", "global_flops", "global_macs"}
+                "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes"}
 _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported",
                 "bytes_read", "bytes_written", "backward_flops", "backward_macs", "backward_time_ms",
-                "optimizer_flops", "optimizer_time_ms", "comm_bytes", "comm_time_ms"}
+                "optimizer_flops", "optimizer_time_ms", "comm_bytes", "comm_time_ms",
+                "backward_comm_bytes"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
                  "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention", "backward"}
 

@@ -109,6 +109,9 @@ class BackwardRun:
     #: collectives the backward ran (torch_flops.distributed): bytes this rank sent, their marks
     comm_bytes: int = 0
     comm_marks: list[tuple[Any, Any]] = field(default_factory=list)
+    #: forward position -> the bytes of the collectives its backward ran (FSDP2's reduce-scatter
+    #: lands on the layer whose gradients it reduces)
+    comm_by_owner: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, n: int) -> BackwardRun:
@@ -188,8 +191,11 @@ class BackwardCounter:
         if recompute and owner is not None:  # the recompute's autograd nodes: their backward is the owner's too
             self._sequences.close(owner)
         if is_communication(func):  # FSDP's reduce-scatter of gradients, DDP's all-reduce: bytes, no FLOPs
-            run.comm_bytes += comm_bytes(func, args, kwargs, out)
+            sent = comm_bytes(func, args, kwargs, out)
+            run.comm_bytes += sent
             run.comm_marks.append((start, end))
+            if owner is not None:  # the node whose backward ran it (else: only in the total)
+                run.comm_by_owner[owner] = run.comm_by_owner.get(owner, 0) + sent
             return out
         formula = self._formula(func)
         flops = macs = 0

@@ -312,10 +312,12 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
     for p in profiles:
         for path, m in p.by_module().items():
             entry = modules.setdefault(path, {"module_type": m.module_type, "depth": m.depth, "flops": 0, "macs": 0,
-                                              "time_ms": None, "comm_bytes": 0, "comm_time_ms": None})
+                                              "time_ms": None, "comm_bytes": 0, "comm_time_ms": None,
+                                              "backward_comm_bytes": 0})
             entry["flops"] += m.flops
             entry["macs"] += m.macs
             entry["comm_bytes"] += m.comm_bytes
+            entry["backward_comm_bytes"] += m.backward_comm_bytes
             for key, value in (("time_ms", m.time_ms), ("comm_time_ms", m.comm_time_ms)):
                 if value is not None:
                     entry[key] = (entry[key] or 0.0) + value

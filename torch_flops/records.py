@@ -116,6 +116,8 @@ class NodeRecord(NamedTuple):
     #: rank's local shard's. None for ops on plain tensors (their work is the rank's own)
     global_flops: int | None = None
     global_macs: int | None = None
+    #: after a backward: the bytes of the collectives this node's backward ran (None elsewhere)
+    backward_comm_bytes: int | None = None
 
     @property
     def step_flops(self) -> int | None:
@@ -154,7 +156,7 @@ class NodeRecord(NamedTuple):
             backward_time_ms=data.get("backward_time_ms"), recompute_flops=data.get("recompute_flops"),
             recompute_macs=data.get("recompute_macs"), saved_bytes=data.get("saved_bytes"),
             comm_bytes=data.get("comm_bytes"), global_flops=data.get("global_flops"),
-            global_macs=data.get("global_macs"),
+            global_macs=data.get("global_macs"), backward_comm_bytes=data.get("backward_comm_bytes"),
         )
 
 
@@ -220,7 +222,7 @@ _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
                   "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
                   "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
-                  "saved_bytes", "comm_bytes", "global_flops", "global_macs")
+                  "saved_bytes", "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -261,8 +263,11 @@ class _Sums:
     optimizer_time_ms: float | None = None
     comm_bytes: int = 0  #: collectives' bytes (torch_flops.distributed)
     comm_time_ms: float | None = None
+    backward_comm_bytes: int = 0
 
     def add(self, r: NodeRecord) -> None:
+        if r.backward_comm_bytes is not None:
+            self.backward_comm_bytes += r.backward_comm_bytes
         if r.comm_bytes is not None:
             self.comm_bytes += r.comm_bytes
             if r.time_ms is not None:
@@ -317,9 +322,11 @@ class ModuleStats:
     #: in a training step: the optimizer's work on the parameters it owns (None without one)
     optimizer_flops: int | None = None
     optimizer_time_ms: float | None = None
-    #: its collectives' bytes (this rank sends) and time (torch_flops.distributed)
+    #: its collectives' bytes (this rank sends) and time (torch_flops.distributed); and those its
+    #: nodes' backward ran
     comm_bytes: int = 0
     comm_time_ms: float | None = None
+    backward_comm_bytes: int = 0
 
     @property
     def step_flops(self) -> int:
@@ -342,6 +349,7 @@ class ModuleStats:
             "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms,
             "optimizer_flops": self.optimizer_flops, "optimizer_time_ms": self.optimizer_time_ms,
             "comm_bytes": self.comm_bytes, "comm_time_ms": self.comm_time_ms,
+            "backward_comm_bytes": self.backward_comm_bytes,
         }
 
 
@@ -462,7 +470,9 @@ class Profile:
                 macs, status, times, befores, afters, deltas, graph_run.shapes, cols.chains, notes,
                 itertools.repeat("forward"), dtype_names, itertools.repeat(graph_run.graph), graph_run.dot_outputs,
                 graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward,
-                graph_run.comm_bytes or none, graph_run.global_flops or none, graph_run.global_macs or none)))
+                graph_run.comm_bytes or none, graph_run.global_flops or none, graph_run.global_macs or none,
+                none if bw is None or not bw.comm_by_owner else
+                [bw.comm_by_owner.get(k) for k in range(n)])))
             total_flops += sum(filter(None, flops))
             total_macs += sum(filter(None, macs))
             totals.unsupported += status.count(Status.UNSUPPORTED)
@@ -614,6 +624,7 @@ class Profile:
                 bytes_written=s.bytes_written, backward_flops=s.backward_flops, backward_macs=s.backward_macs,
                 backward_time_ms=s.backward_time_ms, optimizer_flops=s.optimizer_flops,
                 optimizer_time_ms=s.optimizer_time_ms, comm_bytes=s.comm_bytes, comm_time_ms=s.comm_time_ms,
+                backward_comm_bytes=s.backward_comm_bytes,
             )
             for path, s in sums.items()
         }
