@@ -61,6 +61,20 @@ class Collectives(nn.Module):
         return y.sum() + gathered.sum() + scattered.sum() + swapped.sum() + z.sum() + passed.sum()
 
 
+class SubGroup(nn.Module):
+    """An all-reduce over a group of two of the ranks (128 B)."""
+
+    def __init__(self, group: object) -> None:
+        super().__init__()
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        if dist.get_rank() < 2:
+            dist.all_reduce(y, group=self.group)
+        return y
+
+
 def _facts(counter: TorchFLOPsByFX) -> dict[str, object]:
     records = counter.records
     return {
@@ -79,6 +93,27 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     facts: dict[str, object] = {}
+    if case == "tp_train":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        from torch_flops import TrainingProfiler
+
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+        parallelize_module(model, init_device_mesh("cpu", (world,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 16)
+        with TrainingProfiler(model, optimizer) as prof:
+            model(x).sum().backward()
+            optimizer.step()
+        step = prof.profiles[0]
+        facts.update(macs=step.total_macs, backward_macs=step.total_backward_macs,
+                     optimizer_flops=sum(r.flops for r in step.records if r.phase == "optimizer"))
+        with open(os.path.join(out, f"{case}-{rank}.facts.json"), "w") as f:
+            json.dump(facts, f)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if case in ("tp_mlp", "tp_attention"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -113,6 +148,18 @@ def main() -> None:
         counter.propagate(x, loss_fn=lambda out: out.sum())
         facts["backward_comm_bytes"] = counter.profile.backward["comm_bytes"]
         facts["module_backward_comm"] = {p: m.backward_comm_bytes for p, m in counter.profile.by_module().items()}
+    elif case == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)))
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(torch.randn(4, 16), loss_fn=lambda out: out.sum())
+        facts["backward_comm_bytes"] = counter.profile.backward["comm_bytes"]
+        facts["backward_errors"] = counter.profile.backward["errors"]
+    elif case == "subgroup":
+        pair = dist.new_group([0, 1])  # every rank makes it; ranks 0 and 1 use it
+        counter = TorchFLOPsByFX(SubGroup(pair))
+        counter.propagate(torch.ones(4, 8))
     elif case == "collectives":
         counter = TorchFLOPsByFX(Collectives())
         counter.propagate(torch.full((4, 8), float(rank)))

@@ -73,6 +73,17 @@ def test_tensor_parallel_attention(out_dir: str) -> None:
     assert merged.total_macs == 20480 and merged.global_macs == 20480
 
 
+def test_tensor_parallel_training_step_is_each_rank_s_share(out_dir: str) -> None:
+    facts = _run("tp_train", 2, out_dir)
+    for f in facts:
+        # forward 1536 (above); backward: the colwise layer's dW over its 16 columns (4*16*16 =
+        # 1024; its input needs no grad), the rowwise layer's dX and dW over its 16 rows (512 + 512)
+        assert (f["macs"], f["backward_macs"]) == (1536, 2048)
+        # SGD, 2 FLOPs per element of this rank's shards: 16x16 + 16 (colwise weight and bias),
+        # 8x16 + 8 (rowwise weight; its bias is replicated, whole on every rank) = 408 elements
+        assert f["optimizer_flops"] == 2 * 408
+
+
 def test_fsdp2_counts_as_one_device(out_dir: str) -> None:
     facts = _run("fsdp2", 2, out_dir)
     for f in facts:
@@ -108,6 +119,34 @@ def test_collectives_and_their_bytes(out_dir: str) -> None:
     assert facts[0]["macs"] == 0
 
 
+def test_ddp_backward_all_reduce(out_dir: str) -> None:
+    facts = _run("ddp", 2, out_dir)
+    for f in facts:
+        # DDP all-reduces the gradients in backward: 808 floats = 3232 B in one bucket, ring
+        # 2(n-1)/n x 3232 = 3232 B; FLOPs as on one device
+        assert f["backward_comm_bytes"] == 3232 and f["backward_errors"] == {}
+        assert f["macs"] == 3072 and f["backward_macs"] == 4096
+    merged = merge_profiles([os.path.join(out_dir, f"ddp-{r}.json") for r in (0, 1)])
+    assert merged.comm_bytes == 2 * 3232  # the backwards' collectives, both ranks
+
+
+def test_a_sub_group_s_size_is_its_own(out_dir: str) -> None:
+    facts = _run("subgroup", 3, out_dir)
+    # 3 ranks, an all-reduce over 2 of them: 2(2-1)/2 x 128 B = 128 (not 2(3-1)/3 x 128)
+    assert facts[0]["comm"] == facts[1]["comm"] == [["c10d.allreduce_.default", "", 128]]
+    assert facts[2]["comm"] == []
+    assert facts[2]["settings"] == {"rank": 2, "world_size": 3}
+
+
+def test_merge_refuses_inconsistent_ranks(out_dir: str) -> None:
+    _run("tp_mlp", 2, out_dir)
+    _run("fsdp2", 2, out_dir)
+    with pytest.raises(ValueError, match=r"one profile per rank 0\.\.\.1, got ranks \[0\]"):
+        merge_profiles([os.path.join(out_dir, "tp_mlp-0.json")])
+    with pytest.raises(TypeError, match="got one path"):
+        merge_profiles(os.path.join(out_dir, "tp_mlp-0.json"))  # type: ignore[arg-type]
+
+
 def test_merge_cli_and_rank_paths(out_dir: str, capsys: pytest.CaptureFixture[str]) -> None:
     _run("tp_mlp", 2, out_dir)
     files = [os.path.join(out_dir, f"tp_mlp-{r}.json") for r in (0, 1)]
@@ -120,6 +159,13 @@ def test_merge_cli_and_rank_paths(out_dir: str, capsys: pytest.CaptureFixture[st
     assert main(["merge", files[0], files[0]]) == 1  # two profiles of rank 0
     assert "same rank" in capsys.readouterr().err
     assert rank_path("p-{rank}.json") == "p-0.json"  # no process group here: rank 0
+
+
+def test_rank_from_the_launcher_s_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchrun sets RANK and WORLD_SIZE before any process group exists (the CLI makes none)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert rank_path("p-{rank}.json") == "p-3.json"
 
 
 def test_comm_bytes_of_a_group_of_one() -> None:

@@ -34,14 +34,16 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_flops.distributed import comm_bytes, is_communication
+from torch_flops.distributed import comm_bytes, has_dtensor, is_communication, is_dtensor_value, local_value
 from torch_flops.formulas import FormulaTable, zero_flops
 from torch_flops.measure import Timer, storage_key
 
-__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "saved_bytes"]
+__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "graph_task", "saved_bytes"]
 
 _sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
-_graph_task: Callable[[], int] = torch._C._current_graph_task_id
+#: the backward (graph task) running now; -1 outside one (its final callbacks are inside)
+graph_task: Callable[[], int] = torch._C._current_graph_task_id
+_graph_task = graph_task
 #: the autograd node running now (None outside a backward)
 current_autograd_node: Callable[[], Any] = torch._C._current_autograd_node
 
@@ -78,7 +80,13 @@ class SequenceMap:
 
 
 def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
-    """``(flops, macs)`` of one formula call (any return form of ``formulas.FlopCount``)."""
+    """``(flops, macs)`` of one formula call (any return form of ``formulas.FlopCount``); an
+    ``out=`` tensor is the op's output, never a formula argument; on DTensors, this rank's shard's
+    work (the formula on the local tensors)."""
+    if "out" in kwargs:
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    if is_dtensor_value(out) or has_dtensor(args):
+        out, args, kwargs = local_value(out), local_value(args), local_value(kwargs)
     result = formula(None, out, *args, **kwargs)
     if isinstance(result, tuple):
         return int(result[0]), int(result[1])
@@ -170,6 +178,8 @@ class BackwardCounter:
         return found
 
     def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if func.namespace == "profiler":  # record_function markers (FSDP's): not the backward's work
+            return func(*args, **kwargs)
         task = _graph_task()
         if task != self._task:  # a new backward() call: its first op is the loss's, never a recompute,
             self._task = task   # so grad mode on there means create_graph=True (the engine's setting)
@@ -196,6 +206,10 @@ class BackwardCounter:
             run.comm_marks.append((start, end))
             if owner is not None:  # the node whose backward ran it (else: only in the total)
                 run.comm_by_owner[owner] = run.comm_by_owner.get(owner, 0) + sent
+                run.grow(owner + 1)
+                run.marks[owner].append((start, end))  # its time is the backward's
+            else:
+                run.unattributed_marks.append((start, end))
             return out
         formula = self._formula(func)
         flops = macs = 0

@@ -65,12 +65,9 @@ def _group_size(args: Iterable[Any], kwargs: Mapping[str, Any], schema: Any) -> 
     if isinstance(named.get("group_size"), int):
         return int(named["group_size"])
     for value in named.values():
-        size = getattr(value, "size", None)
-        if callable(size) and type(value).__name__ in ("ProcessGroup", "ScriptObject"):
-            try:
-                return int(size())
-            except (TypeError, RuntimeError):
-                continue
+        group = _process_group(value)
+        if group is not None:
+            return int(group.size())
     name = named.get("group_name")
     if isinstance(name, str):
         from torch.distributed.distributed_c10d import _resolve_process_group
@@ -82,6 +79,19 @@ def _group_size(args: Iterable[Any], kwargs: Mapping[str, Any], schema: Any) -> 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return int(torch.distributed.get_world_size())
     return 1
+
+
+def _process_group(value: Any) -> Any:
+    """The ProcessGroup an op argument is (c10d's ops box it as a ``torch.ScriptObject``)."""
+    dist = torch.distributed
+    if isinstance(value, dist.ProcessGroup):
+        return value
+    if type(value).__name__ == "ScriptObject":
+        try:
+            return dist.ProcessGroup.unbox(value)
+        except (RuntimeError, TypeError):
+            return None
+    return None
 
 
 #: op name (without overload) -> bytes this rank sends, from (input bytes, output bytes, n)
@@ -124,6 +134,11 @@ def _whole(size_in: int, size_out: int, n: int) -> float:
     return float(size_in)
 
 
+#: one-to-all and all-to-one collectives: the root sends (scatter) or receives (gather) n - 1
+#: chunks, every other rank its one chunk; the chunk is this rank's output (scatter) or input (gather)
+_ROOTED = {"scatter_": "output", "gather_": "input"}
+
+
 _INPUTS = ("input_tensor", "input_tensors", "input", "inputs", "tensors", "tensor", "self")
 _OUTPUTS = ("output_tensor", "output_tensors", "output", "outputs", "out")
 
@@ -132,19 +147,34 @@ def comm_bytes(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], ou
     """Bytes this rank sends for one collective call (the module docstring's table); 0 for waits,
     barriers and ops of :data:`COMM_NAMESPACES` that move nothing themselves. The input and output
     are found by their names in the op's schema (c10d's ops take the output first)."""
-    rule = _RULES.get(target._opname)
-    if rule is None:
+    name = target._opname
+    rule = _RULES.get(name)
+    if rule is None and name not in _ROOTED:
         return 0
     n = _group_size(args, kwargs, target._schema)
     if n <= 1:
         return 0
     named = dict(zip((a.name for a in target._schema.arguments), args))
     named.update(kwargs)
+    if name in _ROOTED:
+        return _rooted_bytes(name, named, n)
     size_in = next((_tensor_bytes(named[k]) for k in _INPUTS if k in named), 0)
     size_out = next((_tensor_bytes(named[k]) for k in _OUTPUTS if k in named), None)
     if size_out is None:  # a functional collective returns its output
         size_out = _tensor_bytes(out[0] if isinstance(out, tuple) and out else out)
+    assert rule is not None  # the rooted ones returned above
     return round(rule(size_in, size_out, n))
+
+
+def _rooted_bytes(name: str, named: Mapping[str, Any], n: int) -> int:
+    chunk_key = "output_tensors" if _ROOTED[name] == "output" else "input_tensors"
+    chunk = named.get(chunk_key)
+    first = chunk[0] if isinstance(chunk, (list, tuple)) and chunk else chunk
+    size = _tensor_bytes(first[0] if isinstance(first, (list, tuple)) and first else first)
+    group = next((g for g in map(_process_group, named.values()) if g is not None), None)
+    root = named.get("root_rank", named.get("rootRank", 0))
+    rank = group.rank() if group is not None else 0
+    return size * (n - 1) if rank == root else size
 
 
 def local_value(value: Any) -> Any:
@@ -179,16 +209,20 @@ def _is_dtensor(value: Any) -> bool:
 
 
 def distributed_settings() -> dict[str, int]:
-    """``{"rank": r, "world_size": n}`` under an initialised process group, else ``{}``."""
+    """``{"rank": r, "world_size": n}`` under an initialised process group, or as a launcher
+    (torchrun) set them in ``RANK``/``WORLD_SIZE`` before any group exists; else ``{}``."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None and rank.isdigit() and world.isdigit():
+        return {"rank": int(rank), "world_size": int(world)}
     return {}
 
 
 def rank_path(path: str | os.PathLike[str]) -> str:
-    """``path`` with ``{rank}`` replaced by this process's rank (0 without a process group), so
-    that every rank writes its own file: ``profile-{rank}.json``."""
+    """``path`` with ``{rank}`` replaced by this process's rank (:func:`distributed_settings`; 0
+    outside a distributed run), so that every rank writes its own file: ``profile-{rank}.json``."""
     text = os.fspath(path)
     if "{rank}" not in text:
         return text
@@ -205,8 +239,9 @@ class MergedProfile:
     #: the work the ranks did, summed: every rank's local FLOPs/MACs
     total_flops: int
     total_macs: int
-    #: the model's work, each logical op once: a DTensor op's global work (from one rank: every
-    #: rank runs the same logical op), plus the work of plain-tensor ops, which is each rank's own
+    #: the model's work: a DTensor op's global work once (every rank runs the same logical op),
+    #: plus the work of plain-tensor ops on every rank (each rank's own data under data parallel;
+    #: a layer left unsharded and replicated under tensor parallel counts once per rank)
     global_flops: int
     global_macs: int
     rank_flops: tuple[int, ...]
@@ -214,7 +249,7 @@ class MergedProfile:
     #: max / mean over the ranks (1.0: perfectly balanced); None where untimed
     flops_imbalance: float | None
     time_imbalance: float | None
-    comm_bytes: int  #: summed over the ranks
+    comm_bytes: int  #: summed over the ranks, the backwards' collectives included
     comm_time_ms: float | None
     #: module path -> summed ``flops``, ``macs``, ``comm_bytes``, ``comm_time_ms`` over the ranks
     modules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -241,7 +276,8 @@ class MergedProfile:
         lines = [
             f"torch_flops merged profile: {len(self.ranks)} ranks",
             f"  total (summed local work): {format_count(self.total_flops)}FLOPs, {format_count(self.total_macs)}MACs",
-            f"  global (the model's work): {format_count(self.global_flops)}FLOPs, {format_count(self.global_macs)}MACs",
+            (f"  global (DTensor ops once, plain-tensor ops of every rank): {format_count(self.global_flops)}FLOPs, "
+             f"{format_count(self.global_macs)}MACs"),
             "  per rank: " + ", ".join(f"rank {r}: {format_count(f)}FLOPs {format_time_ms(t)}"
                                        for r, f, t in zip(self.ranks, self.rank_flops, self.rank_time_ms)),
             (f"  imbalance (max / mean): FLOPs {_ratio_text(self.flops_imbalance)}, time "
@@ -280,19 +316,39 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
     (their order in the argument when absent); ``ValueError`` for two profiles of one rank."""
     from torch_flops.records import Profile, Status
 
+    if isinstance(paths_or_profiles, (str, os.PathLike)):
+        raise TypeError("merge_profiles takes a list of the ranks' profiles or JSON paths, got one path")
     loaded: list[Profile] = []
     for item in paths_or_profiles:
         if isinstance(item, Profile):
             loaded.append(item)
         elif isinstance(item, (str, os.PathLike)):
-            loaded.append(Profile.from_json(item))
+            try:
+                loaded.append(Profile.from_json(item))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{os.fspath(item)}: not a readable torch_flops profile ({type(e).__name__}: {e})") from e
         else:
             raise TypeError(f"merge_profiles takes Profiles or JSON paths, got {type(item).__name__}")
     if not loaded:
         raise ValueError("merge_profiles needs at least one profile")
-    ranks = [int(p.settings.get("rank", i)) for i, p in enumerate(loaded)]
+    ranks = []
+    for i, p in enumerate(loaded):
+        rank = p.settings.get("rank", i)
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise ValueError(f"profile {i} has settings.rank {rank!r}, not a rank number")  # noqa: TRY004  (a bad document, not a bad argument)
+        ranks.append(rank)
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"two profiles of the same rank: ranks {ranks}")
+    worlds = {int(w) for p in loaded if isinstance(w := p.settings.get("world_size"), int)}
+    if len(worlds) > 1:
+        raise ValueError(f"the profiles come from runs of different sizes: world_size {sorted(worlds)}")
+    world = next(iter(worlds), None)
+    if world is not None and sorted(ranks) != list(range(world)):
+        raise ValueError(f"a run of world_size {world} needs one profile per rank 0...{world - 1}, "
+                         f"got ranks {sorted(ranks)}")
+    roots = {p.module_types.get("", "") for p in loaded}
+    if len(roots) > 1:
+        raise ValueError(f"the profiles are of different models: {sorted(roots)}")
     order = sorted(range(len(loaded)), key=lambda i: ranks[i])
     profiles = [loaded[i] for i in order]
     ranks = [ranks[i] for i in order]
@@ -331,5 +387,6 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
         rank_flops=tuple(rank_flops), rank_time_ms=tuple(rank_time),
         flops_imbalance=_imbalance([float(f) for f in rank_flops]),
         time_imbalance=_imbalance(rank_time),  # type: ignore[arg-type]
-        comm_bytes=sum(r.comm_bytes or 0 for p in profiles for r in p.records),
+        comm_bytes=sum(r.comm_bytes or 0 for p in profiles for r in p.records)
+        + sum(p.backward.get("comm_bytes", 0) for p in profiles if p.backward is not None),
         comm_time_ms=sum(comm_times) if comm_times else None, modules=modules)

@@ -44,7 +44,7 @@ from torch_flops.backward import (
     BackwardRecorder,
     BackwardRun,
     SequenceMap,
-    current_autograd_node,
+    graph_task,
     saved_bytes,
 )
 from torch_flops.capture import Capture, CapturedGraph, NodeLocation
@@ -213,7 +213,7 @@ class EagerRecording(NodeMeasurer):
 
     def add_call_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A call of the model starts (an open-ended recording): its inputs become placeholders."""
-        if threading.get_ident() == self._thread and current_autograd_node() is None:
+        if threading.get_ident() == self._thread and graph_task() == -1:
             outer, self._open = self._open, _SELF
             try:
                 self._add_inputs(args, kwargs)
@@ -222,7 +222,7 @@ class EagerRecording(NodeMeasurer):
 
     def set_call_output(self, output: Any) -> None:
         """A call of the model returned ``output`` (the open-ended recording's output node)."""
-        if threading.get_ident() == self._thread and current_autograd_node() is None:
+        if threading.get_ident() == self._thread and graph_task() == -1:
             self.last_output = output
 
     def paused(self) -> _Paused:
@@ -290,7 +290,7 @@ class EagerRecording(NodeMeasurer):
     # ------------------------------------------------------------------ module hooks
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         if threading.get_ident() != self._thread or (self.backward_counter is not None
-                                                     and current_autograd_node() is not None):
+                                                     and graph_task() != -1):
             return
         path = self._paths.get(id(module))
         if path is None:  # a module of another model, or made inside forward: its ops are its caller's
@@ -306,7 +306,7 @@ class EagerRecording(NodeMeasurer):
         # (kwargs, result) after a forward; (result,) alone when the forward raised (torch calls an
         # always-called global hook so then): the stack unwinds, the open module stays for the message
         if threading.get_ident() != self._thread or id(module) not in self._paths or (
-                self.backward_counter is not None and current_autograd_node() is not None):
+                self.backward_counter is not None and graph_task() != -1):
             return
         if len(kwargs_result) != 2:
             if module is self._open and len(self._stack) == self._open_level:
@@ -550,7 +550,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         recording = self.recording
-        if recording.backward_counter is not None and current_autograd_node() is not None:
+        if recording.backward_counter is not None and graph_task() != -1:
             return recording.backward_counter.op(func, args, kwargs or {})  # run by autograd: a backward op
         if recording._open is not None or func.namespace == "profiler":  # inside a module node; a
             return func(*args, **(kwargs or {}))  # record_function marker of the autograd profiler
@@ -572,7 +572,7 @@ class _Functions(TorchFunctionMode):
         kwargs = kwargs or {}
         recording = self.recording
         if recording._open is not None or func.__name__ == "__get__" or (  # inside a node; a property read
-                recording.backward_counter is not None and current_autograd_node() is not None):  # a backward
+                recording.backward_counter is not None and graph_task() != -1):  # a backward
             return func(*args, **kwargs)
         target = recording.function_target(func)
         if target is None:
@@ -607,6 +607,8 @@ _DUNDERS = {"__getitem__": operator.getitem, "__setitem__": operator.setitem}
 def _function_target(func: Any, table: FormulaTable) -> tuple[str, Any] | None:
     name = getattr(func, "__name__", "")
     qualname = getattr(func, "__qualname__", "")
+    if getattr(func, "__module__", "").startswith("torch.distributed"):
+        return None  # dist.scatter is no torch.scatter: its collective is recorded at the dispatcher
     if qualname.startswith(("TensorBase.", "Tensor.")):  # a Tensor method
         if name in _DUNDERS:
             return "call_function", _DUNDERS[name]

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from torch_flops.distributed import local_value
 from torch_flops.errors import DuplicateFormulaError, UnsupportedOptimizerError
 
 __all__ = [
@@ -126,6 +127,8 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
                 raise ValueError(f"param_groups[{g}]['params'][{i}] has a {grad.layout} gradient: only dense "
                                  f"gradients are counted")
             state = optimizer.state.get(param, {})  # .get: the state is a defaultdict, never add to it
+            if type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
+                param, state = local_value(param), {k: local_value(v) for k, v in state.items()}
             flops = formula(group, param, state)
             try:
                 counts.append((param, operator.index(flops)))

@@ -178,7 +178,19 @@ def _backward_summary(measurements: Measurements) -> dict[str, Any] | None:
         "errors": {k: v for r in runs for k, v in r.errors.items()},
         "ops": sum(r.ops for r in runs),
         "comm_bytes": sum(r.comm_bytes for r in runs),  # the backward's collectives (FSDP, DDP)
+        "comm_time_ms": _marks_ms(measurements, [m for r in runs for m in r.comm_marks]),
     }
+
+
+def _marks_ms(measurements: Measurements, marks: list[tuple[Any, Any]]) -> float | None:
+    """Milliseconds between (start, end) timer marks: ``perf_counter_ns`` integers on CPU, device
+    events elsewhere (None: untimed, meta)."""
+    total = 0.0
+    for start, end in marks:
+        if start is None or end is None:
+            return None
+        total += (end - start) / 1e6 if isinstance(start, int) else float(start.elapsed_time(end))
+    return total if marks else None
 
 
 def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -186,7 +198,7 @@ def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not summary:
         return None
     defaults: dict[str, Any] = {"unattributed_flops": 0, "unattributed_macs": 0, "unattributed_time_ms": None,
-                                "unsupported": {}, "errors": {}, "ops": 0, "comm_bytes": 0}
+                                "unsupported": {}, "errors": {}, "ops": 0, "comm_bytes": 0, "comm_time_ms": None}
     return {k: summary.get(k, default) for k, default in defaults.items()}
 
 

@@ -11,16 +11,17 @@ formatter and an alignment. The same spec feeds :func:`rows_for` (raw numbers), 
 Files are written atomically: to a temporary file in the same directory, then renamed over the
 target, so a failed write leaves an earlier file intact.
 
-JSON schema ``torch_flops.profile``, version 3
+JSON schema ``torch_flops.profile``, version 4
 ----------------------------------------------
 
 One object::
 
     {
       "schema": "torch_flops.profile",   # always this string
-      "version": 3,                      # int; readers refuse versions newer than they know
+      "version": 4,                      # int; readers refuse versions newer than they know
       "settings": {...},                 # the analyzer's options: warmup, repeat, strict,
-                                         #   ignore_ops, mem_func_name, tracer (free-form object)
+                                         #   ignore_ops, mem_func_name, tracer (free-form object);
+                                         #   under torch.distributed also rank, world_size
       "summary": {
         "params": int, "flops": int, "macs": int,          # totals (unsupported nodes excluded)
         "time_ms": float | null, "flops_per_s": float | null,
@@ -28,18 +29,26 @@ One object::
         "batch_size": int | null, "device": str, "tracer": str,   # "fx" | "export" | "graph_module"
         "nodes": int, "unsupported_nodes": int,
         "unsupported": {target: node count},
-        "convention": str                # since version 2: how flops/macs are counted
+        "convention": str,               # since version 2: how flops/macs are counted
                                          #   ("torch_flops" | "flop_counter" | "macs" | "exact")
+        "backward": null | {             # since version 4: after a backward (propagate(loss_fn=...))
+          "flops": int, "macs": int, "time_ms": float | null, "recompute_flops": int,
+          "recompute_macs": int, "saved_bytes": int, "unattributed_flops": int,
+          "unattributed_macs": int, "unattributed_time_ms": float | null,
+          "unsupported": {aten op: count}, "errors": {aten op: message}, "ops": int,
+          "comm_bytes": int, "comm_time_ms": float | null}
       },
       "records": [                       # one per executed graph node, in execution order
         {"index": int, "name": str, "op": str, "target": str, "module_path": str,
          "module_type": str, "flops": int | null, "macs": int | null,
-         "status": "counted" | "zero" | "ignored" | "unsupported" | "skipped",
+         "status": "counted" | "zero" | "ignored" | "unsupported" | "skipped"
+                   | "communication",    # "communication": since version 4 (a collective)
          "time_ms": float | null,
          "mem_before": int | null, "mem_after": int | null, "mem_delta": int | null,
          "output_shape": [int, ...] | [shape | null, ...] | null,   # nested for tuple outputs
          "module_stack": [str, ...], "note": str,
-         "phase": "forward",             # since version 2 (later also "backward", "optimizer")
+         "phase": "forward" | "optimizer",   # since version 2; "optimizer" (version 4): a
+                                         #   training step's update (torch_flops.training)
          "dtype": str | null,            # since version 2: the dtype the node computes in (its
                                          #   float operands'; a cast: its source's), e.g. "bfloat16";
                                          #   version 2 wrote the output's (they differ for casts and
@@ -49,12 +58,22 @@ One object::
          "mm_macs": int | null,          # since version 2: MACs of matrix-multiply kernels
          "bytes_read": int | null,       # since version 3: bytes of the tensors it reads (inputs
                                          #   once, a module's parameters; see torch_flops.formulas)
-         "bytes_written": int | null}    # since version 3: bytes it writes (null: older documents)
+         "bytes_written": int | null,    # since version 3: bytes it writes (null: older documents)
+         # since version 4, null where they do not apply (and in older documents):
+         "backward_flops": int | null, "backward_macs": int | null, "backward_time_ms": float | null,
+         "recompute_flops": int | null, "recompute_macs": int | null, "saved_bytes": int | null,
+         "comm_bytes": int | null,       # a collective's bytes this rank sends (distributed.py)
+         "global_flops": int | null, "global_macs": int | null,   # an op on DTensors: the logical op
+         "backward_comm_bytes": int | null}   # the collectives its backward ran
       ],
       "modules": {                       # every module path ("" = root), in the model's order
         path: {"module_type": str, "depth": int, "params": int, "own_params": int,
                "flops": int, "macs": int, "time_ms": float | null, "nodes": int,
-               "unsupported": int, "bytes_read": int, "bytes_written": int}   # bytes: version 3
+               "unsupported": int, "bytes_read": int, "bytes_written": int,   # bytes: version 3
+               "backward_flops": int | null, "backward_macs": int | null,      # version 4 from here
+               "backward_time_ms": float | null, "optimizer_flops": int | null,
+               "optimizer_time_ms": float | null, "comm_bytes": int, "comm_time_ms": float | null,
+               "backward_comm_bytes": int}
       },
       "roofline": {                      # optional (to_json(hardware=...), --hardware): the
                                          #   profile on one part, see torch_flops.roofline
@@ -251,6 +270,10 @@ def _blank_none_bytes(n: int | None) -> str:
     return "" if n is None else format_bytes(n)
 
 
+def _blank_zero_bytes(n: int | None) -> str:
+    return format_bytes(n) if n else ""
+
+
 def _unsupported_list(unsupported: Mapping[str, int]) -> str:
     """``"torch.mystery x1, Foo x2"``: the one way unsupported targets are listed."""
     return ", ".join(f"{target} x{count}" for target, count in sorted(unsupported.items()))
@@ -413,18 +436,21 @@ TREE_BACKWARD: tuple[Column, ...] = (
 #: the columns a view gains when collectives ran (torch_flops.distributed)
 NODE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _get("comm_bytes"), _blank_none_bytes),
+    Column("backward_comm_bytes", "bwd comm", _get("backward_comm_bytes"), _blank_none_bytes, optional=True),
     Column("global_flops", "global FLOPs", _get("global_flops"), _blank_none_count),
     Column("global_macs", None, _get("global_macs")),
 )
 MODULE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _get("comm_bytes"), format_bytes),
     Column("comm_time_ms", "comm time", _get("comm_time_ms"), format_time_ms),
+    Column("backward_comm_bytes", "bwd comm", _get("backward_comm_bytes"), _blank_zero_bytes, optional=True),
 )
 
 
 TREE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _tree_get("comm_bytes"), _blank_none_bytes),
     Column("comm_time_ms", "comm time", _tree_get("comm_time_ms"), format_time_ms),
+    Column("backward_comm_bytes", "bwd comm", _tree_get("backward_comm_bytes"), _blank_zero_bytes, optional=True),
 )
 
 
@@ -433,7 +459,8 @@ def _view(view: tuple[Column, ...], extra: tuple[Column, ...], backward: bool) -
 
 
 def _has_comm(records: Sequence[NodeRecord]) -> bool:
-    return any(r.comm_bytes is not None or r.global_flops is not None for r in records)
+    return any(r.comm_bytes is not None or r.global_flops is not None or r.backward_comm_bytes is not None
+               for r in records)
 
 
 def _raw_names(view: Sequence[Column]) -> tuple[str, ...]:

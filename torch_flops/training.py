@@ -242,7 +242,7 @@ class TrainingProfiler:
                                                                        self._index.storages)
 
     def _before_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() != self._thread or torch._C._current_autograd_node() is not None:
+        if threading.get_ident() != self._thread or torch._C._current_graph_task_id() != -1:
             return  # another thread's call, or a recompute inside the backward
         if self._pause is not None and not self._in_closure:  # the last optimizer step raised: it is over
             self._unpause()
