@@ -108,7 +108,8 @@ def main() -> None:
             optimizer.step()
         step = prof.profiles[0]
         facts.update(macs=step.total_macs, backward_macs=step.total_backward_macs,
-                     optimizer_flops=sum(r.flops for r in step.records if r.phase == "optimizer"))
+                     optimizer_flops=sum(r.flops for r in step.records if r.phase == "optimizer"),
+                     optimizer_paths=[r.module_path for r in step.records if r.op == "optimizer_step"])
         with open(os.path.join(out, f"{case}-{rank}.facts.json"), "w") as f:
             json.dump(facts, f)
         dist.barrier()

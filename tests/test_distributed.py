@@ -82,6 +82,7 @@ def test_tensor_parallel_training_step_is_each_rank_s_share(out_dir: str) -> Non
         # SGD, 2 FLOPs per element of this rank's shards: 16x16 + 16 (colwise weight and bias),
         # 8x16 + 8 (rowwise weight; its bias is replicated, whole on every rank) = 408 elements
         assert f["optimizer_flops"] == 2 * 408
+        assert f["optimizer_paths"] == ["0", "0", "2", "2"]  # in the modules owning the (sharded) parameters
 
 
 def test_fsdp2_counts_as_one_device(out_dir: str) -> None:

@@ -127,9 +127,10 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
                 raise ValueError(f"param_groups[{g}]['params'][{i}] has a {grad.layout} gradient: only dense "
                                  f"gradients are counted")
             state = optimizer.state.get(param, {})  # .get: the state is a defaultdict, never add to it
+            counted = param
             if type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
-                param, state = local_value(param), {k: local_value(v) for k, v in state.items()}
-            flops = formula(group, param, state)
+                counted, state = local_value(param), {k: local_value(v) for k, v in state.items()}
+            flops = formula(group, counted, state)
             try:
                 counts.append((param, operator.index(flops)))
             except TypeError:
