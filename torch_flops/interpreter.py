@@ -76,6 +76,8 @@ class GraphRun:
     backward: BackwardRun | None = None
     backward_times: Sequence[float | None] | None = None
     unattributed_time_ms: float | None = None  #: of the backward's work no forward node caused
+    #: ``flops``/``macs`` already hold the plan's fills (0 or None) for nodes no formula counted
+    filled: bool = False
     #: per node: a collective's bytes (None elsewhere); an op on DTensors' logical work (None
     #: elsewhere); None when the run had neither
     comm_bytes: Sequence[int | None] | None = None
@@ -205,10 +207,13 @@ class NodeMeasurer:
     #: storages autograd keeps for the backward (a training step): live to the end of the replay
     kept_storages: frozenset[int] = frozenset()
 
-    def reset(self, n: int) -> None:
-        """Fresh per-node lists for ``n`` nodes (the eager front end starts at 0 and grows)."""
-        self.flops: list[int | None] = [None] * n
-        self.macs: list[int | None] = [None] * n
+    def reset(self, n: int, fills: list[int | None] | None = None) -> None:
+        """Fresh per-node lists for ``n`` nodes (the eager front end starts at 0 and grows);
+        ``fills``: the plan's FLOPs of the nodes no formula counts (``RecordColumns.fills``), so
+        that the records take the run's lists as they are."""
+        self.flops: list[int | None] = [None] * n if fills is None else list(fills)
+        self.macs: list[int | None] = [None] * n if fills is None else list(fills)
+        self.filled = fills is not None
         self.dot_outputs: list[int | None] = [None] * n
         self.mm_macs: list[int | None] = [None] * n
         self._starts: list[Any] = [None] * n
@@ -273,7 +278,7 @@ class NodeMeasurer:
             plan=self._plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=self.dot_outputs,
             mm_macs=self.mm_macs, time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
             skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(),
-            comm_bytes=_sparse(self._comm, len(self.flops)),
+            filled=self.filled, comm_bytes=_sparse(self._comm, len(self.flops)),
             global_flops=_sparse({k: v[0] for k, v in self._global.items()}, len(self.flops)),
             global_macs=_sparse({k: v[1] for k, v in self._global.items()}, len(self.flops)),
         )
@@ -407,7 +412,7 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         self._read_memory = memory.read
         self._strict = strict
         self._skip_unneeded = skip_unneeded
-        self.reset(len(self._plan.nodes))
+        self.reset(len(self._plan.nodes), self._plan.record_columns.fills)
 
     def execute(self, inputs: Sequence[Any], count: bool) -> Any:
         """One run of the graph; a counting run also records FLOPs, memory, shapes and dtypes."""

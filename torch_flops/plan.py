@@ -29,6 +29,7 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
+from torch_flops.records import Status
 
 __all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Traffic", "build_node_plan", "decide",
            "finish_plan", "make_plan", "plan_node", "readable_target"]
@@ -92,6 +93,10 @@ class RecordColumns(NamedTuple):
     counted: list[bool]  #: a formula counts the node
     internal: list[bool]  #: the graph's plumbing (its time counts toward no module)
     notes: list[str]  #: why an unsupported node has no count
+    #: per node, the FLOPs (and MACs) a run leaves for it unless a formula counts it: 0 by
+    #: definition, None for an unsupported node (a counted node's placeholder: None)
+    fills: list[int | None]
+    statuses: list[Status]  #: the records' status of each node, as the plan decides it
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,7 +123,9 @@ class Plan:
             paths=[p.location.path for p in nodes], module_types=[p.location.module_type for p in nodes],
             chains=[p.location.chain for p in nodes], kinds=[p.kind.value for p in nodes],
             counted=[p.formula is not None for p in nodes], internal=[p.internal for p in nodes],
-            notes=[f"no formula for {p.key!r}" if p.kind is NodeKind.UNSUPPORTED else "" for p in nodes])
+            notes=[f"no formula for {p.key!r}" if p.kind is NodeKind.UNSUPPORTED else "" for p in nodes],
+            fills=[None if p.formula is not None or p.kind is NodeKind.UNSUPPORTED else 0 for p in nodes],
+            statuses=[Status(p.kind.value) for p in nodes])
 
     def check_strict(self) -> None:
         """``UnsupportedOpError`` listing the nodes without a formula, before anything runs."""

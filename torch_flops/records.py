@@ -445,8 +445,6 @@ class Profile:
         # Column by column: each field a list (most straight from the plan or the run), zipped
         # into records at the end; Python loops only where a node differs from its plan (a formula
         # that failed, a node not run). A loop over the nodes building each record costs ~3x more.
-        statuses = {"counted": Status.COUNTED, "zero": Status.ZERO, "ignored": Status.IGNORED,
-                    "unsupported": Status.UNSUPPORTED, "communication": Status.COMMUNICATION}
         records: list[NodeRecord] = []
         totals = _Sums()
         total_flops = total_macs = 0
@@ -455,13 +453,17 @@ class Profile:
         for graph_run in measurements.runs:
             cols = graph_run.plan.record_columns
             n = len(cols.names)
-            status = [statuses[k] for k in cols.kinds]
-            flops = [f if c else (None if s is Status.UNSUPPORTED else 0)
-                     for f, c, s in zip(graph_run.flops, cols.counted, status)]
-            macs = [m if c else (None if s is Status.UNSUPPORTED else 0)
-                    for m, c, s in zip(graph_run.macs, cols.counted, status)]
+            changed = bool(graph_run.errors or graph_run.skipped)
+            status: list[Status] = list(cols.statuses)  # (list copies run at C speed)
+            flops: list[int | None]
+            macs: list[int | None]
+            if graph_run.filled:  # the run's lists hold the plan's 0/None already
+                flops, macs = list(graph_run.flops), list(graph_run.macs)
+            else:
+                flops = [f if c else z for f, c, z in zip(graph_run.flops, cols.counted, cols.fills)]
+                macs = [m if c else z for m, c, z in zip(graph_run.macs, cols.counted, cols.fills)]
             notes = cols.notes
-            if graph_run.errors or graph_run.skipped:
+            if changed:
                 notes = list(notes)
                 for i, message in graph_run.errors.items():  # a formula that failed: unsupported
                     if cols.counted[i]:
