@@ -324,3 +324,15 @@ def test_conventions_recount_the_backward() -> None:
     assert macs.total_backward_flops == 768 and macs.total_backward_macs == 768
     assert counter.profile.with_convention("flop_counter").total_backward_flops == 2 * 768
     assert Profile.from_json(counter.profile.to_dict()).backward == counter.profile.backward
+
+
+def test_a_loss_fn_that_raises_is_named() -> None:
+    from torch_flops import NodeExecutionError
+
+    with pytest.raises(NodeExecutionError, match="loss_fn raised ZeroDivisionError") as info:
+        TorchFLOPsByFX(_mlp()).propagate(torch.randn(3, 8), loss_fn=lambda out: 1 / 0)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    # an op of the loss that fails is named as such, with its inputs
+    with pytest.raises(NodeExecutionError, match=r"cross_entropy.*\(3, 4\)"):
+        TorchFLOPsByFX(_mlp()).propagate(torch.randn(3, 8),
+                                         loss_fn=lambda out: F.cross_entropy(out, torch.zeros(5, dtype=torch.long)))

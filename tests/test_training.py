@@ -67,6 +67,7 @@ def test_two_adamw_steps_match_the_loop_without_the_profiler(same_state: Any, ca
     assert prof.get_total_flops() == step.total_flops + step.total_backward_flops + 14 * PARAMS
     assert prof.get_total_params() == PARAMS
     assert prof.get_total_duration() > 0
+    assert prof.get_total_macs(as_string=True) == "1.34 KMACs"  # 576 + 768
     # the loss (mse_loss) is a node of the step: 3*4 elements, subtract, square, mean
     assert any(r.target == "F.mse_loss" or "mse_loss" in r.target for r in step.records)
     modules = step.by_module()
@@ -141,6 +142,12 @@ def test_utilization_arithmetic() -> None:
         utilization(10, 1.0, 0)
     with pytest.raises(TypeError, match="peak"):
         utilization(10, 1.0, [1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="flops must be >= 0"):
+        utilization(-5, 1.0, 1e9)
+    with pytest.raises(TypeError, match="flops must be an int"):
+        utilization("5", 1.0, 1e9)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="time_ms"):
+        utilization(5, "1", 1e9)  # type: ignore[arg-type]
 
 
 def test_mfu_and_hfu_of_a_profiled_loop() -> None:

@@ -275,10 +275,11 @@ class MergedProfile:
 
         lines = [
             f"torch_flops merged profile: {len(self.ranks)} ranks",
-            f"  total (summed local work): {format_count(self.total_flops)}FLOPs, {format_count(self.total_macs)}MACs",
-            (f"  global (DTensor ops once, plain-tensor ops of every rank): {format_count(self.global_flops)}FLOPs, "
-             f"{format_count(self.global_macs)}MACs"),
-            "  per rank: " + ", ".join(f"rank {r}: {format_count(f)}FLOPs {format_time_ms(t)}"
+            (f"  total (summed local work): {format_count(self.total_flops, 'FLOPs')}, "
+             f"{format_count(self.total_macs, 'MACs')}"),
+            (f"  global (DTensor ops once, plain-tensor ops of every rank): {format_count(self.global_flops, 'FLOPs')}, "
+             f"{format_count(self.global_macs, 'MACs')}"),
+            "  per rank: " + ", ".join(f"rank {r}: {format_count(f, 'FLOPs')} {format_time_ms(t)}"
                                        for r, f, t in zip(self.ranks, self.rank_flops, self.rank_time_ms)),
             (f"  imbalance (max / mean): FLOPs {_ratio_text(self.flops_imbalance)}, time "
              f"{_ratio_text(self.time_imbalance)}"),

@@ -117,6 +117,7 @@ class EagerRecording(NodeMeasurer):
         self.backward_counter: BackwardCounter | None = None
         self._handles: list[Any] = []
         self.last_output: Any = None  #: the model's last output (an open-ended recording's output node)
+        self._in_loss = False  # loss_fn is running (for the message of what it raises)
         self._index = index
         self._table = table
         self._ignored = set(ignored)
@@ -177,6 +178,7 @@ class EagerRecording(NodeMeasurer):
             with self._dispatch_mode, self._function_mode:
                 output = self._model(*args, **kwargs)
                 if loss_fn is not None:
+                    self._in_loss = True
                     self.loss = loss_fn(output)
         except Exception as e:
             error = NodeExecutionError(self._failure_message(e))
@@ -230,6 +232,8 @@ class EagerRecording(NodeMeasurer):
         return _Paused(self)
 
     def _failure_message(self, e: Exception) -> str:
+        if self._in_loss and self._failed is None:  # the model returned; loss_fn's own code raised
+            return f"loss_fn raised {type(e).__name__} on the model's output: {e}"
         where = self._location
         module = f" in module {where.path!r} ({where.module_type})" if where.path else ""
         if self._failed is None:  # raised by the model's Python code, between calls

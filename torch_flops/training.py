@@ -46,6 +46,12 @@ def utilization(flops: int, time_ms: float | None, peak: float | str | hardware.
                 dtype: Any = torch.float32) -> float | None:
     """``flops / (time_ms / 1e3 x peak)``: the share of the peak the step achieved. ``peak``: FLOP/s,
     or a hardware name/spec (its peak for ``dtype``). None when untimed."""
+    if isinstance(flops, bool) or not isinstance(flops, int):
+        raise TypeError(f"flops must be an int, got {type(flops).__name__}")
+    if flops < 0:
+        raise ValueError(f"flops must be >= 0, got {flops}")
+    if time_ms is not None and (isinstance(time_ms, bool) or not isinstance(time_ms, (int, float))):
+        raise TypeError(f"time_ms must be a number of milliseconds or None, got {type(time_ms).__name__}")
     if isinstance(peak, bool) or not isinstance(peak, (int, float, str, hardware.HardwareSpec)):
         raise TypeError(f"peak must be FLOP/s (a number) or a hardware name, got {type(peak).__name__}")
     rate = float(peak) if isinstance(peak, (int, float)) else hardware.get(peak).peak_flops(dtype)
@@ -154,12 +160,12 @@ class TrainingProfiler:
     def get_total_flops(self, as_string: bool = False) -> int | str:
         """FLOPs of one training step: forward + backward + optimizer (the mean over the steps)."""
         value = round(sum(step_flops(p) for p in self._profiles()) / len(self.profiles))
-        return format_count(value) + "FLOPs" if as_string else value
+        return format_count(value, "FLOPs") if as_string else value
 
     def get_total_macs(self, as_string: bool = False) -> int | str:
         """MACs of one step: forward + backward (the optimizer does none)."""
         value = round(sum(p.total_macs + p.total_backward_macs for p in self._profiles()) / len(self.profiles))
-        return format_count(value) + "MACs" if as_string else value
+        return format_count(value, "MACs") if as_string else value
 
     def get_total_params(self, as_string: bool = False) -> int | str:
         value = self._profiles()[0].total_params
