@@ -66,6 +66,7 @@ def test_two_adamw_steps_match_the_loop_without_the_profiler(same_state: Any, ca
     assert sum(r.flops for r in optimizer_records) == 14 * PARAMS
     assert prof.get_total_flops() == step.total_flops + step.total_backward_flops + 14 * PARAMS
     assert prof.get_total_params() == PARAMS
+    assert step.batch_size == 3
     assert prof.get_total_duration() > 0
     assert prof.get_total_macs(as_string=True) == "1.34 KMACs"  # 576 + 768
     # the loss (mse_loss) is a node of the step: 3*4 elements, subtract, square, mean
@@ -306,3 +307,10 @@ def test_meta_steps_have_no_mfu_and_bad_peaks_are_refused() -> None:
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match="positive, finite"):
             utilization(10, 1.0, bad)
+
+
+def test_lazy_modules_get_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="lazy module"):
+        TrainingProfiler(nn.LazyLinear(4)).start_profile()
+    with pytest.raises(ValueError, match="lazy module"):  # the default (eager) front end too
+        TorchFLOPsByFX(nn.LazyLinear(4)).propagate(torch.randn(2, 3))

@@ -22,7 +22,7 @@ from torch import fx, nn
 
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
-from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx
+from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx, check_initialized
 from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
 from torch_flops.errors import (
@@ -234,6 +234,7 @@ class TorchFLOPsByFX:
         ``backward``: ``(loss_fn,)`` to run the loss and its backward after each call."""
         model, options = self.model, self.options
         check_call(model, args, kwargs)
+        check_initialized(model)  # a lazy module's parameters do not exist yet: nothing to index
         device = input_device((args, kwargs), model)
         timed = device.type != "meta"
         warmups, repeats = (options.warmup, options.repeat - 1) if timed else (0, 0)

@@ -30,10 +30,11 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
+from torch_flops.capture import check_initialized
 from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex
 from torch_flops.interpreter import Measurements
-from torch_flops.measure import input_device, make_memory_probe, make_timer
+from torch_flops.measure import input_device, make_memory_probe, make_timer, tensors_of
 from torch_flops.optim import formula_for, optimizer_step_flops
 from torch_flops.paths import module_chain
 from torch_flops.records import NodeRecord, Profile, Status
@@ -100,6 +101,7 @@ class TrainingProfiler:
         self._pause: Any = None
         self._thread = 0  # the thread that started profiling: the only one recorded
         self._in_closure = False  # inside an optimizer.step(closure)'s closure
+        self._batch: int | None = None  # the step's first forward's batch size
         self._backward_start: int | None = None  # forward nodes recorded once the backward began
         self._peaks: list[int | None] = []
 
@@ -109,6 +111,7 @@ class TrainingProfiler:
         if self._started:
             raise RuntimeError("the TrainingProfiler is already profiling: call stop_profile() first")
         model = self.model
+        check_initialized(model)
         self._index = ModelIndex(model, self.tables)
         self._device = input_device(((), {}), model)
         self._timer = make_timer(self._device)
@@ -226,6 +229,7 @@ class TrainingProfiler:
         self._recording = recording
         self._backward_seen = False
         self._backward_start = None
+        self._batch = None
         self._optimizer_counts = []
         self._optimizer_marks = None
         self._step_start = time.perf_counter()
@@ -258,6 +262,8 @@ class TrainingProfiler:
             self._finish_step(keep=True)  # a new forward after a backward: without an optimizer, a new step
             self._begin_step()
         if self._recording is not None:
+            if self._batch is None:
+                self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
             self._recording.add_call_inputs(args, kwargs)
 
     def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -330,7 +336,7 @@ class TrainingProfiler:
         measurements = Measurements(runs=(graph_run,), device=str(self._device), memory_source=recording.memory_source)
         index = self._index
         profile = Profile.from_measurements(
-            measurements, tracer="eager", module_types=index.types, module_params=index.params, batch_size=None,
+            measurements, tracer="eager", module_types=index.types, module_params=index.params, batch_size=self._batch,
             settings={**distributed_settings(), "training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None})
         optimizer_records = self._optimizer_records(len(profile.records))
