@@ -212,3 +212,35 @@ def test_backward_matches_flop_counter_mode(name: str) -> None:
     for k, p in model.named_parameters():
         if k in expected_grads:
             assert torch.equal(p.grad, expected_grads[k]), k
+
+
+@pytest.mark.parametrize("name", ["bert", "llama_gqa"])
+@pytest.mark.filterwarnings("ignore::torch_flops.DroppedOutputWarning")
+def test_backward_on_meta_with_a_mask_falls_back_to_the_exported_graph(name: str) -> None:
+    # the attention mask makes transformers read values (.item()), which meta tensors lack: the
+    # forward and backward run through the graph torch.export traces, with one warning
+    build, inputs = CASES[name]
+    with torch.device("meta"):
+        model = build()
+    kwargs = {k: v.to("meta") for k, v in inputs().items()}
+
+    def loss(out: Any) -> torch.Tensor:
+        return _main_output(out).float().sum()
+
+    counter = TorchFLOPsByFX(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TracerFallbackWarning)
+        counter.propagate(**kwargs, loss_fn=loss)
+    assert [w.category for w in caught if w.category is TracerFallbackWarning] == [TracerFallbackWarning]
+    assert counter.tracer_used == "export" and counter.profile.backward["unsupported"] == {}
+    # FlopCounterMode over the same graph, forward then forward + backward
+    graph = counter.capture.graphs[0]
+    flat = graph.bind((), kwargs)
+    with FlopCounterMode(display=False) as forward:
+        fx.Interpreter(graph.graph_module).run(*flat)
+    with FlopCounterMode(display=False) as both:
+        out = fx.Interpreter(graph.graph_module).run(*flat)
+        main = _main_output(out) if not isinstance(out, (tuple, list)) else out[0]
+        main.float().sum().backward()
+    assert 2 * counter.total_backward_macs == both.get_total_flops() - forward.get_total_flops()
+    assert 2 * counter.total_macs == forward.get_total_flops()

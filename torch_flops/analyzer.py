@@ -22,6 +22,7 @@ from torch import fx, nn
 
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
+from torch_flops.backward import SequenceMap, run_backward
 from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx, check_initialized
 from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
@@ -160,7 +161,7 @@ class TorchFLOPsByFX:
         progress = Progress(self.options.progress)
         try:
             if backward:
-                output, capture, measurements = self._propagate_eager(args, kwargs, progress, (loss_fn,))
+                output, capture, measurements = self._propagate_backward(args, kwargs, progress, loss_fn)
             else:
                 output, capture, measurements = self._propagate(args, kwargs, progress)
         finally:
@@ -207,8 +208,27 @@ class TorchFLOPsByFX:
                 "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
                 UnsupportedOpWarning, stacklevel=3)
 
-    def _propagate_graph(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-                         progress: Progress) -> tuple[Any, Capture, Measurements]:
+    def _propagate_backward(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress,
+                            loss_fn: Callable[[Any], Any] | None) -> tuple[Any, Capture, Measurements]:
+        """Forward, loss and backward: on the eager front end; for meta inputs that the model reads
+        values of (which no run can give), through the graph torch.export traces."""
+        meta = input_device((args, kwargs), self.model).type == "meta"
+        if not (meta and self._data_fallback):
+            try:
+                return self._propagate_eager(args, kwargs, progress, (loss_fn,))
+            except NodeExecutionError as e:
+                if not (meta and getattr(e, "needs_values", False)):
+                    raise
+            self._data_fallback = True
+            warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
+                          "tensors do not have, so this meta forward and backward run the graph torch.export traces "
+                          "(its gradients land on the graph's own parameters, not the model's).",
+                          TracerFallbackWarning, stacklevel=4)
+        return self._propagate_graph(args, kwargs, progress, (loss_fn,))
+
+    def _propagate_graph(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress,
+                         backward: tuple[Callable[[Any], Any] | None] | None = None,
+                         ) -> tuple[Any, Capture, Measurements]:
         """The fx and export front ends: run the captured graph with the interpreter."""
         options = self.options
         capture = self._capture_for(args, kwargs, progress)
@@ -220,12 +240,23 @@ class TorchFLOPsByFX:
         inputs = graph.bind(args, kwargs)
         device = input_device((args, kwargs), self.model)
         modules = self._snapshot.modules if self._snapshot is not None else None
+        sequences = SequenceMap() if backward is not None else None
         with TRACE_GATE.running(), model_state_restored(self.model, modules), gc_paused():  # no trace meanwhile
             output, measurements = runner.run(
                 inputs, device=device, warmup=options.warmup, repeat=options.repeat, strict=options.strict,
                 timer=options.timer_for(device), progress=progress, model=self.model,
-                memory=make_memory_probe(device, options.mem_func_name, model_storages))
-        return _plain_containers(output), capture, measurements
+                memory=make_memory_probe(device, options.mem_func_name, model_storages), sequences=sequences)
+            output = _plain_containers(output)
+            if backward is not None and sequences is not None:
+                loss_fn = backward[0]
+                loss = _checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
+                timer = options.timer_for(device)
+                graph_run = measurements.runs[0]
+                run, _ = run_backward(loss, self.tables, sequences, len(graph_run.plan.nodes), model_storages, timer)
+                measurements = dataclasses.replace(measurements, runs=(dataclasses.replace(
+                    graph_run, backward=run, backward_times=run.times(timer),
+                    unattributed_time_ms=run.unattributed_time(timer)),))
+        return output, capture, measurements
 
     def _propagate_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress,
                          backward: tuple[Callable[[Any], Any] | None] | None = None,

@@ -38,7 +38,7 @@ from torch_flops.distributed import comm_bytes, has_dtensor, is_communication, i
 from torch_flops.formulas import FormulaTable, zero_flops
 from torch_flops.measure import Timer, storage_key
 
-__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "graph_task", "saved_bytes"]
+__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "graph_task", "run_backward", "saved_bytes"]
 
 _sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
 #: the backward (graph task) running now; -1 outside one (its final callbacks are inside)
@@ -251,6 +251,20 @@ class BackwardRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         return self.counter.op(func, args, kwargs or {})
+
+
+def run_backward(loss: torch.Tensor, table: FormulaTable, sequences: SequenceMap, n: int, excluded: frozenset[int],
+                 timer: Timer) -> tuple[BackwardRun, frozenset[int]]:
+    """``loss.backward()`` with every op counted and timed for the forward node (of ``n``) that
+    caused it; also what the forward saved for it (bytes per node, and the storages' keys)."""
+    run = BackwardRun.empty(n)
+    run.saved_bytes, kept = saved_bytes([loss.grad_fn], sequences, n, excluded)
+    try:
+        with BackwardRecorder(table, sequences, run, timer):
+            loss.backward()
+    finally:
+        timer.finish()
+    return run, kept
 
 
 def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,

@@ -41,11 +41,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from torch_flops.backward import (
     BackwardCounter,
-    BackwardRecorder,
     BackwardRun,
     SequenceMap,
     graph_task,
-    saved_bytes,
+    run_backward,
 )
 from torch_flops.capture import Capture, CapturedGraph, NodeLocation
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
@@ -277,14 +276,8 @@ class EagerRecording(NodeMeasurer):
         """``loss.backward()``, every aten op it runs counted and timed for the forward node that
         caused it (:mod:`torch_flops.backward`); the gradients land in ``.grad`` as eager's do."""
         assert self.sequences is not None, "recorded without backward=True"
-        n = len(self.plans)
-        run = BackwardRun.empty(n)
-        run.saved_bytes, self.kept_storages = saved_bytes([loss.grad_fn], self.sequences, n, self._index.storages)
-        try:
-            with BackwardRecorder(table, self.sequences, run, self._timer):
-                loss.backward()
-        finally:
-            self._timer.finish()
+        run, self.kept_storages = run_backward(loss, table, self.sequences, len(self.plans), self._index.storages,
+                                               self._timer)
         return run
 
     def targets(self) -> list[Any]:
@@ -442,7 +435,7 @@ class EagerRecording(NodeMeasurer):
         self._mem_before[i], self._mem_after[i] = before, after
         self.measure(node, plan, args, kwargs, out)
         self._bind(out, node)
-        if self.sequences is not None:
+        if self.sequences is not None:  # the autograd nodes made so far (and not claimed) are this node's
             self.sequences.close(i)
         return node
 

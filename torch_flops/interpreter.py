@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx, nn
 
-from torch_flops.backward import BackwardRun
+from torch_flops.backward import BackwardRun, SequenceMap
 from torch_flops.distributed import comm_bytes, is_dtensor_value, local_value
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import (
@@ -145,9 +145,10 @@ class Runner:
 
     def run(self, inputs: Sequence[Any], *, device: torch.device, warmup: int, repeat: int, timer: Timer,
             memory: MemoryProbe, strict: bool, progress: Progress | None = None,
-            model: nn.Module | None = None) -> tuple[Any, Measurements]:
+            model: nn.Module | None = None, sequences: SequenceMap | None = None) -> tuple[Any, Measurements]:
         """Run the graph on the bound ``inputs`` (its placeholder values): ``warmup`` untimed runs,
-        the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only).
+        the counting run, ``repeat - 1`` more timed runs (meta tensors: the counting run only);
+        ``sequences``: mark the autograd nodes each node of the counting run makes (a backward follows).
         Returns the counting run's output and the measurements (time: the median per node). The
         extra runs get copies of the inputs, and the buffers and RNG state of ``model`` (and of the
         graph) are put back after each (:class:`~torch_flops.state.ExtraRuns`): only the counting
@@ -166,7 +167,11 @@ class Runner:
                 interp.execute(copy_inputs(list(inputs)), count=False)
                 saved.undo()  # type: ignore[union-attr]
             step(f"run {warmups + 1}/{total}")
-            output = interp.execute(inputs, count=True)
+            interp.sequences = sequences  # (a backward follows the counting run: mark its autograd nodes)
+            try:
+                output = interp.execute(inputs, count=True)
+            finally:
+                interp.sequences = None
             runs = [interp.times()]
             saved = ExtraRuns(*holders) if repeats else None
             for i in range(repeats):
@@ -206,6 +211,8 @@ class NodeMeasurer:
     _strict: bool
     #: storages autograd keeps for the backward (a training step): live to the end of the replay
     kept_storages: frozenset[int] = frozenset()
+    #: with a backward to follow: which node made each autograd node (torch_flops.backward)
+    sequences: SequenceMap | None = None
 
     def reset(self, n: int, fills: list[int | None] | None = None) -> None:
         """Fresh per-node lists for ``n`` nodes (the eager front end starts at 0 and grows);
@@ -461,6 +468,8 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         if read is not None:
             self._mem_after[i] = read()
         self.measure(n, plan, args, kwargs, out)
+        if self.sequences is not None:  # a backward follows: the autograd nodes made so far are this node's
+            self.sequences.close(i)
         return out
 
     def _failed(self, n: fx.Node, plan: NodePlan, args: tuple[Any, ...], e: Exception) -> None:
