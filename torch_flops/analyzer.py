@@ -23,7 +23,7 @@ from torch import fx, nn
 from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
 from torch_flops.backward import SequenceMap, run_backward
-from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx, check_initialized
+from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx
 from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
 from torch_flops.errors import (
@@ -253,9 +253,7 @@ class TorchFLOPsByFX:
                 timer = options.timer_for(device)
                 graph_run = measurements.runs[0]
                 run, _ = run_backward(loss, self.tables, sequences, len(graph_run.plan.nodes), model_storages, timer)
-                measurements = dataclasses.replace(measurements, runs=(dataclasses.replace(
-                    graph_run, backward=run, backward_times=run.times(timer),
-                    unattributed_time_ms=run.unattributed_time(timer)),))
+                measurements = dataclasses.replace(measurements, runs=(graph_run.with_backward(run, timer),))
         return output, capture, measurements
 
     def _propagate_eager(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress,
@@ -265,7 +263,6 @@ class TorchFLOPsByFX:
         ``backward``: ``(loss_fn,)`` to run the loss and its backward after each call."""
         model, options = self.model, self.options
         check_call(model, args, kwargs)
-        check_initialized(model)  # a lazy module's parameters do not exist yet: nothing to index
         device = input_device((args, kwargs), model)
         timed = device.type != "meta"
         warmups, repeats = (options.warmup, options.repeat - 1) if timed else (0, 0)
@@ -327,8 +324,7 @@ class TorchFLOPsByFX:
             if same:
                 backward_times = [_median(column) for column in zip(
                     backward_times, *(bw.times(timer) for _, bw in same if len(bw.flops) == len(backward_run.flops)))]
-            graph_run = dataclasses.replace(graph_run, backward=backward_run, backward_times=backward_times,
-                                            unattributed_time_ms=backward_run.unattributed_time(timer))
+            graph_run = graph_run.with_backward(backward_run, timer, backward_times)
         measurements = Measurements(runs=(graph_run,), device=str(device),
                                     memory_source=real.memory_source,
                                     device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "")

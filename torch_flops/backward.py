@@ -27,7 +27,7 @@ like the forward's, so their own backward lands on the same forward node.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +141,10 @@ class BackwardRun:
 
     def unattributed_time(self, timer: Timer) -> float | None:
         return _summed(timer, self.unattributed_marks)
+
+    def comm_time(self, timer: Timer) -> float | None:
+        """Milliseconds of the backward's collectives (None when none ran, or untimed)."""
+        return _summed(timer, self.comm_marks)
 
 
 def _summed(timer: Timer, marks: list[tuple[Any, Any]]) -> float | None:
@@ -267,6 +271,19 @@ def run_backward(loss: torch.Tensor, table: FormulaTable, sequences: SequenceMap
     return run, kept
 
 
+def autograd_nodes(roots: Iterable[Any]) -> Iterator[Any]:
+    """Every node of the autograd graph reachable from ``roots`` (``grad_fn`` s; None skipped), once."""
+    seen: set[Any] = set()
+    stack = [r for r in roots if r is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        yield node
+        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None and nxt not in seen)
+
+
 def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
                 excluded: frozenset[int]) -> tuple[list[int], frozenset[int]]:
     """Bytes each forward position saved for backward: the storages held by the autograd graph
@@ -278,14 +295,7 @@ def saved_bytes(roots: list[Any], sequences: SequenceMap, n: int,
     run the user's code).
     Returns the bytes per position and the saved storages' keys (kept alive until the backward)."""
     first: dict[int, tuple[int, int]] = {}  # storage key -> (earliest forward position saving it, bytes)
-    seen: set[Any] = set()
-    stack = [r for r in roots if r is not None]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None and nxt not in seen)
+    for node in autograd_nodes(roots):
         owner = None if type(node).__name__ == "AccumulateGrad" else sequences.owner(node)
         if owner is None or owner >= n:
             continue

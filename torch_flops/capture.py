@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn.modules.lazy import LazyModuleMixin
 from torch.utils import _pytree
 
 from torch_flops.errors import TracingError
@@ -407,13 +408,16 @@ def _buffers_kept(model: nn.Module) -> Iterator[None]:
 def check_initialized(model: nn.Module) -> None:
     """``ValueError`` naming a lazy module whose parameters do not exist yet (``nn.LazyLinear`` and
     friends get their shapes from their first input): they cannot be counted before."""
-    from torch.nn.modules.lazy import LazyModuleMixin
-
     for path, module in model.named_modules():
-        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():  # type: ignore[misc]
-            raise ValueError(
-                f"module {path or '(root)'!r} ({type(module).__name__}) is a lazy module whose parameters are not "
-                "initialised yet: run the model once on an example input (model(x)), then profile it")
+        check_module_initialized(path, module)
+
+
+def check_module_initialized(path: str, module: nn.Module) -> None:
+    """:func:`check_initialized` for one module (for callers that walk the modules anyway)."""
+    if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():  # type: ignore[misc]
+        raise ValueError(
+            f"module {path or '(root)'!r} ({type(module).__name__}) is a lazy module whose parameters are not "
+            "initialised yet: run the model once on an example input (model(x)), then profile it")
 
 
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:

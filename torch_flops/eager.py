@@ -46,7 +46,7 @@ from torch_flops.backward import (
     graph_task,
     run_backward,
 )
-from torch_flops.capture import Capture, CapturedGraph, NodeLocation
+from torch_flops.capture import Capture, CapturedGraph, NodeLocation, check_module_initialized
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRun, NodeMeasurer, describe_inputs, traffic_table
@@ -76,6 +76,7 @@ class ModelIndex:
         leaves: set[int] = set()
         tensors: list[torch.Tensor] = []
         for path, module in model.named_modules():
+            check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
             self.modules.append(module)
             self.paths[id(module)] = path
             self.types[path] = type(module).__name__

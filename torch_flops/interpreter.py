@@ -12,6 +12,7 @@ computes exactly what the model does.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import threading
@@ -76,6 +77,7 @@ class GraphRun:
     backward: BackwardRun | None = None
     backward_times: Sequence[float | None] | None = None
     unattributed_time_ms: float | None = None  #: of the backward's work no forward node caused
+    backward_comm_time_ms: float | None = None  #: of the backward's collectives
     #: ``flops``/``macs`` already hold the plan's fills (0 or None) for nodes no formula counted
     filled: bool = False
     #: per node: a collective's bytes (None elsewhere); an op on DTensors' logical work (None
@@ -83,6 +85,14 @@ class GraphRun:
     comm_bytes: Sequence[int | None] | None = None
     global_flops: Sequence[int | None] | None = None
     global_macs: Sequence[int | None] | None = None
+
+    def with_backward(self, run: BackwardRun, timer: Timer,
+                      times: Sequence[float | None] | None = None) -> GraphRun:
+        """This run with the backward that followed it (``times``: per node, the medians over several
+        steps; by default ``run``'s own)."""
+        return dataclasses.replace(
+            self, backward=run, backward_times=run.times(timer) if times is None else times,
+            unattributed_time_ms=run.unattributed_time(timer), backward_comm_time_ms=run.comm_time(timer))
 
     @functools.cached_property
     def _bytes(self) -> tuple[list[int], list[int]]:

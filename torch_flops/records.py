@@ -173,24 +173,19 @@ def _backward_summary(measurements: Measurements) -> dict[str, Any] | None:
     return {
         "unattributed_flops": sum(r.unattributed_flops for r in runs),
         "unattributed_macs": sum(r.unattributed_macs for r in runs),
-        "unattributed_time_ms": None if all(t is None for t in times) else sum(t for t in times if t is not None),
+        "unattributed_time_ms": _total(times),
         "unsupported": unsupported,
         "errors": {k: v for r in runs for k, v in r.errors.items()},
         "ops": sum(r.ops for r in runs),
         "comm_bytes": sum(r.comm_bytes for r in runs),  # the backward's collectives (FSDP, DDP)
-        "comm_time_ms": _marks_ms(measurements, [m for r in runs for m in r.comm_marks]),
+        "comm_time_ms": _total([r.backward_comm_time_ms for r in measurements.runs if r.backward is not None]),
     }
 
 
-def _marks_ms(measurements: Measurements, marks: list[tuple[Any, Any]]) -> float | None:
-    """Milliseconds between (start, end) timer marks: ``perf_counter_ns`` integers on CPU, device
-    events elsewhere (None: untimed, meta)."""
-    total = 0.0
-    for start, end in marks:
-        if start is None or end is None:
-            return None
-        total += (end - start) / 1e6 if isinstance(start, int) else float(start.elapsed_time(end))
-    return total if marks else None
+def _total(values: list[float | None]) -> float | None:
+    """The sum of the values that are not None; None when all are."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree
 
+from torch_flops.backward import autograd_nodes
+
 __all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "model_state_restored"]
 
 
@@ -58,17 +60,10 @@ class LeafGrads:
 
     def __init__(self, loss: torch.Tensor) -> None:
         leaves: dict[int, torch.Tensor] = {}
-        seen: set[Any] = set()
-        stack = [loss.grad_fn] if loss.grad_fn is not None else []
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
+        for node in autograd_nodes([loss.grad_fn]):
             variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf it feeds
             if isinstance(variable, torch.Tensor):
                 leaves.setdefault(id(variable), variable)
-            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
         with torch.no_grad():
             self._grads = [(t, t.grad, None if t.grad is None or t.grad.is_meta else t.grad.clone())
                            for t in leaves.values()]

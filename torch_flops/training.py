@@ -30,7 +30,6 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
-from torch_flops.capture import check_initialized
 from torch_flops.distributed import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex
 from torch_flops.interpreter import Measurements
@@ -111,8 +110,7 @@ class TrainingProfiler:
         if self._started:
             raise RuntimeError("the TrainingProfiler is already profiling: call stop_profile() first")
         model = self.model
-        check_initialized(model)
-        self._index = ModelIndex(model, self.tables)
+        self._index = ModelIndex(model, self.tables)  # (a lazy module: ValueError, before any hook)
         self._device = input_device(((), {}), model)
         self._timer = make_timer(self._device)
         # (no trace gate held: a torch.fx trace in another thread is transparent to this one, and
@@ -331,8 +329,7 @@ class TrainingProfiler:
         run.grow(len(recording.plans))
         if len(run.saved_bytes) < len(recording.plans):
             run.saved_bytes = run.saved_bytes + [0] * (len(recording.plans) - len(run.saved_bytes))
-        graph_run = dataclasses.replace(graph_run, backward=run, backward_times=run.times(self._timer),
-                                        unattributed_time_ms=run.unattributed_time(self._timer))
+        graph_run = graph_run.with_backward(run, self._timer)
         measurements = Measurements(runs=(graph_run,), device=str(self._device), memory_source=recording.memory_source)
         index = self._index
         profile = Profile.from_measurements(
