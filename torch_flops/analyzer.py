@@ -24,7 +24,7 @@ from torch_flops import formulas, report
 from torch_flops._gc import gc_paused
 from torch_flops.backward import SequenceMap, run_backward
 from torch_flops.capture import TRACE_GATE, Capture, CapturedGraph, capture_export, capture_fx
-from torch_flops.distributed import distributed_settings
+from torch_flops.comm import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex, check_call, check_leaves
 from torch_flops.errors import (
     DroppedOutputWarning,

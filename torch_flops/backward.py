@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_flops.distributed import comm_bytes, has_dtensor, is_communication, is_dtensor_value, local_value
+from torch_flops.comm import comm_bytes, has_dtensor, is_communication, is_dtensor_value, local_value
 from torch_flops.formulas import FormulaTable, zero_flops
 from torch_flops.measure import Timer, storage_key
 
@@ -114,7 +114,7 @@ class BackwardRun:
     ops: int = 0  #: aten ops the backward ran
     #: bytes each forward position saved for backward (activations; see :func:`saved_bytes`)
     saved_bytes: list[int] = field(default_factory=list)
-    #: collectives the backward ran (torch_flops.distributed): bytes this rank sent, their marks
+    #: collectives the backward ran (torch_flops.comm): bytes this rank sent, their marks
     comm_bytes: int = 0
     comm_marks: list[tuple[Any, Any]] = field(default_factory=list)
     #: forward position -> the bytes of the collectives its backward ran (FSDP2's reduce-scatter

@@ -36,7 +36,8 @@ from torch import nn
 from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
 from torch_flops.conventions import CONVENTIONS
-from torch_flops.distributed import merge_profiles, rank_path
+from torch_flops.comm import rank_path
+from torch_flops.distributed import merge_profiles
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import Profile
 from torch_flops.roofline import roofline

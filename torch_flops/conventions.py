@@ -28,10 +28,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from torch_flops.records import NodeRecord
+
+class NodeRecord(Protocol):
+    """What a convention reads of a record (``torch_flops.records.NodeRecord`` has it; this module
+    sits below records and does not import it)."""
+
+    flops: int | None
+    macs: int | None
+    dot_outputs: int | None
+    mm_macs: int | None
+    backward_macs: int | None
+    recompute_macs: int | None
+
+    def _replace(self, **changes: Any) -> Any: ...
 
 __all__ = ["CONVENTIONS", "Convention", "recount"]
 

@@ -24,7 +24,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops.backward import BackwardRun, SequenceMap
-from torch_flops.distributed import comm_bytes, is_dtensor_value, local_value
+from torch_flops.comm import comm_bytes, is_dtensor_value, local_value
 from torch_flops.errors import NodeExecutionError, UnsupportedOpError
 from torch_flops.measure import (
     LiveTensors,

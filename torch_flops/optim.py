@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from torch_flops.distributed import local_value
+from torch_flops.comm import local_value
 from torch_flops.errors import DuplicateFormulaError, UnsupportedOptimizerError
 
 __all__ = [

@@ -24,15 +24,34 @@ import torch
 from torch import fx, nn
 
 from torch_flops.capture import CapturedGraph, NodeLocation
-from torch_flops.distributed import is_communication
+from torch_flops.comm import is_communication
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
-from torch_flops.records import _INTERNAL_TARGETS as _INTERNAL
-from torch_flops.records import Status
 
-__all__ = ["FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Traffic", "build_node_plan", "decide",
+__all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Status", "Traffic", "build_node_plan", "decide",
            "finish_plan", "make_plan", "plan_node", "readable_target"]
+
+
+class Status(str, enum.Enum):
+    """How a node's FLOPs were obtained."""
+
+    COUNTED = "counted"  #: a formula from the tables computed them
+    ZERO = "zero"  #: 0 by definition (views, copies, placeholders, get_attr, output)
+    IGNORED = "ignored"  #: the user asked to ignore this op (``ignore_ops``): 0
+    UNSUPPORTED = "unsupported"  #: no formula: excluded from totals, warned about
+    SKIPPED = "skipped"  #: not run on meta tensors (a check the output does not need): 0, see ``note``
+    COMMUNICATION = "communication"  #: a collective: 0 FLOPs, its bytes in ``comm_bytes``
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: targets of graph plumbing rather than model work: torch.export's input checks and assertions
+INTERNAL_TARGETS = frozenset({
+    "aten._assert_tensor_metadata", "aten._assert_scalar", "aten._assert_async", "aten.sym_constrain_range",
+    "aten.sym_constrain_range_for_size", "aten._functional_assert_async", "torch._assert", "GuardsFn",
+})
 
 
 class NodeKind(enum.Enum):
@@ -42,7 +61,7 @@ class NodeKind(enum.Enum):
     ZERO = "zero"  #: 0 FLOPs by definition (views, copies, placeholders, get_attr, output)
     IGNORED = "ignored"  #: the user asked to ignore it (``ignore_ops``)
     UNSUPPORTED = "unsupported"  #: no formula
-    COMMUNICATION = "communication"  #: a collective (torch_flops.distributed): bytes, never FLOPs
+    COMMUNICATION = "communication"  #: a collective (torch_flops.comm): bytes, never FLOPs
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +204,7 @@ def build_node_plan(node: fx.Node, position: int, module: nn.Module | None, loca
     return NodePlan(
         node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
         location=location, needed=needed, frees=frees, holds=node.op != "output",
-        internal=node.op == "get_attr" or target in _INTERNAL or (node.op == "call_module" and
+        internal=node.op == "get_attr" or target in INTERNAL_TARGETS or (node.op == "call_module" and
                                                                  node.name.startswith("_guards")),
         flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
         traffic=traffic, param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),

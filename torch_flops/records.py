@@ -11,7 +11,6 @@ copying it over, and a column in :mod:`torch_flops.report`.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import itertools
 import json
@@ -26,6 +25,8 @@ from torch_flops._gc import gc_paused
 from torch_flops._validate import check_choice, check_depth, check_int
 from torch_flops.conventions import CONVENTIONS, recount
 from torch_flops.paths import ancestors, depth, module_chain
+from torch_flops.plan import INTERNAL_TARGETS as _INTERNAL_TARGETS
+from torch_flops.plan import Status
 
 if TYPE_CHECKING:
     from torch_flops.interpreter import Measurements
@@ -40,20 +41,6 @@ SCHEMA_VERSION = 4
 TopBy = Literal["flops", "macs", "params", "time"]
 _TOP_BY = ("flops", "macs", "params", "time")
 _NON_OPERATOR_OPS = ("placeholder", "get_attr", "output")
-
-
-class Status(str, enum.Enum):
-    """How a node's FLOPs were obtained."""
-
-    COUNTED = "counted"  #: a formula from the tables computed them
-    ZERO = "zero"  #: 0 by definition (views, copies, placeholders, get_attr, output)
-    IGNORED = "ignored"  #: the user asked to ignore this op (``ignore_ops``): 0
-    UNSUPPORTED = "unsupported"  #: no formula: excluded from totals, warned about
-    SKIPPED = "skipped"  #: not run on meta tensors (a check the output does not need): 0, see ``note``
-    COMMUNICATION = "communication"  #: a collective: 0 FLOPs, its bytes in ``comm_bytes``
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class NodeRecord(NamedTuple):
@@ -110,7 +97,7 @@ class NodeRecord(NamedTuple):
     recompute_macs: int | None = None
     #: bytes of activations this node saved for backward (parameters excluded, a storage once)
     saved_bytes: int | None = None
-    #: a collective's bytes this rank sends (torch_flops.distributed); None for other nodes
+    #: a collective's bytes this rank sends (torch_flops.comm); None for other nodes
     comm_bytes: int | None = None
     #: an op on DTensors: the logical (unsharded) operation's work; ``flops``/``macs`` are then this
     #: rank's local shard's. None for ops on plain tensors (their work is the rank's own)
@@ -237,13 +224,6 @@ assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.
 # roll-ups
 # ---------------------------------------------------------------------------------------------
 
-#: targets of graph plumbing rather than model work: torch.export's input checks and assertions
-_INTERNAL_TARGETS = frozenset({
-    "aten._assert_tensor_metadata", "aten._assert_scalar", "aten._assert_async", "aten.sym_constrain_range",
-    "aten.sym_constrain_range_for_size", "aten._functional_assert_async", "torch._assert", "GuardsFn",
-})
-
-
 def is_internal(r: NodeRecord) -> bool:
     """A node of the graph's plumbing, not of the model: a parameter or buffer read (``get_attr``),
     torch.export's input guard and assertions. Text tables leave them out unless asked, and their
@@ -268,7 +248,7 @@ class _Sums:
     backward_time_ms: float | None = None
     optimizer_flops: int | None = None  #: None while no optimizer record was added
     optimizer_time_ms: float | None = None
-    comm_bytes: int = 0  #: collectives' bytes (torch_flops.distributed)
+    comm_bytes: int = 0  #: collectives' bytes (torch_flops.comm)
     comm_time_ms: float | None = None
     backward_comm_bytes: int = 0
 
@@ -329,7 +309,7 @@ class ModuleStats:
     #: in a training step: the optimizer's work on the parameters it owns (None without one)
     optimizer_flops: int | None = None
     optimizer_time_ms: float | None = None
-    #: its collectives' bytes (this rank sends) and time (torch_flops.distributed); and those its
+    #: its collectives' bytes (this rank sends) and time (torch_flops.comm); and those its
     #: nodes' backward ran
     comm_bytes: int = 0
     comm_time_ms: float | None = None

@@ -129,7 +129,7 @@ from tabulate import tabulate
 
 from torch_flops import hardware
 from torch_flops._validate import check_depth
-from torch_flops.distributed import rank_path
+from torch_flops.comm import rank_path
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 from torch_flops.roofline import Roofline
@@ -433,7 +433,7 @@ TREE_BACKWARD: tuple[Column, ...] = (
 )
 
 
-#: the columns a view gains when collectives ran (torch_flops.distributed)
+#: the columns a view gains when collectives ran (torch_flops.comm)
 NODE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _get("comm_bytes"), _blank_none_bytes),
     Column("backward_comm_bytes", "bwd comm", _get("backward_comm_bytes"), _blank_none_bytes, optional=True),

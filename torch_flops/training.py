@@ -30,7 +30,7 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
-from torch_flops.distributed import distributed_settings
+from torch_flops.comm import distributed_settings
 from torch_flops.eager import EagerRecording, ModelIndex
 from torch_flops.interpreter import Measurements
 from torch_flops.measure import input_device, make_memory_probe, make_timer, tensors_of

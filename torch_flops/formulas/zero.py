@@ -137,7 +137,7 @@ register(*aten_ops(*ATEN_BACKWARD_ZERO_OPS))(zero_flops)
 #: FSDP2's copies into and out of its communication buffers (``torch.ops.fsdp``, registered when
 #: ``torch.distributed.fsdp`` is imported, hence by name) and the functional collectives' autograd
 #: wrapper: they move bytes or wrap a tensor, no arithmetic. (The collectives themselves are
-#: communication nodes: torch_flops.distributed.)
+#: communication nodes: torch_flops.comm.)
 DISTRIBUTED_ZERO_OPS: list[str] = ["fsdp.all_gather_copy_in", "fsdp.split_with_sizes_copy", "fsdp.chunk_cat",
                                    "_c10d_functional._wrap_tensor_autograd"]
 __all__ += ["DISTRIBUTED_ZERO_OPS"]
