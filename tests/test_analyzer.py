@@ -178,12 +178,12 @@ def test_wrong_input_shape_names_node_and_shapes() -> None:
     mlp.add_module("act", nn.ReLU())
     mlp.add_module("fc2", nn.Linear(16, 4))
     counter = TorchFLOPsByFX(mlp)
-    with pytest.raises(NodeExecutionError) as info:
+    with pytest.raises(RuntimeError, match="cannot be multiplied") as info:  # torch's own error, as itself
         counter.propagate(torch.randn(2, 9))
-    message = str(info.value)
-    assert "'fc1'" in message
-    assert "(2, 9)" in message
-    assert isinstance(info.value.__cause__, RuntimeError)
+    assert type(info.value) is RuntimeError and not isinstance(info.value, NodeExecutionError)
+    note = "\n".join(info.value.__notes__)  # the node that raised and its inputs, in a note
+    assert "'fc1'" in note
+    assert "(2, 9)" in note
     assert mlp.training  # state restored in finally even though the run failed
 
 
@@ -423,7 +423,7 @@ def test_state_restored_when_a_node_fails(models: Any, same_state: Any) -> None:
     twin = copy.deepcopy(model)
     x = torch.randn(4, 8)
     counter = TorchFLOPsByFX(model, leaf_modules=(Boom,))
-    with pytest.raises(NodeExecutionError, match="boom"):
+    with pytest.raises(RuntimeError, match="boom"):
         counter.propagate(x)
     with pytest.raises(RuntimeError, match="boom"):
         twin(x)

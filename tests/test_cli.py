@@ -165,7 +165,8 @@ def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None
     (["tinynet_cli:missing", "--input-shape", "1,8"], 1, "has no attribute 'missing'"),
     (["tinynet_cli:not_a_model", "--input-shape", "1,8"], 1, "is a int: expected a model factory"),
     (["tinynet_cli:build"], 2, "needs its input: give --input-shape"),
-    (["tinynet_cli:build", "--input-shape", "2,5"], 1, "NodeExecutionError: running node"),
+    (["tinynet_cli:build", "--input-shape", "2,5"], 1, "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    (["tinynet_cli:build", "--input-shape", "2,5"], 1, "(running node '0' (Linear in module '0') failed with inputs"),
 ])
 def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tiny_module: Path, args: list[str], code: int,
                              message: str) -> None:
@@ -365,7 +366,10 @@ def test_train_step(capsys: pytest.CaptureFixture[str], tiny_module: Path) -> No
     assert code == 0
     doc = json.loads(out)
     assert doc["summary"]["backward"]["macs"] == 768 and doc["summary"]["macs"] == 576
-    assert all(r["phase"] == "forward" for r in doc["records"])  # no optimizer asked for
+    # no optimizer asked for: the model's nodes are the forward's, the cross entropy the loss's
+    assert {r["phase"] for r in doc["records"]} == {"forward", "loss"}
+    loss = [r for r in doc["records"] if r["phase"] == "loss"]  # the CLI's loss: its targets and the cross entropy
+    assert "F.cross_entropy" in [r["target"] for r in loss] and not any(r["module_path"] for r in loss)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -32,18 +32,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.comm import comm_bytes, has_dtensor, is_communication, is_dtensor_value, local_value
-from torch_flops.formulas import FormulaTable, zero_flops
+from torch_flops.formulas import FormulaTable, evaluate, zero_flops
 from torch_flops.measure import Timer, storage_key
 
-__all__ = ["BackwardCounter", "BackwardRecorder", "BackwardRun", "SequenceMap", "current_autograd_node", "formula_count", "graph_task", "run_backward", "saved_bytes"]
+__all__ = ["BackwardCounter", "BackwardRun", "SequenceMap", "autograd_nodes", "current_autograd_node", "formula_count",
+           "graph_task", "in_backward", "saved_bytes"]
 
 _sequence_nr: Callable[[], int] = torch.autograd._get_sequence_nr
 #: the backward (graph task) running now; -1 outside one (its final callbacks are inside)
 graph_task: Callable[[], int] = torch._C._current_graph_task_id
 _graph_task = graph_task
+
+
+def in_backward() -> bool:
+    """Whether this thread is inside autograd's graph task (a ``backward()``, its final callbacks
+    included): the one predicate every part of the package asks."""
+    return _graph_task() != -1
+
 #: the autograd node running now (None outside a backward)
 current_autograd_node: Callable[[], Any] = torch._C._current_autograd_node
 
@@ -80,17 +87,12 @@ class SequenceMap:
 
 
 def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
-    """``(flops, macs)`` of one formula call (any return form of ``formulas.FlopCount``); an
-    ``out=`` tensor is the op's output, never a formula argument; on DTensors, this rank's shard's
-    work (the formula on the local tensors)."""
-    if "out" in kwargs:
-        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    """``(flops, macs)`` of one backward op's formula (:func:`torch_flops.formulas.evaluate`); on
+    DTensors, this rank's shard's work (the formula on the local tensors)."""
     if is_dtensor_value(out) or has_dtensor(args):
         out, args, kwargs = local_value(out), local_value(args), local_value(kwargs)
-    result = formula(None, out, *args, **kwargs)
-    if isinstance(result, tuple):
-        return int(result[0]), int(result[1])
-    return int(result), 0
+    count = evaluate(formula, None, out, args, kwargs)
+    return count.flops, count.macs
 
 
 @dataclass
@@ -159,9 +161,8 @@ def _summed(timer: Timer, marks: list[tuple[Any, Any]]) -> float | None:
 
 
 class BackwardCounter:
-    """Counts and times one backward aten op for the forward node that caused it (what
-    :class:`BackwardRecorder` does for each op; the training profiler's recording calls it for
-    the ops it sees run by autograd)."""
+    """Counts and times each backward aten op for the forward node that caused it: the recording
+    (:mod:`torch_flops.session`) hands it every op autograd runs while it records a backward."""
 
     def __init__(self, table: FormulaTable, sequences: SequenceMap, run: BackwardRun, timer: Timer) -> None:
         self._table = table
@@ -181,9 +182,12 @@ class BackwardCounter:
             found = self._formulas[packet] = self._table.resolve_aten(packet)
         return found
 
-    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+           inner: Callable[[], Any] | None = None) -> Any:
+        """Run ``func`` (or ``inner()``, what runs it for an outer recording) as a backward op: timed,
+        counted for its forward node, or kept as unattributed work."""
         if func.namespace == "profiler":  # record_function markers (FSDP's): not the backward's work
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if inner is None else inner()
         task = _graph_task()
         if task != self._task:  # a new backward() call: its first op is the loss's, never a recompute,
             self._task = task   # so grad mode on there means create_graph=True (the engine's setting)
@@ -198,7 +202,7 @@ class BackwardCounter:
         owner = self._sequences.owner(node)
         tick = self._timer.tick
         start = tick()
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if inner is None else inner()
         end = tick()
         run = self.run
         run.ops += 1
@@ -239,36 +243,6 @@ class BackwardCounter:
             run.recompute_flops[owner] += flops
             run.recompute_macs[owner] += macs
         return out
-
-
-class BackwardRecorder(TorchDispatchMode):
-    """Hands every aten op of a ``backward()`` to a :class:`BackwardCounter`."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:  # see eager._Recorder: nothing here is compiled
-        return False
-
-    def __init__(self, table: FormulaTable, sequences: SequenceMap, run: BackwardRun, timer: Timer) -> None:
-        super().__init__()
-        self.counter = BackwardCounter(table, sequences, run, timer)
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        return self.counter.op(func, args, kwargs or {})
-
-
-def run_backward(loss: torch.Tensor, table: FormulaTable, sequences: SequenceMap, n: int, excluded: frozenset[int],
-                 timer: Timer) -> tuple[BackwardRun, frozenset[int]]:
-    """``loss.backward()`` with every op counted and timed for the forward node (of ``n``) that
-    caused it; also what the forward saved for it (bytes per node, and the storages' keys)."""
-    run = BackwardRun.empty(n)
-    run.saved_bytes, kept = saved_bytes([loss.grad_fn], sequences, n, excluded)
-    try:
-        with BackwardRecorder(table, sequences, run, timer):
-            loss.backward()
-    finally:
-        timer.finish()
-    return run, kept
 
 
 def autograd_nodes(roots: Iterable[Any]) -> Iterator[Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import operator
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,8 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.utils import _pytree
 
 from torch_flops.errors import TracingError
+from torch_flops.formulas import FormulaTable
+from torch_flops.measure import storage_key
 from torch_flops.paths import module_chain
 
 __all__ = [
@@ -38,13 +41,14 @@ __all__ = [
     "CapturedGraph",
     "ExportBinder",
     "FxBinder",
+    "ModelIndex",
     "NodeLocation",
+    "Snapshot",
     "TraceGate",
     "bind_inputs",
     "capture_export",
     "capture_fx",
-    "module_params",
-    "module_types",
+    "check_module_initialized",
     "split_leaf_modules",
     "trace_fx",
 ]
@@ -200,6 +204,9 @@ class Capture:
     dropped_outputs: tuple[str, ...] = ()
     #: the inputs an export graph is specialised to (see :meth:`accepts`); None: any inputs
     signature: Any = field(default=None, compare=False)
+    #: the model's state the graph depends on (fx, export: see :class:`Snapshot`); None for a
+    #: graph of what ran (eager), which is never run again
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
     @property
     def graph_module(self) -> fx.GraphModule:
@@ -405,15 +412,9 @@ def _buffers_kept(model: nn.Module) -> Iterator[None]:
                     buffer.copy_(copy)
 
 
-def check_initialized(model: nn.Module) -> None:
+def check_module_initialized(path: str, module: nn.Module) -> None:
     """``ValueError`` naming a lazy module whose parameters do not exist yet (``nn.LazyLinear`` and
     friends get their shapes from their first input): they cannot be counted before."""
-    for path, module in model.named_modules():
-        check_module_initialized(path, module)
-
-
-def check_module_initialized(path: str, module: nn.Module) -> None:
-    """:func:`check_initialized` for one module (for callers that walk the modules anyway)."""
     if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():  # type: ignore[misc]
         raise ValueError(
             f"module {path or '(root)'!r} ({type(module).__name__}) is a lazy module whose parameters are not "
@@ -422,12 +423,11 @@ def check_module_initialized(path: str, module: nn.Module) -> None:
 
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     """The fx front end: one graph, valid for any inputs."""
-    check_initialized(model)
+    index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
     gm = trace_fx(model, options)
-    types = module_types(model)
-    graph = CapturedGraph(gm, _locations(gm, types), FxBinder.for_graph(gm, options.concrete_args))
-    return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=types,
-                   module_params=module_params(model))
+    graph = CapturedGraph(gm, _locations(gm, index.types), FxBinder.for_graph(gm, options.concrete_args))
+    return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=index.types,
+                   module_params=index.params, snapshot=Snapshot(index, gm))
 
 
 def _innermost_module(tracer: fx.Tracer) -> str:
@@ -499,10 +499,10 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
-    check_initialized(model)
+    index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
     dropped: list[str] = []
     wrapper = _ExportWrapper(model, dropped)
-    was_training = [(m, m.training) for m in model.modules()]
+    was_training = [(m, m.training) for m in index.modules]
     try:
         with TRACE_GATE.tracing(), _quiet_torch_logs(), torch.no_grad():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
@@ -527,10 +527,10 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
                           tuple(n.meta.get("val") for n in placeholders))
-    types = module_types(model)
-    graph = CapturedGraph(gm, _locations(gm, types, prefix=_EXPORT_ROOT), binder)
-    return Capture(graphs=(graph,), front_end="export", module_types=types, module_params=module_params(model),
-                   dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs))
+    graph = CapturedGraph(gm, _locations(gm, index.types, prefix=_EXPORT_ROOT), binder)
+    return Capture(graphs=(graph,), front_end="export", module_types=index.types, module_params=index.params,
+                   dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs),
+                   snapshot=Snapshot(index))
 
 
 def _forward_names(model: nn.Module) -> tuple[str, ...]:
@@ -558,23 +558,96 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
-def module_types(model: nn.Module) -> dict[str, str]:
-    """Module path ("" = root) -> class name, for every module of the model."""
-    return {path: type(m).__name__ for path, m in model.named_modules()}
+class ModelIndex:
+    """One walk over the model's modules, shared by everything that needs them for one capture (or
+    one eager call): each module's path and class, each parameter's and buffer's name, the
+    parameters each module owns (a shared one counted once), the storages to leave out of
+    live-tensor memory, and, given a formula ``table``, the modules recorded as one node each:
+    those whose class has a formula, plus the classes, paths and class names asked for
+    (``leaf_*``). The root is never one node: its forward is what runs. A lazy module whose
+    parameters do not exist yet is refused here (``ValueError``)."""
+
+    def __init__(self, model: nn.Module, table: FormulaTable | None = None, leaf_types: tuple[type, ...] = (),
+                 leaf_paths: Iterable[str] = (), leaf_names: Iterable[str] = ()) -> None:
+        paths, names = set(leaf_paths), set(leaf_names)
+        self.model = model
+        self.paths: dict[int, str] = {}  #: id(module) -> its path ("" = the root)
+        self.types: dict[str, str] = {}  #: path -> class name
+        self.attrs: dict[int, str] = {}  #: id(parameter or buffer) -> its name ("0.weight"), first path
+        self.params: dict[str, int] = {}  #: path -> parameters it owns directly (shared ones once)
+        self.leaf_classes: dict[str, type] = {}  #: path -> class of each module recorded as one node
+        self.modules: list[nn.Module] = []  #: in ``model.modules()`` order
+        #: (name, tensor, is a parameter) of every parameter and buffer, each tensor once
+        self.tensors: list[tuple[str, torch.Tensor, bool]] = []
+        leaves: set[int] = set()
+        for path, module in model.named_modules():
+            check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
+            self.modules.append(module)
+            self.paths[id(module)] = path
+            self.types[path] = type(module).__name__
+            owned = 0
+            for store, is_param in ((module._parameters, True), (module._buffers, False)):
+                for name, t in store.items():
+                    if t is None or id(t) in self.attrs:
+                        continue
+                    full = f"{path}.{name}" if path else name
+                    self.attrs[id(t)] = full
+                    self.tensors.append((full, t, is_param))
+                    if is_param:
+                        owned += t.numel()
+            self.params[path] = owned
+            if table is None or not path:
+                continue
+            # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
+            # its ops: they see each shard (local work) and the logical tensor (global work), and
+            # the collectives between them
+            sharded = any(type(t).__name__ == "DTensor" for t in module._parameters.values() if t is not None)
+            if not sharded and (table.resolve_module(type(module)) is not None or isinstance(module, leaf_types)
+                                or path in paths or type(module).__name__ in names):
+                leaves.add(id(module))
+                self.leaf_classes[path] = type(module)
+        self.leaves = frozenset(leaves)  #: ids of the modules recorded as one node each
+        self.storages = frozenset(storage_key(t)[0] for _, t, _ in self.tensors)  #: their storages' keys
+
+    @property
+    def parameters(self) -> list[torch.Tensor]:
+        """The model's parameters, each once."""
+        return [t for _, t, is_param in self.tensors if is_param]
 
 
-def module_params(model: nn.Module) -> dict[str, int]:
-    """Parameters each module owns directly; a parameter shared by several modules counts once."""
-    seen: set[int] = set()
-    owned: dict[str, int] = {}
-    for path, module in model.named_modules():
-        count = 0
-        for p in module.parameters(recurse=False):
-            if id(p) not in seen:
-                seen.add(id(p))
-                count += p.numel()
-        owned[path] = count
-    return owned
+class Snapshot:
+    """What a captured graph depends on beyond the objects it shares with the model: the training
+    flag of every module (the branch fx took) and, for every module and tensor the graph calls or
+    reads, the object at each step of its path (a replaced module, parameter or buffer is not the
+    graph's). A move to another dtype or device keeps the objects, and the graph sees it. Taken
+    once per capture; :meth:`holds` is a few C-level scans on every call."""
+
+    def __init__(self, index: ModelIndex, graph: fx.GraphModule | None = None) -> None:
+        model = index.model
+        self.index = index  #: the model's walk this snapshot was taken from
+        self.modules = index.modules  #: the model's modules, in model.modules() order
+        self._flags = [m.training for m in self.modules]
+        links: dict[int, tuple[dict[str, Any], str, Any]] = {}
+        if graph is not None:  # fx: what the graph calls and reads
+            targets = [str(n.target) for n in graph.graph.nodes if n.op in ("call_module", "get_attr")]
+        else:  # export: the graph was traced from every parameter and buffer
+            targets = [name for name, _, _ in index.tensors]
+        for target in targets:
+            owner: Any = model
+            for name in target.split("."):
+                store = next((d for d in (owner._modules, owner._parameters, owner._buffers) if name in d), None) \
+                    if isinstance(owner, nn.Module) else None
+                if store is None:  # not the model's (a constant of the graph's own)
+                    break
+                owner = store[name]
+                links[id(owner)] = (store, name, owner)
+        self._stores = [store for store, _, _ in links.values()]
+        self._names = [name for _, name, _ in links.values()]
+        self._objects = [obj for _, _, obj in links.values()]
+
+    def holds(self) -> bool:
+        return ([m.training for m in self.modules] == self._flags
+                and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
 
 
 def _locations(gm: fx.GraphModule, module_types: Mapping[str, str], prefix: str = "") -> dict[fx.Node, NodeLocation]:

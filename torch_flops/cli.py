@@ -35,8 +35,8 @@ from torch import nn
 
 from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
-from torch_flops.conventions import CONVENTIONS
 from torch_flops.comm import rank_path
+from torch_flops.conventions import CONVENTIONS
 from torch_flops.distributed import merge_profiles
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import Profile
@@ -228,7 +228,11 @@ def _one_line(e: BaseException | str) -> str:
         if isinstance(e, BaseException) and not isinstance(e, CLIError):
             text = f"{type(e).__name__}: {text}" if text else type(e).__name__
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else text
+    line = lines[0] if lines else text
+    notes = [n for n in getattr(e, "__notes__", ()) if isinstance(n, str) and n.startswith("torch_flops: ")]
+    if notes:  # where the model raised: the node, its module and inputs
+        line += f" ({notes[0].splitlines()[0].removeprefix('torch_flops: ')})"
+    return line
 
 
 def _silence_stdout() -> None:

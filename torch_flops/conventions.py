@@ -28,21 +28,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 
 class NodeRecord(Protocol):
     """What a convention reads of a record (``torch_flops.records.NodeRecord`` has it; this module
     sits below records and does not import it)."""
 
-    flops: int | None
-    macs: int | None
-    dot_outputs: int | None
-    mm_macs: int | None
-    backward_macs: int | None
-    recompute_macs: int | None
+    @property
+    def flops(self) -> int | None: ...
+    @property
+    def macs(self) -> int | None: ...
+    @property
+    def dot_outputs(self) -> int | None: ...
+    @property
+    def mm_macs(self) -> int | None: ...
+    @property
+    def backward_macs(self) -> int | None: ...
+    @property
+    def recompute_macs(self) -> int | None: ...
 
-    def _replace(self, **changes: Any) -> Any: ...
+
+
+R = TypeVar("R", bound=NodeRecord)
 
 __all__ = ["CONVENTIONS", "Convention", "recount"]
 
@@ -87,7 +95,7 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
 )}
 
 
-def recount(records: tuple[NodeRecord, ...], name: str) -> tuple[NodeRecord, ...]:
+def recount(records: tuple[R, ...], name: str) -> tuple[R, ...]:
     """``records`` (counted in ``torch_flops``) with their ``flops``/``macs`` as ``name`` counts them."""
     convert = CONVENTIONS[name].recount
     if convert is _same:
@@ -96,9 +104,9 @@ def recount(records: tuple[NodeRecord, ...], name: str) -> tuple[NodeRecord, ...
     for r in records:
         flops, macs = convert(r)
         if r.backward_macs is not None and name in _BACKWARD:
-            r = r._replace(backward_flops=_BACKWARD[name](r.backward_macs),
+            r = r._replace(backward_flops=_BACKWARD[name](r.backward_macs),  # type: ignore[attr-defined]
                            recompute_flops=_BACKWARD[name](r.recompute_macs or 0))
-        out.append(r if (flops, macs) == (r.flops, r.macs) else r._replace(flops=flops, macs=macs))
+        out.append(r if (flops, macs) == (r.flops, r.macs) else r._replace(flops=flops, macs=macs))  # type: ignore[attr-defined]
     return tuple(out)
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "register_optimizer",
     "rmsprop_flops",
     "sgd_flops",
+    "update_traffic",
 ]
 
 
@@ -137,6 +138,27 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
                 raise TypeError(f"optimizer formula {getattr(formula, '__name__', formula)!r} returned "
                                 f"{flops!r}, not an int") from None
     return counts
+
+
+def update_traffic(optimizer: Optimizer, param: Tensor) -> tuple[int, int]:
+    """``(bytes read, bytes written)`` of one parameter's update, once the step has made its state:
+    the update reads the parameter, its gradient and every state tensor the optimizer keeps for it
+    (Adam's ``exp_avg`` and ``exp_avg_sq``, SGD's ``momentum_buffer``, Adafactor's factored
+    row/column variances...) and writes the parameter and that state back. 0-dim state (the step
+    count) is scalar bookkeeping, left out as its FLOPs are (the module docstring). A sharded
+    parameter (DTensor): this rank's shard. So SGD without momentum moves ``3 x P`` bytes of a
+    ``P``-byte parameter (read p and g, write p) and AdamW ``7 x P`` (read p, g, m, v; write p, m, v)."""
+    counted = local_value(param)
+    grad = local_value(param.grad) if param.grad is not None else None
+    state = optimizer.state.get(param, {})  # .get: the state is a defaultdict, never add to it
+    tensors = [local_value(v) for v in state.values() if isinstance(v, Tensor) and v.dim() > 0]
+    state_bytes = sum(_nbytes(t) for t in tensors)
+    param_bytes = _nbytes(counted)
+    return param_bytes + (_nbytes(grad) if grad is not None else 0) + state_bytes, param_bytes + state_bytes
+
+
+def _nbytes(t: Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ import enum
 import functools
 import itertools
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -29,8 +29,9 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 
-__all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "Plan", "RecordColumns", "Status", "Traffic", "build_node_plan", "decide",
-           "finish_plan", "make_plan", "plan_node", "readable_target"]
+__all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "OpPlan", "Plan", "RecordColumns", "Status",
+           "Traffic", "last_uses", "make_plan", "needed_nodes", "node_plan", "plan_op", "readable_op", "readable_target",
+           "table_key", "traffic_of"]
 
 
 class Status(str, enum.Enum):
@@ -64,38 +65,96 @@ class NodeKind(enum.Enum):
     COMMUNICATION = "communication"  #: a collective (torch_flops.comm): bytes, never FLOPs
 
 
-@dataclass(frozen=True, slots=True)
-class NodePlan:
-    """Everything about one node that does not change from run to run."""
+class Traffic(enum.Enum):
+    """How a node moves memory (the bytes of the roofline model; counted by the interpreter).
 
-    node: fx.Node
-    position: int  #: the node's place in the graph (index into a run's per-node values)
+    DEFAULT: it reads every input tensor once (a module call: also its parameters and buffers) and
+    writes its output; in place, it reads and writes the same storage; a 0-FLOP node whose output
+    is a view of (or is) an input moves nothing, a copy (``contiguous`` of a strided tensor,
+    ``cat``, ``clone``, a cast) reads and writes. INPLACE: an op that updates its first operand
+    (``add_``, ``relu_``: a name ending in one ``_``) reads every input and writes the tensor,
+    though its output is that input. OVERWRITE: ``copy_``, ``fill_``, ``zero_``, the random fills
+    and ``x[i] = v`` (``zero.OVERWRITES``) read only their other operands and write the tensor
+    (``x[i] = v``: as many bytes as ``v`` holds, 0 for a Python scalar). GATHER: an indexed read
+    (``embedding``, ``index_select``, ``gather``...; ``zero.GATHERS``) reads the rows it gathers
+    (its output's bytes) and its indices, not the whole table. CREATE: ``zeros``, ``randn_like``,
+    ``arange``... (``zero.CREATES``) read nothing and write their output. NONE: placeholders, parameter
+    reads, the output and metadata-only in-place ops (``requires_grad_``, ``unsqueeze_``...).
+    SCATTER: an indexed in-place write (``index_copy_``, ``scatter_``, ``index_put_``...;
+    ``zero.SCATTERS``) reads its indices and source and writes the source's elements. A counted
+    node whose output is its first input's storage (dropout in eval mode returns its input) moves
+    nothing unless it is in place (``inplace=True``, ``x += y``).
+    """
+
+    DEFAULT = "default"
+    INPLACE = "inplace"
+    OVERWRITE = "overwrite"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    CREATE = "create"
+    NONE = "none"
+
+
+class FlatArgs(enum.Enum):
+    """The shape of a node's arguments, for fetching them without fx's recursive map."""
+
+    NODES = "nodes"  #: positional arguments only, every one a node
+    NODES_AND_CONSTANTS = "nodes_and_constants"  #: positional only, nodes and plain constants
+    NESTED = "nested"  #: keywords, containers, slices...: fx's own fetch
+
+
+class OpPlan(NamedTuple):
+    """What a call target decides, the same for every node calling it (and, for a module, for
+    every call of that module instance): the eager recorder plans each target once and measures
+    its nodes with it as they run; :func:`node_plan` adds what depends on the node's place."""
+
     kind: NodeKind
     formula: Formula | None  #: called as ``formula(module, out, *args, **kwargs)`` when COUNTED
     module: nn.Module | None  #: the called module of a ``call_module`` node
     target: str  #: readable target: ``Linear``, ``torch.relu``, ``Tensor.view``, ``aten.mm``
     key: str  #: what the table was searched for (class, function, method name, aten op)
+    call_target: Any  #: the graph node's own target (the op overload of a collective)
+    #: how the node moves bytes (see Traffic); a module call also reads ``param_bytes``
+    traffic: Traffic
+    #: graph plumbing, not model work (a get_attr, export's guard and assertions): see records.is_internal
+    internal: bool
+    #: bytes of the parameters and buffers of a called module (a leaf module reads all of them)
+    param_bytes: int
+    #: the dtype of a called module's first floating parameter (its compute dtype for integer inputs)
+    param_dtype: torch.dtype | None
+    #: whether the node's value is held by the graph (every node but the output)
+    holds: bool = True
+    #: a gather or a scatter: its bytes follow from its index operands as it runs
+    indexed: bool = False
+
+
+class NodePlan(NamedTuple):
+    """Everything about one node that does not change from run to run (its target's
+    :class:`OpPlan`, with the node and its place in the graph)."""
+
+    node: fx.Node
+    position: int  #: the node's place in the graph (index into a run's per-node values)
+    kind: NodeKind
+    formula: Formula | None
+    module: nn.Module | None
+    target: str
+    key: str
+    call_target: Any
     location: NodeLocation
     #: the graph's output depends on this node (False for checks such as export's assertions)
     needed: bool
     #: positions of the values no later node reads once this node has run, and this node's own
     #: when nothing reads its value
     frees: tuple[int, ...]
-    #: whether the node's value is held by the graph (every node but the output)
     holds: bool
-    #: graph plumbing, not model work (a get_attr, export's guard and assertions): see records.is_internal
     internal: bool
     #: how the interpreter may fetch the node's arguments (directly when they are flat)
     flat_args: FlatArgs
     #: positions of the nodes whose values this node reads (each once)
     inputs: tuple[int, ...]
-    #: how the node moves bytes (see Traffic); a module call also reads ``param_bytes``
     traffic: Traffic
-    #: bytes of the parameters and buffers of a called module (a leaf module reads all of them)
     param_bytes: int
-    #: the dtype of a called module's first floating parameter (its compute dtype for integer inputs)
     param_dtype: torch.dtype | None
-    #: a gather or a scatter: its bytes follow from its index operands as it runs
     indexed: bool = False
 
 
@@ -156,121 +215,114 @@ class Plan:
 
 
 def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[str] = ()) -> Plan:
-    """Decide, for every node, which formula counts it (or why none does)."""
+    """Decide, for every node of a captured graph, which formula counts it (or why none does)."""
     gm = graph.graph_module
     ignored = set(ignore_ops)
-    needed = _output_ancestors(gm.graph)
-    frees = _last_uses(gm.graph)
-    positions = {node: i for i, node in enumerate(gm.graph.nodes)}
-    nodes = [plan_node(node, position, gm.get_submodule(str(node.target)) if node.op == "call_module" else None,
-                       graph.locations[node], table, ignored, positions, needed=node in needed,
-                       frees=frees.get(node, ()))
-             for position, node in enumerate(gm.graph.nodes)]
-    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
-                frees=tuple(p.frees for p in nodes))
+    nodes = list(gm.graph.nodes)
+    positions = {node: i for i, node in enumerate(nodes)}
+    inputs = [tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)) for node in nodes]
+    needed = needed_nodes(inputs, positions[next(n for n in reversed(nodes) if n.op == "output")])
+    frees = last_uses(inputs)
+    plans = []
+    for i, node in enumerate(nodes):
+        module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+        op = plan_op(node.op, node.target, module, graph.locations[node], table, ignored, node.args, node.kwargs,
+                     is_value=_is_node)
+        plans.append(node_plan(op, node, i, graph.locations[node], inputs[i], needed[i], frees[i], _flat_args(node)))
+    return Plan(graph=graph, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
 
 
-def plan_node(node: fx.Node, position: int, module: nn.Module | None, location: NodeLocation, table: FormulaTable,
-              ignored: set[str], positions: Mapping[fx.Node, int], *, needed: bool = True,
-              frees: tuple[int, ...] = ()) -> NodePlan:
-    """One node's plan (``module``: the module a ``call_module`` node calls). ``needed`` and
-    ``frees`` need the whole graph: :func:`finish_plan` fills them in for a graph built node by node."""
-    return build_node_plan(node, position, module, location, decide(node, module, table, ignored, location),
-                           positions, needed=needed, frees=frees)
+def node_plan(op: OpPlan, node: fx.Node, position: int, location: NodeLocation, inputs: tuple[int, ...],
+              needed: bool, frees: tuple[int, ...], flat_args: FlatArgs = FlatArgs.NESTED) -> NodePlan:
+    """A node's plan: its target's :class:`OpPlan` at its place in the graph."""
+    return NodePlan(node, position, op.kind, op.formula, op.module, op.target, op.key, op.call_target, location,
+                    needed, frees, op.holds, op.internal, flat_args, inputs, op.traffic, op.param_bytes,
+                    op.param_dtype, op.indexed)
 
 
-def decide(node: fx.Node, module: nn.Module | None, table: FormulaTable, ignored: set[str],
-           location: NodeLocation) -> tuple[str, NodeKind, Formula | None, str]:
-    """What a node's target decides: (table key, kind, formula, readable target). The same for
-    every node of one target (and module class, and path where ``ignored`` names paths), so the
-    eager front end keeps it per target."""
-    key = _table_key(node, module) if node.op.startswith("call_") else node.op
-    kind, formula = _choose(node, module, key, table, ignored, location.path)
-    if node.op == "get_attr" and location.attribute:
-        target = location.attribute
+def plan_op(op: str, target: Any, module: nn.Module | None, location: NodeLocation, table: FormulaTable,
+            ignored: set[str], args: Any = (), kwargs: Mapping[str, Any] | None = None,
+            is_value: Callable[[Any], bool] | None = None) -> OpPlan:
+    """What node ``op`` of ``target`` (``module``: the module a ``call_module`` node calls) decides:
+    its kind and formula, readable target, traffic and parameter facts. ``args``/``kwargs`` matter
+    only for the traffic of an indexing node (a tensor index gathers, a number views) and an
+    ``inplace=True`` keyword; ``is_value`` says which arguments are values of other nodes."""
+    key = table_key(op, target, module) if op.startswith("call_") else op
+    kind, formula = _choose(op, target, module, key, table, ignored, location.path)
+    if op == "get_attr" and location.attribute:
+        readable = location.attribute
     elif module is not None:
-        target = type(module).__name__
+        readable = type(module).__name__
     else:
-        target = readable_target(node, None)
-    return key, kind, formula, target
+        readable = readable_op(op, target)
+    traffic = traffic_of(op, key, module, args, kwargs or {}, is_value or _is_tensor)
+    return OpPlan(kind=kind, formula=formula, module=module, target=readable, key=key, call_target=target,
+                  traffic=traffic, internal=op == "get_attr" or readable in INTERNAL_TARGETS or (
+                      op == "call_module" and str(target).startswith("_guards")),
+                  param_bytes=_param_bytes(module), param_dtype=_param_dtype(module), holds=op != "output",
+                  indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER)
 
 
-def build_node_plan(node: fx.Node, position: int, module: nn.Module | None, location: NodeLocation,
-                    decided: tuple[str, NodeKind, Formula | None, str], positions: Mapping[fx.Node, int], *,
-                    needed: bool = True, frees: tuple[int, ...] = ()) -> NodePlan:
-    """A node's plan from what its target decided (:func:`decide`) and the node itself."""
-    key, kind, formula, target = decided
-    traffic = _traffic(node, key, module)
-    return NodePlan(
-        node=node, position=position, kind=kind, formula=formula, module=module, target=target, key=key,
-        location=location, needed=needed, frees=frees, holds=node.op != "output",
-        internal=node.op == "get_attr" or target in INTERNAL_TARGETS or (node.op == "call_module" and
-                                                                 node.name.startswith("_guards")),
-        flat_args=_flat_args(node), inputs=tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)),
-        traffic=traffic, param_bytes=_param_bytes(module), param_dtype=_param_dtype(module),
-        indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER,
-    )
+def needed_nodes(inputs: Sequence[tuple[int, ...]], output: int) -> list[bool]:
+    """Per node, whether the output (at position ``output``) depends on it; the rest (e.g. runtime
+    assertions of export) are checks."""
+    needed = [False] * len(inputs)
+    needed[output] = True
+    todo = [output]
+    while todo:
+        for parent in inputs[todo.pop()]:
+            if not needed[parent]:
+                needed[parent] = True
+                todo.append(parent)
+    return needed
 
 
-def finish_plan(graph: CapturedGraph, nodes: Sequence[NodePlan]) -> Plan:
-    """The plan of a graph whose nodes were planned one by one as it was built (the eager front
-    end): which nodes the output needs and each value's last use, from the finished graph."""
-    fx_graph = graph.graph_module.graph
-    needed = _output_ancestors(fx_graph)
-    frees = _last_uses(fx_graph)
-    for p in nodes:  # plans nobody else holds yet: filled in place (a replace() each cost ~7 us)
-        object.__setattr__(p, "needed", p.node in needed)
-        object.__setattr__(p, "frees", frees.get(p.node, ()))
-    return Plan(graph=graph, nodes=tuple(nodes), by_node={p.node: p for p in nodes},
-                frees=tuple(p.frees for p in nodes))
+def last_uses(inputs: Sequence[tuple[int, ...]], output: int | None = None) -> list[tuple[int, ...]]:
+    """For each node, the positions of the values whose last reader it is (fx.Interpreter's own
+    rule), plus its own position when nothing reads its value (the output node excepted: by
+    default the last node)."""
+    n = len(inputs)
+    output = n - 1 if output is None else output
+    read = [False] * n
+    frees: list[tuple[int, ...]] = [()] * n
+    for i in range(n - 1, -1, -1):
+        mine = [p for p in inputs[i] if not read[p]]
+        for p in mine:
+            read[p] = True
+        if not read[i] and i != output:
+            mine.append(i)
+        if mine:
+            frees[i] = tuple(mine)
+    return frees
 
 
-class Traffic(enum.Enum):
-    """How a node moves memory (the bytes of the roofline model; counted by the interpreter).
-
-    DEFAULT: it reads every input tensor once (a module call: also its parameters and buffers) and
-    writes its output; in place, it reads and writes the same storage; a 0-FLOP node whose output
-    is a view of (or is) an input moves nothing, a copy (``contiguous`` of a strided tensor,
-    ``cat``, ``clone``, a cast) reads and writes. INPLACE: an op that updates its first operand
-    (``add_``, ``relu_``: a name ending in one ``_``) reads every input and writes the tensor,
-    though its output is that input. OVERWRITE: ``copy_``, ``fill_``, ``zero_``, the random fills
-    and ``x[i] = v`` (``zero.OVERWRITES``) read only their other operands and write the tensor
-    (``x[i] = v``: as many bytes as ``v`` holds, 0 for a Python scalar). GATHER: an indexed read
-    (``embedding``, ``index_select``, ``gather``...; ``zero.GATHERS``) reads the rows it gathers
-    (its output's bytes) and its indices, not the whole table. CREATE: ``zeros``, ``randn_like``,
-    ``arange``... (``zero.CREATES``) read nothing and write their output. NONE: placeholders, parameter
-    reads, the output and metadata-only in-place ops (``requires_grad_``, ``unsqueeze_``...).
-    SCATTER: an indexed in-place write (``index_copy_``, ``scatter_``, ``index_put_``...;
-    ``zero.SCATTERS``) reads its indices and source and writes the source's elements. A counted
-    node whose output is its first input's storage (dropout in eval mode returns its input) moves
-    nothing unless it is in place (``inplace=True``, ``x += y``).
-    """
-
-    DEFAULT = "default"
-    INPLACE = "inplace"
-    OVERWRITE = "overwrite"
-    GATHER = "gather"
-    SCATTER = "scatter"
-    CREATE = "create"
-    NONE = "none"
+def _is_node(value: Any) -> bool:
+    return isinstance(value, fx.Node)
 
 
-def _traffic(node: fx.Node, key: str, module: nn.Module | None) -> Traffic:
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def traffic_of(op: str, key: str, module: nn.Module | None, args: Any, kwargs: Mapping[str, Any],
+               is_value: Callable[[Any], bool]) -> Traffic:
+    """How a node moves bytes (:class:`Traffic`), from its table key, its module and, for indexing
+    and ``inplace=`` nodes, its arguments (``is_value``: an argument that is another node's value)."""
     name = key.rpartition(".")[2] if module is None else key
-    if node.op in ("placeholder", "get_attr", "output") or name in METADATA_INPLACE:
+    if op in ("placeholder", "get_attr", "output") or name in METADATA_INPLACE:
         return Traffic.NONE
     if name in OVERWRITES:
         return Traffic.OVERWRITE
     if name in SCATTERS:
         return Traffic.SCATTER
     if name in GATHERS:
-        if name == "getitem" and not any(isinstance(a, fx.Node) for a in _flatten(node.args[1:])):
+        if name == "getitem" and not any(map(is_value, _flatten(args[1:]))):
             return Traffic.DEFAULT  # a literal index: a view of a tensor, or an item of a tuple
         return Traffic.GATHER
     if name in CREATES:
         return Traffic.CREATE
     if (name.endswith("_") and not name.endswith("__") or name in INPLACE_OPERATORS
-            or node.kwargs.get("inplace") is True or getattr(module, "inplace", False) is True):
+            or kwargs.get("inplace") is True or getattr(module, "inplace", False) is True):
         return Traffic.INPLACE
     return Traffic.DEFAULT
 
@@ -296,12 +348,6 @@ def _param_dtype(module: nn.Module | None) -> torch.dtype | None:
     return next((p.dtype for p in module.parameters() if p.is_floating_point() or p.is_complex()), None)
 
 
-class FlatArgs(enum.Enum):
-    """The shape of a node's arguments, for fetching them without fx's recursive map."""
-
-    NODES = "nodes"  #: positional arguments only, every one a node
-    NODES_AND_CONSTANTS = "nodes_and_constants"  #: positional only, nodes and plain constants
-    NESTED = "nested"  #: keywords, containers, slices...: fx's own fetch
 
 
 _CONSTANTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -317,20 +363,18 @@ def _flat_args(node: fx.Node) -> FlatArgs:
     return FlatArgs.NESTED
 
 
-def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTable,
+def _choose(op: str, target: Any, module: nn.Module | None, key: str, table: FormulaTable,
             ignored: set[str], path: str) -> tuple[NodeKind, Formula | None]:
-    if node.op in ("placeholder", "get_attr", "output") or (
-            node.op == "call_module" and str(node.target).startswith("_guards")):
+    if op in ("placeholder", "get_attr", "output") or (op == "call_module" and str(target).startswith("_guards")):
         return NodeKind.ZERO, None
-    if is_communication(node.target):
+    if is_communication(target):
         return NodeKind.COMMUNICATION, None
-    if key in ignored or (node.op == "call_module" and (str(node.target) in ignored or path in ignored)) or (
+    if key in ignored or (op == "call_module" and (str(target) in ignored or path in ignored)) or (
             key.startswith("aten.") and key[5:] in ignored):  # ignore_ops=("relu",) also means aten.relu
         return NodeKind.IGNORED, None
-    target = node.target
     if module is not None:
         formula = table.resolve_module(type(module))
-    elif node.op == "call_method":
+    elif op == "call_method":
         formula = table.resolve_method(str(target))
     elif isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         formula = table.resolve_aten(target)
@@ -347,12 +391,16 @@ def _choose(node: fx.Node, module: nn.Module | None, key: str, table: FormulaTab
 
 def readable_target(node: fx.Node, gm: fx.GraphModule | None) -> str:
     """``Linear``, ``torch.relu``, ``F.linear``, ``operator.add``, ``Tensor.view``, ``aten.mm``."""
-    if node.op == "call_module":
-        return type(gm.get_submodule(str(node.target))).__name__ if gm is not None else str(node.target)
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    if node.op == "call_function":
-        target = node.target
+    if node.op == "call_module" and gm is not None:
+        return type(gm.get_submodule(str(node.target))).__name__
+    return readable_op(node.op, node.target)
+
+
+def readable_op(op: str, target: Any) -> str:
+    """:func:`readable_target` of a node ``op`` of ``target`` (a call_module's target: its path)."""
+    if op == "call_method":
+        return f"Tensor.{target}"
+    if op == "call_function":
         if isinstance(target, torch._ops.OpOverload):
             return f"aten.{target.overloadpacket.__name__}" if target.namespace == "aten" else str(target)
         if isinstance(target, torch._ops.OpOverloadPacket):
@@ -368,45 +416,15 @@ def readable_target(node: fx.Node, gm: fx.GraphModule | None) -> str:
         if module == "builtins":
             return name
         return f"{module}.{name}"
-    return str(node.target)
+    return str(target)
 
 
-def _table_key(node: fx.Node, module: nn.Module | None) -> str:
+def table_key(op: str, target: Any, module: nn.Module | None) -> str:
     """The name a user gives ``ignore_ops`` (and the note of an unsupported node shows)."""
     if module is not None:
         return type(module).__name__
-    if node.op == "call_method":
-        return str(node.target)
-    target: Any = node.target
+    if op == "call_method":
+        return str(target)
     if isinstance(target, torch._ops.OpOverload):
         return str(target.overloadpacket)
     return getattr(target, "__name__", str(target))
-
-
-def _last_uses(graph: fx.Graph) -> dict[fx.Node, tuple[int, ...]]:
-    """For each node, the positions of the values whose last reader it is (fx.Interpreter's own
-    rule), plus its own position when nothing reads its value."""
-    position = {node: i for i, node in enumerate(graph.nodes)}
-    seen: set[fx.Node] = set()
-    frees: dict[fx.Node, list[int]] = {}
-    for node in reversed(graph.nodes):
-        for parent in node.all_input_nodes:
-            if parent not in seen:
-                seen.add(parent)
-                frees.setdefault(node, []).append(position[parent])
-        if not node.users and node.op != "output":
-            frees.setdefault(node, []).append(position[node])
-    return {node: tuple(values) for node, values in frees.items()}
-
-
-def _output_ancestors(graph: fx.Graph) -> set[fx.Node]:
-    """Nodes the output depends on; the rest (e.g. runtime assertions of export) are checks."""
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    seen = {output}
-    todo = [output]
-    while todo:
-        for parent in todo.pop().all_input_nodes:
-            if parent not in seen:
-                seen.add(parent)
-                todo.append(parent)
-    return seen

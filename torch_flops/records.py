@@ -29,7 +29,7 @@ from torch_flops.plan import INTERNAL_TARGETS as _INTERNAL_TARGETS
 from torch_flops.plan import Status
 
 if TYPE_CHECKING:
-    from torch_flops.interpreter import Measurements
+    from torch_flops.measuring import Measurements
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "OperatorStats", "Profile", "Status",
            "is_internal"]
@@ -457,7 +457,7 @@ class Profile:
             records.extend(map(tuple.__new__, itertools.repeat(NodeRecord), zip(  # the order of _RECORD_FIELDS
                 range(start, start + n), cols.names, cols.ops, cols.targets, cols.paths, cols.module_types, flops,
                 macs, status, times, befores, afters, deltas, graph_run.shapes, cols.chains, notes,
-                itertools.repeat("forward"), dtype_names, itertools.repeat(graph_run.graph), graph_run.dot_outputs,
+                graph_run.phases or itertools.repeat("forward"), dtype_names, itertools.repeat(graph_run.graph), graph_run.dot_outputs,
                 graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward,
                 graph_run.comm_bytes or none, graph_run.global_flops or none, graph_run.global_macs or none,
                 none if bw is None or not bw.comm_by_owner else

@@ -6,14 +6,14 @@ add to that: :class:`ExtraRuns` gives each of them copies of the inputs and, aft
 buffers (running statistics, counters, caches updated in forward) and the RNG state it found, so
 only the one counting run leaves its effects. A forward that updates its own *parameters* in
 place cannot be undone that way (copying every parameter would double the model's memory): extra
-runs of such a model raise, naming the parameter. :func:`model_state_restored` gives the modules'
-``training`` flags back, also when a run fails.
+runs of such a model raise, naming the parameter. :func:`training_flags_restored` gives the
+modules' ``training`` flags back, also when a run fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -22,14 +22,14 @@ from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
 
-__all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "model_state_restored"]
+__all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "training_flags_restored"]
 
 
 @contextlib.contextmanager
-def model_state_restored(model: nn.Module, modules: Sequence[nn.Module] | None = None) -> Iterator[None]:
-    """Restore every module's ``training`` flag on exit (also when the body raises); ``modules``:
-    the model's modules when the caller has them already."""
-    flags = [(m, m.training) for m in (model.modules() if modules is None else modules)]
+def training_flags_restored(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Restore every module's ``training`` flag on exit (also when the body raises): ``modules``,
+    the model's modules as its :class:`~torch_flops.capture.ModelIndex` lists them."""
+    flags = [(m, m.training) for m in modules]
     try:
         yield
     finally:
@@ -79,13 +79,18 @@ class LeafGrads:
 class ExtraRuns:
     """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
 
-    def __init__(self, *models: nn.Module) -> None:
+    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor, bool]], *graphs: nn.Module) -> None:
+        """``tensors``: the model's ``(name, tensor, is a parameter)`` (``ModelIndex.tensors``);
+        ``graphs``: graph modules that run it and may hold tensors of their own (an export graph
+        holds copies)."""
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
         params: dict[int, tuple[str, torch.Tensor]] = {}
-        for model in models:  # the model and the graph module that runs it (an export graph holds copies)
-            for name, b in model.named_buffers():
+        for name, t, is_param in tensors:
+            (params if is_param else buffers).setdefault(id(t), (name, t))
+        for graph in graphs:
+            for name, b in graph.named_buffers():
                 buffers.setdefault(id(b), (name, b))
-            for name, p in model.named_parameters():
+            for name, p in graph.named_parameters():
                 params.setdefault(id(p), (name, p))
         with torch.no_grad():
             self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]

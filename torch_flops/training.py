@@ -22,22 +22,20 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-import time
 from typing import Any
 
 import torch
 from torch import nn
 
 from torch_flops import formulas, hardware, report
-from torch_flops.backward import BackwardCounter, BackwardRun, saved_bytes
+from torch_flops.capture import ModelIndex
 from torch_flops.comm import distributed_settings
-from torch_flops.eager import EagerRecording, ModelIndex
-from torch_flops.interpreter import Measurements
-from torch_flops.measure import input_device, make_memory_probe, make_timer, tensors_of
-from torch_flops.optim import formula_for, optimizer_step_flops
+from torch_flops.measure import input_device, make_memory_probe, make_timer
+from torch_flops.optim import formula_for
 from torch_flops.paths import module_chain
 from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.report import format_count, format_time_ms
+from torch_flops.session import Recording, Step, Steps
 
 __all__ = ["TrainingProfiler", "utilization"]
 
@@ -84,58 +82,49 @@ class TrainingProfiler:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
         if optimizer is not None:
             formula_for(type(optimizer))  # UnsupportedOptimizerError now, not inside the user's step
+            owned = {id(p) for p in model.parameters()}
+            if not any(id(p) in owned for group in optimizer.param_groups for p in group["params"]):
+                raise ValueError(f"the optimizer ({type(optimizer).__name__}) holds none of the model's parameters "
+                                 f"({type(model).__name__}): pass the optimizer made from this model's parameters")
         self.model = model
         self.optimizer = optimizer
         self.tables = formulas.FORMULAS.copy()
         #: one profile per finished step, in order
         self.profiles: list[Profile] = []
         self._durations: list[float] = []  # ms per step, wall clock
-        self._recording: EagerRecording | None = None
-        self._handles: list[Any] = []
-        self._started = False
-        self._backward_seen = False
-        self._step_start = 0.0
-        self._optimizer_counts: list[tuple[torch.Tensor, int]] = []
-        self._optimizer_marks: tuple[Any, Any] | None = None
-        self._pause: Any = None
-        self._thread = 0  # the thread that started profiling: the only one recorded
-        self._in_closure = False  # inside an optimizer.step(closure)'s closure
-        self._batch: int | None = None  # the step's first forward's batch size
-        self._backward_start: int | None = None  # forward nodes recorded once the backward began
         self._peaks: list[int | None] = []
+        self._recording: Recording | None = None
+        self._thread = 0
+        self._other_thread_calls = 0
 
     # ------------------------------------------------------------------ DeepSpeed's verbs
     def start_profile(self) -> None:
         """Start recording steps (``RuntimeError`` when already started)."""
-        if self._started:
+        if self._recording is not None:
             raise RuntimeError("the TrainingProfiler is already profiling: call stop_profile() first")
         model = self.model
-        self._index = ModelIndex(model, self.tables)  # (a lazy module: ValueError, before any hook)
-        self._device = input_device(((), {}), model)
-        self._timer = make_timer(self._device)
+        index = ModelIndex(model, self.tables)  # (a lazy module: ValueError, before any hook)
+        device = input_device(((), {}), model)
+        self._device = device
+        self._timer = make_timer(device)
         # (no trace gate held: a torch.fx trace in another thread is transparent to this one, and
         # holding the gate for a whole training window would block it that long)
+        recording = Recording(index, self.tables, timer=self._timer,
+                              memory=make_memory_probe(device, "memory_allocated", index.storages), device=device,
+                              backward=True, optimizer=self.optimizer, steps=Steps.OPTIMIZER, on_step=self._step_done)
+        recording.start()
+        self._recording = recording
         self._thread = threading.get_ident()
-        if self.optimizer is not None:
-            self._handles = [self.optimizer.register_step_pre_hook(self._before_step),
-                             self.optimizer.register_step_post_hook(self._after_step)]
-        self._handles += [model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
-                          model.register_forward_hook(self._after_forward)]
-        self._started = True
-        self._begin_step()
 
     def stop_profile(self) -> None:
         """Stop recording; a step under way is kept when a forward of it ran. The profiles stay."""
-        if not self._started:
-            return
-        try:
-            self._unpause()  # an optimizer step that raised never reached its post-hook
-            self._finish_step(keep=True)
-        finally:
-            for handle in self._handles:
-                handle.remove()
-            self._handles = []
-            self._started = False
+        recording = self._recording
+        if recording is not None:
+            try:
+                recording.stop()
+            finally:
+                self._recording = None
+                self._other_thread_calls += recording.other_thread_calls
 
     def end_profile(self) -> None:
         """Stop and forget everything (hooks, modes and the profiles)."""
@@ -143,6 +132,7 @@ class TrainingProfiler:
         self.profiles.clear()
         self._durations.clear()
         self._peaks.clear()
+        self._other_thread_calls = 0
 
     def __enter__(self) -> TrainingProfiler:  # noqa: PYI034  (typing_extensions is no dependency)
         self.start_profile()
@@ -154,9 +144,16 @@ class TrainingProfiler:
     # ------------------------------------------------------------------ the numbers
     def _profiles(self) -> list[Profile]:
         if not self.profiles:
+            calls = self._other_thread_calls + (self._recording.other_thread_calls if self._recording else 0)
+            if calls:
+                raise RuntimeError(
+                    f"no training step was profiled: the model ran {calls} time(s) in other threads, and a "
+                    f"TrainingProfiler records only the thread that called start_profile() (thread {self._thread}); "
+                    "call start_profile() in the thread that runs the training loop")
             raise RuntimeError("no training step was profiled: run a step between start_profile() and "
                                "stop_profile()")
         return self.profiles
+
 
     def get_total_flops(self, as_string: bool = False) -> int | str:
         """FLOPs of one training step: forward + backward + optimizer (the mean over the steps)."""
@@ -217,161 +214,47 @@ class TrainingProfiler:
         return text
 
     # ------------------------------------------------------------------ the steps
-    def _begin_step(self) -> None:
-        index = self._index
-        recording = EagerRecording(self.model, index, self.tables, (), self._timer,
-                                   make_memory_probe(self._device, "memory_allocated", index.storages), False, backward=True)
-        counter = BackwardCounter(self.tables, recording.sequences, BackwardRun.empty(0), self._timer)  # type: ignore[arg-type]
-        counter.first_op = self._first_backward_op
-        recording.backward_counter = counter
-        self._recording = recording
-        self._backward_seen = False
-        self._backward_start = None
-        self._batch = None
-        self._optimizer_counts = []
-        self._optimizer_marks = None
-        self._step_start = time.perf_counter()
-        if self._device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self._device)
-        recording.begin()
-
-    def _first_backward_op(self, node: Any) -> None:
-        """At the backward's first op, before autograd frees what the forward saved."""
-        recording = self._recording
-        assert recording is not None and recording.sequences is not None
-        self._backward_seen = True
-        if self._backward_start is None:
-            self._backward_start = len(recording.plans)
-        counter = recording.backward_counter
-        assert counter is not None
-        n = len(recording.plans)
-        counter.run.grow(n)
-        counter.run.saved_bytes, recording.kept_storages = saved_bytes([node], recording.sequences, n,
-                                                                       self._index.storages)
-
-    def _before_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if threading.get_ident() != self._thread or torch._C._current_graph_task_id() != -1:
-            return  # another thread's call, or a recompute inside the backward
-        if self._pause is not None and not self._in_closure:  # the last optimizer step raised: it is over
-            self._unpause()
-            self._finish_step(keep=True)
-            self._begin_step()
-        elif self.optimizer is None and self._backward_seen:
-            self._finish_step(keep=True)  # a new forward after a backward: without an optimizer, a new step
-            self._begin_step()
-        if self._recording is not None:
-            if self._batch is None:
-                self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
-            self._recording.add_call_inputs(args, kwargs)
-
-    def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._recording is not None and threading.get_ident() == self._thread:
-            self._recording.set_call_output(output)
-
-    def _unpause(self) -> None:
-        if self._pause is not None:
-            self._pause.__exit__(None, None, None)
-            self._pause = None
-
-    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
-        if self._recording is None or threading.get_ident() != self._thread:
-            return None
-        # args: (the optimizer, *step's own arguments) as the step wrapper passes them
-        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        self._pause = self._recording.paused()
-        self._pause.__enter__()
-        self._optimizer_start = self._timer.tick()
-        if closure is None:
-            self._optimizer_counts = optimizer_step_flops(optimizer)
-            return None
-        # step(closure): the closure's forward and backward are the step's own; the update's FLOPs
-        # are counted once it has made the gradients (the optimizer calls it before updating)
-        self._optimizer_counts = []
-
-        def recorded_closure() -> Any:
-            assert self._pause is not None
-            self._pause.__exit__(None, None, None)
-            self._in_closure = True
-            try:
-                return closure()
-            finally:
-                self._in_closure = False
-                self._pause.__enter__()
-                self._optimizer_counts = optimizer_step_flops(optimizer)
-
-        return args[:1] + args[2:], {**{k: v for k, v in kwargs.items() if k != "closure"},
-                                     "closure": recorded_closure}
-
-    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._recording is None or self._pause is None or threading.get_ident() != self._thread:
-            return
-        end = self._timer.tick()
-        self._unpause()
-        self._optimizer_marks = (self._optimizer_start, end)
-        self._finish_step(keep=True)
-        self._begin_step()
-
-    def _finish_step(self, keep: bool) -> None:
-        recording, self._recording = self._recording, None
-        if recording is None:
-            return
-        recording.end()
-        if self._device.type == "cuda":
-            torch.cuda.synchronize(self._device)
-        duration = (time.perf_counter() - self._step_start) * 1e3
-        if not keep or recording.last_output is None:  # no forward in it (stopped right after a step)
-            return
-        recording.capture()
-        graph_run = recording.measured()
-        counter = recording.backward_counter
-        assert counter is not None
-        run = counter.run
-        run.grow(len(recording.plans))
-        if len(run.saved_bytes) < len(recording.plans):
-            run.saved_bytes = run.saved_bytes + [0] * (len(recording.plans) - len(run.saved_bytes))
-        graph_run = graph_run.with_backward(run, self._timer)
-        measurements = Measurements(runs=(graph_run,), device=str(self._device), memory_source=recording.memory_source)
-        index = self._index
+    def _step_done(self, step: Step) -> None:
+        """A step of the recording finished: its profile, with one optimizer record per parameter."""
+        measurements = step.measurements(self._timer, self._device)
+        index = step.graph.index
         profile = Profile.from_measurements(
-            measurements, tracer="eager", module_types=index.types, module_params=index.params, batch_size=self._batch,
+            measurements, tracer="eager", module_types=index.types, module_params=index.params,
+            batch_size=step.batch_size,
             settings={**distributed_settings(), "training_step": len(self.profiles) + 1,
-                      "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None})
-        optimizer_records = self._optimizer_records(len(profile.records))
-        start = self._backward_start
-        if start is not None and self.optimizer is not None and any(
-                r.index >= start and r.op not in ("output", "placeholder", "get_attr") for r in profile.records):
-            # recorded after the backward began and before the optimizer stepped (gradient clipping,
-            # unscaling): the update's work, not the model's (no MFU)
-            relabelled = tuple(r._replace(phase="optimizer") if r.index >= start and r.op not in (
-                "output", "placeholder", "get_attr") else r for r in profile.records)
-            profile = dataclasses.replace(profile, records=relabelled)
-        if optimizer_records:
-            profile = dataclasses.replace(profile, records=profile.records + tuple(optimizer_records))
+                      "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
+                      **({"skipped_update": True} if step.skipped_update else {})})
+        records = optimizer_records(step, self.optimizer, len(profile.records))
+        if records:
+            profile = dataclasses.replace(profile, records=profile.records + tuple(records))
         self.profiles.append(profile)
-        self._durations.append(duration)
-        self._peaks.append(torch.cuda.max_memory_allocated(self._device) if self._device.type == "cuda"
-                           else profile.max_memory)
+        self._durations.append(step.duration_ms)
+        self._peaks.append(step.peak_memory if step.peak_memory is not None else profile.max_memory)
 
-    def _optimizer_records(self, start: int) -> list[NodeRecord]:
-        """One ``phase="optimizer"`` record per parameter the step updated, in the module that owns
-        it; the step's measured time shared out in proportion to each parameter's FLOPs."""
-        if not self._optimizer_counts:
-            return []
-        marks = self._optimizer_marks
-        step_ms = self._timer.elapsed_ms(*marks) if marks is not None else None
-        total = sum(f for _, f in self._optimizer_counts) or 1
-        name = type(self.optimizer).__name__
-        records = []
-        for k, (param, flops) in enumerate(self._optimizer_counts):
-            attribute = self._index.attrs.get(id(param), f"param{k}")
-            path = attribute.rpartition(".")[0]
-            records.append(NodeRecord(
-                index=start + k, name=f"{name.lower()}_{attribute.replace('.', '_')}", op="optimizer_step",
-                target=f"{name}.step", module_path=path, module_type=self._index.types.get(path, ""), flops=flops,
-                macs=0, status=Status.COUNTED, time_ms=None if step_ms is None else step_ms * flops / total,
-                mem_before=None, mem_after=None, mem_delta=None, output_shape=tuple(param.shape),
-                module_stack=module_chain((path,)), phase="optimizer", dtype=str(param.dtype).removeprefix("torch.")))
-        return records
+
+def optimizer_records(step: Step, optimizer: torch.optim.Optimizer | None, start: int) -> list[NodeRecord]:
+    """One ``phase="optimizer"`` record per parameter the step updated, in the module that owns it:
+    its FLOPs and bytes (:mod:`torch_flops.optim`), the step's measured time shared out in
+    proportion to each parameter's FLOPs."""
+    if not step.updates or optimizer is None:
+        return []
+    index = step.graph.index
+    total = sum(u.flops for u in step.updates) or 1
+    name = type(optimizer).__name__
+    step_ms = step.optimizer_ms
+    records = []
+    for k, update in enumerate(step.updates):
+        param = update.param
+        attribute = index.attrs.get(id(param), f"param{k}")
+        path = attribute.rpartition(".")[0]
+        records.append(NodeRecord(
+            index=start + k, name=f"{name.lower()}_{attribute.replace('.', '_')}", op="optimizer_step",
+            target=f"{name}.step", module_path=path, module_type=index.types.get(path, ""), flops=update.flops,
+            macs=0, status=Status.COUNTED, time_ms=None if step_ms is None else step_ms * update.flops / total,
+            mem_before=None, mem_after=None, mem_delta=None, output_shape=tuple(param.shape),
+            module_stack=module_chain((path,)), phase="optimizer", dtype=str(param.dtype).removeprefix("torch."),
+            bytes_read=update.bytes_read, bytes_written=update.bytes_written))
+    return records
 
 
 def step_flops(profile: Profile) -> int:

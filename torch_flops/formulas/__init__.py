@@ -82,6 +82,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch_flops.formulas.evaluate import evaluate
 from torch_flops.formulas.table import (
     Composite,
     Count,
@@ -110,6 +111,7 @@ __all__ = [
     "MODULE_FLOPs_MAPPING",
     "Name",
     "aten_ops",
+    "evaluate",
     "functions",
     "methods",
     "modules",

@@ -1,0 +1,279 @@
+"""One profiled call of the model (what ``TorchFLOPsByFX.propagate`` runs), on either front end,
+driven by the one run loop (:func:`torch_flops.runloop.run_repeated`):
+
+* :class:`EagerFront` (the default): every run is one call of the model as it is, recorded by a
+  :class:`~torch_flops.session.Recording`; with a backward, the loss and ``loss.backward()`` are
+  recorded in the same recording;
+* :class:`GraphFront` (``tracer="fx"``/``"export"``, a GraphModule, and the meta fallback): the
+  graph is captured once (again when the model changed since) and run by one
+  :class:`~torch_flops.interpreter.GraphRunner` per graph; a backward is recorded by a
+  backward-only recording over the autograd nodes the interpreter marked.
+
+Both return the model's output, the capture (a function: an eager capture is built when first
+asked for) and the :class:`~torch_flops.measuring.Measurements`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from torch_flops._gc import gc_paused
+from torch_flops.backward import SequenceMap
+from torch_flops.capture import (
+    TRACE_GATE,
+    Capture,
+    CapturedGraph,
+    CaptureOptions,
+    ModelIndex,
+    capture_export,
+    capture_fx,
+)
+from torch_flops.errors import DroppedOutputWarning, TracingError
+from torch_flops.formulas import FormulaTable
+from torch_flops.interpreter import GraphRunner
+from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe
+from torch_flops.measuring import GraphRun, Measurements
+from torch_flops.plan import make_plan
+from torch_flops.progress import Progress
+from torch_flops.recorder import check_call, check_leaves
+from torch_flops.runloop import RunTimes, run_repeated
+from torch_flops.session import Recording, Step
+from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
+
+__all__ = ["CallSettings", "EagerFront", "GraphFront", "checked_loss"]
+
+Result = tuple[Any, Callable[[], Capture], Measurements]
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """What a profiled call takes from the counter's options."""
+
+    table: FormulaTable
+    capture: CaptureOptions  #: leaf modules (and, for fx, concrete arguments)
+    ignored: tuple[str, ...]
+    warmup: int
+    repeat: int
+    strict: bool
+    mem_func_name: str
+    timer_for: Callable[[torch.device], Timer]
+
+
+def checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
+    """The loss to run ``backward()`` on: a scalar tensor that needs a gradient, or a clear error."""
+    what = "loss_fn(output)" if from_loss_fn else "the model's output (no loss_fn given)"
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
+                         "loss_fn=lambda out: out.sum()")
+    if not value.requires_grad:
+        raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
+                         "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
+    return value
+
+
+class EagerFront:
+    """The front end that follows the real execution (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, settings: CallSettings) -> None:
+        self.model = model
+        self.settings = settings
+        #: the last call read a value of a meta tensor (``.item()``), which no run on meta can give
+        self.needs_values = False
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss_fn: Callable[[Any], Any] | None,
+             backward: bool, progress: Progress) -> Result:
+        model, s = self.model, self.settings
+        check_call(model, args, kwargs)
+        device = input_device((args, kwargs), model)
+        index = ModelIndex(model, s.table, s.capture.leaf_types, s.capture.leaf_paths, s.capture.leaf_names)
+        if s.strict:
+            check_leaves(index, s.table, s.ignored)
+        runner = _EagerRunner(index, s, device, loss_fn, backward)
+        self.needs_values = False
+        try:
+            with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
+                output, measurements = run_repeated(runner, (args, kwargs), warmup=s.warmup, repeat=s.repeat,
+                                                    device=device, extra_runs=lambda: ExtraRuns(index.tensors),
+                                                    progress=progress)
+        finally:
+            self.needs_values = runner.needs_values
+        step = runner.counted
+        assert step is not None
+        if s.strict:
+            step.graph.check_strict()
+        return output, step.graph.capture, measurements
+
+
+class _EagerRunner:
+    """Each run: one call of the model (and its loss and backward) under a new recording."""
+
+    def __init__(self, index: ModelIndex, settings: CallSettings, device: torch.device,
+                 loss_fn: Callable[[Any], Any] | None, backward: bool) -> None:
+        self.index, self.settings, self.device = index, settings, device
+        self.loss_fn, self.backward = loss_fn, backward
+        self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
+        self.memory_source = self.memory.source
+        self.counted: Step | None = None
+        self.needs_values = False
+        self._last: tuple[Step, Timer] | None = None
+
+    def call(self, inputs: tuple[tuple[Any, ...], dict[str, Any]], *, count: bool, timed: bool) -> Any:
+        args, kwargs = inputs
+        model, loss_fn = self.index.model, self.loss_fn
+        self._last = None
+        if not (count or timed):  # a warm-up: the model (and its backward) as it is, nothing recorded
+            output = model(*args, **kwargs)
+            if self.backward:
+                loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
+                saved = LeafGrads(loss)
+                try:
+                    loss.backward()
+                finally:
+                    saved.restore()
+            return output
+        s = self.settings
+        recording = Recording(self.index, s.table, timer=s.timer_for(self.device), memory=self.memory,
+                              device=self.device, ignored=s.ignored, backward=self.backward)
+        grads: LeafGrads | None = None
+        recording.start()
+        try:
+            output, loss = recording.record_call(
+                args, kwargs, (loss_fn if loss_fn is not None else _identity) if self.backward else None)
+            if self.backward:
+                loss = checked_loss(loss, loss_fn is not None)
+                if not count:  # an extra step leaves no gradient behind
+                    with recording.paused():
+                        grads = LeafGrads(loss)
+                recording.run_backward(loss)
+        finally:
+            recording.stop()
+            self.needs_values = recording.needs_values
+            if grads is not None:
+                grads.restore()
+        step = recording.steps[0]
+        self._last = (step, recording.timer)
+        if count:
+            self.counted = step
+        return output
+
+    def run_times(self) -> RunTimes | None:
+        if self._last is None:
+            return None
+        step, timer = self._last
+        backward = step.backward.times(timer) if step.backward is not None else None
+        return RunTimes(step.graph.times(), backward, step.graph.program())
+
+    def measured(self, times: RunTimes) -> GraphRun:
+        assert self._last is not None and self.counted is not None
+        return self.counted.graph_run(self._last[1], times.forward, times.backward)
+
+
+class GraphFront:
+    """The fx and export front ends (see the module docstring): ``tracer`` is ``"fx"`` (a graph
+    captured now, for any inputs) or ``"export"`` (captured on the first call, for its inputs).
+    ``fx_error``: why fx failed, when export is the fallback."""
+
+    def __init__(self, model: nn.Module, settings: CallSettings, tracer: str, fx_error: TracingError | None = None,
+                 progress: Progress | None = None) -> None:
+        self.model = model
+        self.settings = settings
+        self.tracer = tracer
+        self.fx_error = fx_error
+        self._capture: Capture | None = None
+        self._runners: dict[CapturedGraph, tuple[GraphRunner, frozenset[int]]] = {}
+        if tracer == "fx":
+            self._capture = self._capture_fx(progress or Progress(False))
+
+    @property
+    def capture(self) -> Capture | None:
+        return self._capture
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss_fn: Callable[[Any], Any] | None,
+             backward: bool, progress: Progress) -> Result:
+        s = self.settings
+        capture = self._capture_for(args, kwargs, progress)
+        graph = capture.graphs[0]
+        progress.step("planning")
+        runner, storages = self._runner(graph)
+        if s.strict:
+            runner.plan.check_strict()
+        inputs = graph.bind(args, kwargs)
+        device = input_device((args, kwargs), self.model)
+        snapshot = capture.snapshot
+        assert snapshot is not None
+        sequences = SequenceMap() if backward else None
+        memory = make_memory_probe(device, s.mem_func_name, storages)
+        gm = graph.graph_module
+        with TRACE_GATE.running(), training_flags_restored(snapshot.modules), gc_paused(), runner.lock:
+            runner.prepare(timer=s.timer_for(device), memory=memory, strict=s.strict, timed=device.type != "meta",
+                           sequences=sequences)
+            output, measurements = run_repeated(
+                runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
+                extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm), progress=progress)
+            output = _plain_containers(output)
+            if sequences is not None:
+                loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
+                n = len(runner.plan.nodes)
+                recording = Recording(snapshot.index, s.table, timer=s.timer_for(device), memory=memory,
+                                      device=device, sequences=sequences, forward_nodes=n, backward=True)
+                with recording:
+                    recording.run_backward(loss)
+                assert recording.backward_run is not None
+                graph_run = measurements.runs[0].with_backward(recording.backward_run, recording.timer)
+                measurements = Measurements.of([graph_run], device, measurements.memory_source)
+        return output, lambda: capture, measurements
+
+    def _capture_fx(self, progress: Progress) -> Capture:
+        progress.step("capturing (torch.fx)")
+        return capture_fx(self.model, self.settings.capture)
+
+    def _capture_for(self, args: tuple[Any, ...], kwargs: dict[str, Any], progress: Progress) -> Capture:
+        capture = self._capture
+        if capture is not None and capture.snapshot is not None and not capture.snapshot.holds():
+            # train()/eval(), a dtype or device move, replaced parameters or modules since the capture:
+            # the graph may hold a branch or tensors the model no longer has; capture again
+            capture = self._capture = None
+            self._runners = {}
+            if self.tracer == "fx":
+                capture = self._capture = self._capture_fx(progress)
+        if capture is not None and capture.accepts(args, kwargs):
+            return capture
+        progress.step("capturing (torch.export)")
+        capture = capture_export(self.model, args, kwargs, fx_error=self.fx_error)
+        if capture.dropped_outputs:
+            warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
+                          f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
+                          "model's output.", DroppedOutputWarning, stacklevel=5)
+        self._capture, self._runners = capture, {}
+        return capture
+
+    def _runner(self, graph: CapturedGraph) -> tuple[GraphRunner, frozenset[int]]:
+        if graph not in self._runners:  # once per graph: the plan, its interpreter, the model's storages
+            gm = graph.graph_module
+            storages = LiveTensors.storage_keys([*gm.parameters(), *gm.buffers()])
+            plan = make_plan(graph, self.settings.table, self.settings.ignored)
+            self._runners[graph] = (GraphRunner(plan), storages)
+        return self._runners[graph]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _plain_containers(value: Any) -> Any:
+    """fx hands back its read-only ``immutable_dict``/``immutable_list``: the model's own output
+    has plain ones (``out[k] = v`` works on it)."""
+    if isinstance(value, fx.immutable_collections.immutable_dict):
+        return {k: _plain_containers(v) for k, v in value.items()}
+    if isinstance(value, fx.immutable_collections.immutable_list):
+        return [_plain_containers(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_plain_containers(v) for v in value)
+    return value

@@ -1,0 +1,32 @@
+"""The one way a formula's result becomes a :class:`~torch_flops.formulas.table.Count`: the forward
+of a node, each backward op and the local shard of a DTensor op are all counted through
+:func:`evaluate`, so every return form a formula may use (see :data:`FlopCount`) is decoded in one
+place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_flops.formulas.table import Count, Formula
+
+__all__ = ["evaluate"]
+
+
+def evaluate(formula: Formula, module: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Count:
+    """``formula(module, out, *args, **kwargs)`` as a :class:`Count`. An ``out=`` keyword is the op's
+    output, never an operand: it is left out of the call. A bare int is ``(flops, 0)``; a pair is
+    ``(flops, macs)`` with nothing known of the dot products; four values (or a ``Count``) say how
+    many outputs the MACs go into and how many a matrix-multiply kernel does."""
+    if kwargs and "out" in kwargs:
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    result = formula(module, out, *args, **kwargs)
+    if type(result) is Count:
+        return result
+    if isinstance(result, tuple):
+        flops, macs = result[0], result[1]
+        flops = flops if type(flops) is int else int(flops)
+        macs = macs if type(macs) is int else int(macs)
+        if len(result) > 2:
+            return Count(flops, macs, result[2], result[3])  # type: ignore[misc]
+        return Count(flops, macs)
+    return Count(result if type(result) is int else int(result), 0)

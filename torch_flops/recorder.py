@@ -1,0 +1,397 @@
+"""The eager recorder: the graph of what one recorded stretch of eager execution ran (one call of the
+model, or a training step), built node by node as the recording (:mod:`torch_flops.session`)
+hands it the calls it saw.
+
+Only what needs the live tensors happens while the model runs: each node's target is planned once
+per target (:func:`torch_flops.plan.plan_op`, cached), its inputs are looked up among the values of
+earlier nodes, and it is measured (:meth:`NodeMeasurer.measure
+<torch_flops.measuring.NodeMeasurer.measure>`, the interpreter's own code) and appended compactly.
+The fx graph, the node plans, which nodes the output needs and when each value dies are built from
+that compact list when first asked for (:attr:`EagerGraph.plan`, normally when the records are
+first read), so a call whose records are never read does not pay for them.
+
+Kinds of node: a call of a module kept whole (``call_module``), a torch function or Tensor method
+with a formula of its own (``call_function``/``call_method``), an aten op (``call_function`` on the
+overload), and the quiet nodes that run nothing: the model's inputs (``placeholder``), a parameter,
+buffer or constant read (``get_attr``), an item of a tuple output (``getitem``) and the output.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.utils import _pytree
+
+from torch_flops.backward import SequenceMap
+from torch_flops.capture import Capture, CapturedGraph, ModelIndex, NodeLocation
+from torch_flops.errors import UnsupportedOpError
+from torch_flops.formulas import FormulaTable
+from torch_flops.measure import MemoryProbe, Timer
+from torch_flops.measuring import GraphRun, NodeMeasurer, traffic_table
+from torch_flops.plan import OpPlan, Plan, last_uses, needed_nodes, node_plan, plan_op, readable_op
+
+__all__ = ["EagerGraph", "check_call", "check_leaves", "named_inputs", "op_name"]
+
+
+class _Ref:
+    """A reference to the value of node ``position`` inside a recorded node's arguments."""
+
+    __slots__ = ("position",)
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+
+class EagerGraph(NodeMeasurer):
+    """The graph of one recorded stretch (see the module docstring). ``sequences``: with a backward
+    to follow, which node made each autograd node (:class:`~torch_flops.backward.SequenceMap`)."""
+
+    def __init__(self, index: ModelIndex, table: FormulaTable, ignored: Iterable[str], timer: Timer,
+                 memory: MemoryProbe, sequences: SequenceMap | None = None) -> None:
+        self._index = index
+        self.index = index  #: the model walk this graph was recorded with
+        self._table = table
+        self._ignored = set(ignored)
+        self._timer = timer
+        self._memory = memory
+        self._strict = False  # formulas that fail are recorded; strict=True raises after the call
+        self.sequences = sequences
+        self._attrs = index.attrs
+        self._root_type = index.types.get("", type(index.model).__name__)
+        self._root = NodeLocation("", self._root_type, ())
+        #: per node: (op, target, location, node args, node kwargs, input positions, name candidate)
+        self._entries: list[tuple[str, Any, NodeLocation, Any, Any, tuple[int, ...], str]] = []
+        self._ops: list[OpPlan] = []  #: per node, its target's plan
+        self.phases: list[str] = []  #: per node, the phase it ran in (see torch_flops.session)
+        self._refs: list[_Ref] = []
+        self._planned: dict[tuple[Any, ...], OpPlan] = {}
+        #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
+        self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
+        self._getitems: dict[tuple[int, int], int] = {}
+        self._attr_nodes: dict[str, int] = {}
+        self._owners: dict[str, Any] = {}  # what the graph module holds: called modules, parameters, constants
+        self._constants = 0
+        self._plan: Plan | None = None
+        self._capture: Capture | None = None
+        self.output_set = False
+        self.reset(0, [])
+
+    @property
+    def memory_source(self) -> str:
+        return self._memory.source
+
+    @property
+    def n(self) -> int:
+        """Nodes recorded so far."""
+        return len(self._entries)
+
+    # ------------------------------------------------------------------ adding nodes
+    def add(self, op: str, target: Any, module: nn.Module | None, location: NodeLocation, phase: str,
+            args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, start: Any, end: Any,
+            before: int | None = None, after: int | None = None) -> None:
+        """One node that ran: a module kept whole (``op="call_module"``, ``target`` its path), a torch
+        function or Tensor method, or an aten op, with its real arguments and output, its timer
+        marks and (CUDA) the memory before and after it."""
+        inputs: list[int] = []
+        node_args = self._arg(args, inputs)  # first: a parameter read or tuple item it needs goes before it
+        node_kwargs = self._arg(kwargs, inputs) if kwargs else None
+        if op == "call_module":  # the graph module holds it under a flat name: no containers to build
+            target = self._own(target, module)
+            key: tuple[Any, ...] = (op, id(module), location.path if self._ignored else None)
+            name = target
+        else:
+            key = (op, target, location.path if self._ignored else None, _variant(target, args, kwargs))
+            name = target if op == "call_method" else op_name(target)
+        planned = self._planned.get(key)
+        if planned is None:
+            planned = self._planned[key] = plan_op(op, target, module, location, self._table, self._ignored,
+                                                   args, kwargs)
+        i = self._append(op, target, location, node_args, node_kwargs, tuple(dict.fromkeys(inputs)), name,
+                         planned, phase)
+        self._starts[i], self._ends[i] = start, end
+        if before is not None:
+            self._mem_before[i], self._mem_after[i] = before, after
+        self.measure(i, planned, args, kwargs, out)
+        self._bind(out, i)
+        if self.sequences is not None:  # the autograd nodes made so far (and not claimed) are this node's
+            self.sequences.close(i)
+
+    def add_inputs(self, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """A call of the model starts: each tensor of its inputs becomes a placeholder."""
+        for name, value in named_inputs(model, args, kwargs):
+            for suffix, leaf in _tensor_leaves(value):
+                i = self._quiet("placeholder", f"{name}{suffix}", self._root, (), leaf, f"{name}{suffix}")
+                self._bind(leaf, i)
+
+    def add_output(self, output: Any) -> None:
+        """The output node: it reads the values of ``output`` (the last call's, for a training step)."""
+        inputs: list[int] = []
+        node_args = (self._arg(output, inputs),)
+        self._quiet("output", "output", self._root, node_args, output, "output", tuple(dict.fromkeys(inputs)))
+        self.output_set = True
+
+    def _append(self, op: str, target: Any, location: NodeLocation, node_args: Any, node_kwargs: Any,
+                inputs: tuple[int, ...], name: str, planned: OpPlan, phase: str) -> int:
+        i = len(self._entries)
+        self._entries.append((op, target, location, node_args, node_kwargs, inputs, name))
+        self._ops.append(planned)
+        self.phases.append(phase)
+        self._refs.append(_Ref(i))
+        self.flops.append(None)
+        self.macs.append(None)
+        self._starts.append(None)
+        self._ends.append(None)
+        self._mem_before.append(None)
+        self._mem_after.append(None)
+        self._seen.append((None, 0, None, None))
+        kind = planned.kind.value
+        if kind != "counted":  # the plan's fill: 0 by definition, None for an unsupported node
+            self.flops[i] = self.macs[i] = None if kind == "unsupported" else 0
+        return i
+
+    def _quiet(self, op: str, target: Any, location: NodeLocation, node_args: Any, value: Any, name: str,
+               inputs: tuple[int, ...] = ()) -> int:
+        """A node that runs nothing (a placeholder, a parameter read, a tuple item, the output)."""
+        key = (op, target, location.attribute)
+        planned = self._planned.get(key)
+        if planned is None:
+            planned = self._planned[key] = plan_op(op, target, None, location, self._table, self._ignored)
+        i = self._append(op, target, location, node_args, None, inputs, name, planned, "forward")
+        self.measure(i, planned, (value,) if op == "output" else (), {}, value)
+        return i
+
+    def _own(self, path: str, value: Any) -> str:
+        """The flat attribute name the graph module holds ``value`` (a module or tensor at
+        ``path``) under: ``encoder_0`` for ``encoder.0``."""
+        flat = path.replace(".", "_") or "root"
+        name, n = flat, 1
+        while name in self._owners and self._owners[name] is not value:
+            name, n = f"{flat}_{n}", n + 1
+        self._owners[name] = value
+        return name
+
+    def _bind(self, value: Any, i: int) -> None:
+        if isinstance(value, torch.Tensor):
+            self._values[id(value)] = (weakref.ref(value), i, None)
+        elif isinstance(value, (tuple, list)):
+            for k, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    self._values[id(item)] = (weakref.ref(item), i, k)
+
+    def _arg(self, value: Any, inputs: list[int]) -> Any:
+        """``value`` with every tensor replaced by a reference to the node it comes from (whose
+        position is added to ``inputs``)."""
+        if isinstance(value, torch.Tensor):
+            i = self._node_of(value)
+            inputs.append(i)
+            return self._refs[i]
+        if isinstance(value, (tuple, list)):
+            mapped = [self._arg(v, inputs) for v in value]
+            return tuple(mapped) if isinstance(value, tuple) else mapped
+        if isinstance(value, dict):
+            return {k: self._arg(v, inputs) for k, v in value.items()}
+        return value
+
+    def _node_of(self, t: torch.Tensor) -> int:
+        entry = self._values.get(id(t))
+        if entry is not None and entry[0]() is t:
+            i, k = entry[1], entry[2]
+            return i if k is None else self._getitem(i, k, t)
+        attribute = self._attrs.get(id(t))
+        name = attribute
+        if name is None:  # a tensor the model holds as a plain attribute, or made outside the call
+            name = f"_tensor_constant{self._constants}"
+            self._constants += 1
+        found = self._attr_nodes.get(name)
+        if found is None:
+            target = self._own(name, t)
+            location = NodeLocation("", self._root_type, (), attribute=attribute)
+            found = self._attr_nodes[name] = self._quiet("get_attr", target, location, (), t, target)
+        self._values[id(t)] = (weakref.ref(t), found, None)
+        return found
+
+    def _getitem(self, i: int, k: int, item: torch.Tensor) -> int:
+        found = self._getitems.get((i, k))
+        if found is None:
+            found = self._getitems[(i, k)] = self._quiet(
+                "call_function", operator.getitem, self._entries[i][2], (self._refs[i], k), item, "getitem", (i,))
+            self._values[id(item)] = (weakref.ref(item), found, None)
+        return found
+
+    # ------------------------------------------------------------------ results
+    def finish(self) -> None:
+        """The recording is over (the timer has finished): the per-node lists as lists."""
+        self.split_seen()
+
+    def program(self) -> list[Any]:
+        """The node targets in order: two calls ran the same program when these are equal."""
+        return [entry[1] for entry in self._entries]
+
+    def next_name(self, candidate: str) -> str:
+        """The name the graph will give the next node called ``candidate`` (for messages)."""
+        namespace = fx.graph._Namespace()
+        for entry in self._entries:
+            namespace.create_name(entry[6], None)
+        return namespace.create_name(candidate, None)
+
+    @property
+    def plan(self) -> Plan:
+        """The plan of the recorded graph, built (once) from the compact list of nodes."""
+        if self._plan is None:
+            self._plan = self._build()
+        return self._plan
+
+    def capture(self) -> Capture:
+        """The graph of what ran, as a one-graph :class:`Capture` (front end ``"eager"``)."""
+        if self._capture is None:
+            self._capture = Capture(graphs=(self.plan.graph,), front_end="eager", module_types=self._index.types,
+                                    module_params=self._index.params)
+        return self._capture
+
+    def measured(self, times: list[float | None] | None = None) -> GraphRun:
+        """What was recorded, frozen (``times``: per node, medians over several calls; by default
+        this recording's own)."""
+        phases = None if all(p == "forward" for p in self.phases) else list(self.phases)
+        return self.graph_run(lambda: self.plan, 0, self.times() if times is None else times,
+                              lambda: traffic_table(self.plan), lambda: self.plan.frees, phases)
+
+    def check_strict(self) -> None:
+        """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula, or the
+        first formula that failed (its exception as the cause)."""
+        self.plan.check_strict()
+        for i, e in self.formula_exceptions.items():
+            p = self.plan.nodes[i]
+            raise UnsupportedOpError(f"node '{p.node.name}' ({p.target}): {self.errors[i]}") from e
+
+    def node_name(self, i: int) -> str:
+        return self.plan.nodes[i].node.name
+
+    def _build(self) -> Plan:
+        graph = fx.Graph()
+        nodes: list[fx.Node] = []
+
+        def resolve(value: Any) -> Any:
+            if type(value) is _Ref:
+                return nodes[value.position]
+            if isinstance(value, (tuple, list)):
+                mapped = [resolve(v) for v in value]
+                return tuple(mapped) if isinstance(value, tuple) else mapped
+            if isinstance(value, dict):
+                return {k: resolve(v) for k, v in value.items()}
+            return value
+
+        locations: dict[fx.Node, NodeLocation] = {}
+        for op, target, location, node_args, node_kwargs, _, name in self._entries:
+            if op == "output":
+                node = graph.output(resolve(node_args[0]))
+            else:
+                node = graph.create_node(op, target, name=name)
+                # set afterwards: create_node scans non-empty arguments for SymInts, and a real run has none
+                if node_args:
+                    node.args = resolve(node_args)
+                if node_kwargs:
+                    node.kwargs = resolve(node_kwargs)
+            nodes.append(node)
+            locations[node] = location
+        gm = _LazyGraphModule(self._owners, graph, self._root_type)
+        captured = CapturedGraph(graph_module=gm, locations=locations, binder=None)
+        inputs = [entry[5] for entry in self._entries]
+        needed = needed_nodes(inputs, len(inputs) - 1) if inputs else []
+        frees = last_uses(inputs)
+        plans = [node_plan(op, node, i, entry[2], entry[5], needed[i], frees[i])
+                 for i, (op, node, entry) in enumerate(zip(self._ops, nodes, self._entries))]
+        return Plan(graph=captured, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
+
+
+def _variant(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """What else a node's plan depends on besides its target: a tensor index (``x[idx]`` gathers,
+    ``x[0]`` is a view) and an ``inplace=`` keyword."""
+    if target is operator.getitem or target is operator.setitem:
+        return any(isinstance(a, torch.Tensor) for a in _pytree.tree_leaves(args[1:2]))
+    if kwargs and "inplace" in kwargs:
+        return kwargs["inplace"] is True
+    return None
+
+
+def op_name(target: Any) -> str:
+    """The name a node of ``target`` is given: the op packet's or the function's name."""
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, "__name__", None) or getattr(target, "__name__", "") or "op"
+
+
+def readable(op: str, target: Any) -> str:
+    """The readable target of a node about to be recorded (for messages)."""
+    return readable_op(op, target)
+
+
+def check_leaves(index: ModelIndex, table: FormulaTable, ignored: Iterable[str]) -> None:
+    """``strict=True``, before anything runs: :class:`UnsupportedOpError` naming the modules kept
+    whole (``leaf_modules``) that have no formula. Calls found without one while the model runs
+    are reported after it."""
+    skip = set(ignored)
+    missing = [f"'{path.replace('.', '_')}' ({cls.__name__})" for path, cls in index.leaf_classes.items()
+               if table.resolve_module(cls) is None and cls.__name__ not in skip and path not in skip]
+    if missing:
+        raise UnsupportedOpError(f"strict=True: {len(missing)} module(s) kept whole have no FLOPs formula: "
+                                 f"{'; '.join(missing[:10])}{' and more' if len(missing) > 10 else ''}")
+
+
+def check_call(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """``TypeError`` naming the problem when ``model(*args, **kwargs)`` cannot bind to its forward
+    (too many inputs, an unknown keyword, one given twice, a missing one), before anything runs."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a forward without a signature: the call itself will tell
+        return
+    params = list(signature.parameters.values())
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not any(p.kind is p.VAR_POSITIONAL for p in params) and len(args) > len(positional):
+        raise TypeError(f"the model takes {len(positional)} input(s) ({', '.join(positional)}) but {len(args)} "
+                        "positional argument(s) were given")
+    for name in positional[:len(args)]:
+        if name in kwargs:
+            raise TypeError(f"input {name!r} given both by position and by keyword")
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise TypeError(f"unexpected keyword input(s) {unknown}; the model's inputs are {names}")
+    given = set(positional[:len(args)]) | set(kwargs)
+    for p in params:
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in given:
+            raise TypeError(f"missing input {p.name!r}; the model's inputs are {names}")
+
+
+def named_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each argument with the forward's parameter name (``x``, ``mask``; ``args_0`` for ``*args``)."""
+    try:
+        signature = inspect.signature(model.forward)
+        bound = signature.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [(f"input_{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    named: list[tuple[str, Any]] = []
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named += [(f"{name}_{i}", v) for i, v in enumerate(value)]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named += list(value.items())
+        else:
+            named.append((name, value))
+    return named
+
+
+def _tensor_leaves(value: Any) -> list[tuple[str, torch.Tensor]]:
+    """The tensors inside an argument, with a name suffix for nested ones (``_0``, ``_key``)."""
+    if isinstance(value, torch.Tensor):
+        return [("", value)]
+    leaves, spec = _pytree.tree_flatten(value)
+    tensors = [(f"_{i}", leaf) for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    return tensors if spec is not None else []

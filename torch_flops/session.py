@@ -1,0 +1,962 @@
+"""The recording: the one owner of what torch_flops installs while a model runs eagerly, of "where
+am I" (which of the model's modules is running, whether autograd is in a backward) and of the
+phase and step every recorded op belongs to. ``propagate`` (:mod:`torch_flops.calls`), the
+training profiler (:mod:`torch_flops.training`) and the generation profiler all record through a
+:class:`Recording`.
+
+What is installed, and how recordings stack
+-------------------------------------------
+Per thread, one ``TorchDispatchMode`` and one ``TorchFunctionMode`` (pushed when the thread's first
+recording starts, popped when its last one stops, wherever they then are on torch's mode stacks),
+and, process-wide, one pair of global module hooks (registered while any recording is active; the
+entries torch's handle forgets in ``_global_forward_hooks_with_kwargs`` are removed too). Each
+recording adds its own hooks on its model's root (the inputs and output of each call) and on its
+optimizer (the step). So two recordings in one thread, nested or started and stopped in any
+order, each receive the events of their own model, and after the last one stops torch's hook
+dictionaries and mode stacks are exactly as they were. Events are delivered to the recordings of
+the thread that made them; a recording only ever sees its own thread (the model called from
+another thread runs untouched, and is counted so a profiler can say so). When several recordings
+of one thread want the same op, it runs once, each timing it around the others.
+
+Phases, by event (never by position)
+------------------------------------
+* ``forward``: inside a call of one of the model's modules;
+* ``loss``: outside the model, after a forward and before that step's next backward;
+* ``backward``: inside autograd's graph task (:func:`torch_flops.backward.in_backward`): each op is
+  counted for the forward node that created its autograd node (:class:`BackwardCounter`);
+* ``optimizer``: inside ``optimizer.step`` (its update is counted per parameter by
+  :mod:`torch_flops.optim`); work outside the model after a backward (gradient clipping,
+  ``GradScaler.unscale_``) is decided when the next event comes: an optimizer step (or GradScaler's
+  update, ``aten._amp_update_scale_``) makes it the update's, a forward (gradient accumulation)
+  the loop's own ``loss`` phase work.
+
+Steps (:class:`Steps`): ``ONE`` (the whole recording, e.g. one ``propagate``), ``OPTIMIZER`` (a
+training step ends with the optimizer's step, or GradScaler's update when it skipped the step,
+and is closed when the next forward begins or the recording stops; without an optimizer, a
+forward after a backward begins a new step) and ``CALL`` (every call of the model is a step: the
+prefill and decode steps of generation). Each finished :class:`Step` holds the graph of what it
+ran, its backward, its optimizer updates and its wall time.
+
+Exceptions raised by the model (or a loss function) come out as themselves; a recording adds a
+note naming the op or module that raised and its inputs, and stops cleanly on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_hooks
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_flops.backward import (
+    BackwardCounter,
+    BackwardRun,
+    SequenceMap,
+    current_autograd_node,
+    in_backward,
+    saved_bytes,
+)
+from torch_flops.capture import ModelIndex, NodeLocation
+from torch_flops.formulas import FormulaTable
+from torch_flops.measure import MemoryProbe, Timer, tensors_of
+from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
+from torch_flops.optim import optimizer_step_flops, update_traffic
+from torch_flops.paths import module_chain
+from torch_flops.recorder import EagerGraph, op_name, readable
+
+__all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
+
+FORWARD, LOSS, OPTIMIZER = "forward", "loss", "optimizer"
+_SELF = object()  # "inside a node": the profiler's own bookkeeping, or a paused recording
+#: aten ops that read tensor values into Python (meta tensors have none)
+_NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "nonzero_static",
+                           "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
+                           "repeat_interleave", "bincount", "allclose", "tolist"})
+_AMP_UPDATE = "_amp_update_scale_"  # GradScaler.update(): the end of an AMP step, the optimizer's or not
+#: Tensor dunder methods that fx records as the ``operator`` function
+_DUNDERS = {"__getitem__": __import__("operator").getitem, "__setitem__": __import__("operator").setitem}
+
+
+class Steps(enum.Enum):
+    """How a recording splits into steps (see the module docstring)."""
+
+    ONE = "one"
+    OPTIMIZER = "optimizer"
+    CALL = "call"
+
+
+@dataclass(frozen=True)
+class OptimizerUpdate:
+    """One parameter's update in an optimizer step: its FLOPs (:mod:`torch_flops.optim`) and the
+    bytes it reads (parameter, gradient, optimizer state) and writes (parameter, state)."""
+
+    param: torch.Tensor
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass
+class Step:
+    """What one step of a recording ran (see :class:`Steps`)."""
+
+    graph: EagerGraph  #: the forward, loss and clipping nodes, measured
+    backward: BackwardRun | None  #: its backward, per forward node (None: no backward recorded)
+    updates: list[OptimizerUpdate]  #: the optimizer's update of each parameter (empty: none ran)
+    optimizer_ms: float | None  #: the optimizer step's measured time
+    duration_ms: float  #: wall clock from the step's start to its end (its optimizer step's end)
+    peak_memory: int | None  #: CUDA: the allocator's peak during the step; else None
+    batch_size: int | None  #: the first dimension of the first call's first tensor input
+    calls: int  #: calls of the model in the step
+    output: Any = None  #: the model's last output in the step
+    #: GradScaler's update ran without an optimizer step (inf/NaN gradients: the step was skipped)
+    skipped_update: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  #: what a session adds (the KV cache after a decode step)
+
+    def graph_run(self, timer: Timer, times: Sequence[float | None] | None = None,
+                  backward_times: Sequence[float | None] | None = None) -> GraphRun:
+        """The step's measurements (``times``: per node, medians over several steps)."""
+        run = self.graph.measured(None if times is None else list(times))
+        if self.backward is not None:
+            run = run.with_backward(self.backward, timer, backward_times)
+        return run
+
+    def measurements(self, timer: Timer, device: torch.device, times: Sequence[float | None] | None = None,
+                     backward_times: Sequence[float | None] | None = None) -> Measurements:
+        return Measurements.of([self.graph_run(timer, times, backward_times)], device, self.graph.memory_source)
+
+
+class Recording:
+    """A recording of one model's eager execution in the thread that starts it (see the module
+    docstring). ``index``: the model's :class:`ModelIndex`, made with the formula ``table`` (it
+    says which modules are kept whole); ``backward``: count the backward of what is recorded;
+    ``optimizer``: its steps are the optimizer phase; ``outside``: also record the ops that run
+    outside the model (the loss, gradient clipping); ``on_step``: called with each finished step.
+    ``sequences`` (with ``forward_nodes``): record only the backward of a forward the graph
+    interpreter ran, which marked its ``forward_nodes`` nodes' autograd nodes there
+    (:attr:`backward_run` holds it)."""
+
+    def __init__(self, index: ModelIndex, table: FormulaTable, *, timer: Timer, memory: MemoryProbe,
+                 device: torch.device, ignored: Iterable[str] = (), backward: bool = False,
+                 optimizer: torch.optim.Optimizer | None = None, steps: Steps = Steps.ONE, outside: bool = True,
+                 on_step: Callable[[Step], None] | None = None, sequences: SequenceMap | None = None,
+                 forward_nodes: int = 0) -> None:
+        self.index = index
+        self.model = index.model
+        self._table = table
+        self._ignored = tuple(ignored)
+        self.timer = timer
+        self._tick = timer.tick
+        self._memory = memory
+        self._read = memory.read
+        self.device = device
+        self._backward = backward
+        self.optimizer = optimizer
+        self._steps_rule = steps
+        self._outside = outside
+        self._on_step = on_step
+        self._record_forward = sequences is None
+        self._sequences = sequences
+        self._forward_nodes = forward_nodes
+        self.backward_run: BackwardRun | None = None  #: the backward of a graph run (``sequences``)
+        self.steps: list[Step] = []  #: the finished steps, in order
+        self.needs_values = False  #: the model read a value of a meta tensor (``.item()``): it cannot run on meta
+        self.other_thread_calls = 0  #: calls of the model made by other threads while recording
+        self._paths = index.paths
+        self._types = index.types
+        self._leaves = index.leaves
+        self._root = NodeLocation("", index.types.get("", type(self.model).__name__), ())
+        self._thread = 0
+        self._hub: _Hub | None = None
+        self._handles: list[Any] = []
+        self._started = False
+        self._function_targets: dict[Any, Any] = {}
+        self._open: Any = None  # the module (or function) node being timed, or _SELF: the calls inside are its own
+        self._failed: tuple[str, Any] | None = None  # the last op that raised, and its arguments (for the note)
+        self._updates: list[OptimizerUpdate] = []
+        self._reset_stack()
+        self._in_optimizer = False
+        self._graph: EagerGraph | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start recording this thread's calls (``RuntimeError`` when already started)."""
+        if self._started:
+            raise RuntimeError("this recording is already started")
+        self._thread = threading.get_ident()
+        self._begin_step()
+        model = self.model
+        if self._record_forward:
+            self._handles = [model.register_forward_pre_hook(self._call_begins, with_kwargs=True),
+                             model.register_forward_hook(self._call_ends)]
+        if self.optimizer is not None:
+            self._handles += [self.optimizer.register_step_pre_hook(self._before_step),
+                              self.optimizer.register_step_post_hook(self._after_step)]
+        try:
+            self._hub = _Hub.join(self)
+        except BaseException:
+            self._remove_handles()
+            raise
+        self._started = True
+
+    def stop(self) -> None:
+        """Stop recording: the step under way is finished (kept when the model ran in it), every
+        mode and hook of this recording is removed. Safe to call twice, and on every exit path."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            if self._hub is not None:
+                self._hub.leave(self)
+        finally:
+            self._hub = None
+            self._remove_handles()
+            self._open = None
+            if self._in_optimizer:  # a step that raised never reached its post-hook: it updated nothing
+                self._in_optimizer = False
+                self._updates = []
+            self._finish_step()
+
+    def __enter__(self) -> Recording:  # noqa: PYI034  (typing_extensions is no dependency)
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _remove_handles(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Nothing this thread runs inside is recorded (the profiler's own work during a recording)."""
+        outer, self._open = self._open, _SELF
+        try:
+            yield
+        finally:
+            self._open = outer
+
+    def record_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    loss_fn: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
+        """While started: one call of the model, and ``loss_fn(output)`` when given, recorded;
+        returns the output and the loss. An exception comes out as itself, with a note naming the
+        op or module that raised."""
+        self._in_loss = False
+        try:
+            output = self.model(*args, **kwargs)
+            loss = None
+            if loss_fn is not None:
+                self._in_loss = True
+                self._failed = None
+                loss = loss_fn(output)
+            return output, loss
+        except Exception as e:
+            add_note(e, f"torch_flops: {self._failure_message(e)}")
+            raise
+        finally:
+            self._in_loss = False
+
+    def run_backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` recorded: every op autograd runs is counted for the forward node that
+        caused it; what the forward saved for it is measured first."""
+        assert self._counter is not None, "a recording with backward=True"
+        self._saved(loss.grad_fn)
+        self._seeding = True  # the seed gradient (ones_like) is the backward's, not a loss node
+        try:
+            loss.backward()
+        finally:
+            self._seeding = False
+            self.timer.finish()
+
+    # ------------------------------------------------------------------ steps
+    def _begin_step(self) -> None:
+        if self._record_forward:
+            sequences = self._sequences = SequenceMap() if self._backward else None
+            self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences)
+        else:
+            sequences, self._graph = self._sequences, None
+        if sequences is not None:
+            counter = BackwardCounter(self._table, sequences, BackwardRun.empty(self._forward_nodes), self.timer)
+            counter.first_op = self._first_backward_op
+            self._counter: BackwardCounter | None = counter
+        else:
+            self._counter = None
+        self._step_start = time.perf_counter()
+        self._calls = 0
+        self._batch: int | None = None
+        self._last_output: Any = None
+        self._after_backward = False
+        self._step_ready = False
+        self._skipped_update = False
+        self._pending: list[int] = []
+        self._in_optimizer = False
+        self._in_closure = False
+        self._updates = []
+        self._optimizer_ms: float | None = None
+        self._saved_keys: frozenset[int] = frozenset()
+        self._seeding = False
+        self._in_loss = False
+        self._failed = None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _finish_step(self) -> None:
+        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
+        try:
+            with torch._C.DisableTorchFunction():
+                self._close_step()
+        finally:
+            self._open = outer
+
+    def _close_step(self) -> None:
+        graph, self._graph = self._graph, None
+        if graph is None:
+            if self._counter is not None and not self._record_forward:  # the backward of a graph run
+                self.timer.finish()
+                run = self.backward_run = self._counter.run
+                run.grow(self._forward_nodes)
+                run.saved_bytes += [0] * (self._forward_nodes - len(run.saved_bytes))
+                self._counter = None
+            return
+        self.timer.finish()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        duration = (time.perf_counter() - self._step_start) * 1e3
+        if not self._calls:  # the model did not run in it (stopped right after a step): no step
+            return
+        if self._pending:  # after the last backward, with no optimizer step: the loop's own work
+            self._label(OPTIMIZER if self._step_ready and self.optimizer is not None else LOSS, graph)
+        graph.add_output(self._last_output)
+        graph.finish()
+        backward = None
+        if self._counter is not None:
+            backward = self._counter.run
+            backward.grow(graph.n)
+            if len(backward.saved_bytes) < graph.n:
+                backward.saved_bytes = backward.saved_bytes + [0] * (graph.n - len(backward.saved_bytes))
+            graph.kept_storages = self._saved_keys
+        step = Step(graph=graph, backward=backward, updates=self._updates, optimizer_ms=self._optimizer_ms,
+                    duration_ms=duration, calls=self._calls, batch_size=self._batch, output=self._last_output,
+                    peak_memory=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None,
+                    skipped_update=self._skipped_update)
+        self.steps.append(step)
+        if self._on_step is not None:
+            self._on_step(step)
+
+    def _new_step(self) -> None:
+        self._finish_step()
+        self._begin_step()
+
+    def _label(self, phase: str, graph: EagerGraph | None = None) -> None:
+        """The phase of the nodes recorded outside the model since the last backward, now known."""
+        graph = graph or self._graph
+        assert graph is not None
+        phases = graph.phases
+        for i in self._pending:
+            phases[i] = phase
+        self._pending = []
+
+    def _forward_begins(self) -> None:
+        """A call of one of the model's modules begins with none running (an event of the steps)."""
+        rule = self._steps_rule
+        if rule is Steps.OPTIMIZER and (self._step_ready or (self.optimizer is None and self._after_backward)):
+            if self._pending:
+                self._label(OPTIMIZER if self._step_ready and self.optimizer is not None else LOSS)
+            self._new_step()
+        elif self._pending:  # gradient accumulation: the work between was the loop's own
+            self._label(LOSS)
+        self._after_backward = False
+
+    # ------------------------------------------------------------------ the model's calls
+    def _call_begins(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if threading.get_ident() != self._thread:
+            self.other_thread_calls += 1
+            return
+        if in_backward() or self._graph is None or self._open is not None:
+            return  # a recompute inside the backward; a call inside a node (paused)
+        self._calls += 1
+        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
+        try:
+            with torch._C.DisableTorchFunction():
+                if self._batch is None:
+                    self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
+                self._graph.add_inputs(self.model, args, kwargs)
+        finally:
+            self._open = outer
+
+    def _call_ends(self, module: nn.Module, args: Any, output: Any) -> None:
+        if threading.get_ident() != self._thread or in_backward() or self._graph is None or self._open is not None:
+            return
+        self._last_output = output
+        if self._steps_rule is Steps.CALL:
+            self._new_step()
+
+    # ------------------------------------------------------------------ module events (from the hub)
+    def _reset_stack(self) -> None:
+        self._location = self._root
+        self._stack: list[NodeLocation] = []
+        self._open = None  # the module (or function) node being timed: the calls inside it are its own
+        self._open_level = 0
+        self._open_start: Any = None
+        self._open_before: int | None = None
+        self._open_args: Any = None
+
+    def inside(self) -> bool:
+        """Whether one of the model's modules is running (its forward phase)."""
+        return bool(self._stack)
+
+    def pre_module(self, module: nn.Module) -> bool:
+        """A module call begins; True when this recording opened a node for it (the ops inside
+        are that node's)."""
+        path = self._paths.get(id(module))
+        if path is None or self._graph is None:  # a module of another model: its ops are its caller's
+            return False
+        if self._in_optimizer and not self._in_closure:  # the last optimizer step raised: it is over
+            self._in_optimizer, self._open, self._updates, self._step_ready = False, None, [], True
+        if module is self.model and self._stack and self._hub is not None:
+            # a call of the model while an earlier one never returned (a KeyboardInterrupt went past
+            # its hooks): that one is over
+            self._reset_stack()
+            self._hub.resume(self._hub._suspended)
+        if not self._stack:
+            if self._open is not None:  # inside a paused stretch (the optimizer's step)
+                return False
+            self._forward_begins()
+        outer = self._location
+        self._stack.append(outer)
+        self._location = _location(outer.chain, path, self._types.get(path, "")) if path else \
+            NodeLocation(path, self._types.get(path, ""), outer.chain)
+        if self._open is None and id(module) in self._leaves:
+            self._open, self._open_level = module, len(self._stack)
+            self._open_before = self._read() if self._read is not None else None
+            self._open_start = self._tick()
+            return True
+        return False
+
+    def post_module(self, module: nn.Module, args: Any, kwargs: Any, result: Any, failed: bool) -> None:
+        """A module call ended (``failed``: it raised; the stack unwinds, the open module stays for
+        the message)."""
+        if id(module) not in self._paths or not self._stack:
+            return
+        if module is self._open and len(self._stack) == self._open_level:
+            if failed:
+                path = self._paths[id(module)]
+                self._failed = (f"node {path.replace('.', '_')!r} ({type(module).__name__} in module {path!r})",
+                                self._open_args if self._open_args is not None else args)
+                self._open = None  # the model may catch it and go on: record again
+            else:
+                end = self._tick()
+                after = self._read() if self._read is not None else None
+                self._open = _SELF
+                try:
+                    assert self._graph is not None
+                    self._graph.add("call_module", self._paths[id(module)], module, self._location, FORWARD, args,
+                                    kwargs or {}, result, self._open_start, end, self._open_before, after)
+                finally:
+                    self._open = None
+        self._location = self._stack.pop()
+
+    # ------------------------------------------------------------------ op events (from the hub)
+    def _phase(self) -> str | None:
+        """The phase of an op about to run outside a node, or None when it is not recorded."""
+        if self._stack:
+            return FORWARD
+        if self._in_optimizer or not self._outside or self._graph is None:
+            return None
+        if self._after_backward or self._step_ready:
+            return OPTIMIZER  # provisional: decided by the next event (see _label)
+        return LOSS
+
+    def wants(self) -> bool:
+        """Whether an op about to run (outside the backward) would be recorded by this recording."""
+        return self._open is None and (self._seeding or self._phase() is not None)
+
+    def counting_backward(self) -> bool:
+        """Whether this recording counts the backward ops autograd runs now."""
+        return self._counter is not None and (self._graph is not None or not self._record_forward)
+
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+           inner: Callable[[], Any] | None = None) -> Any:
+        """Run one aten op (outside any node of this recording) and record it."""
+        if self._open is not None or func.namespace == "profiler":  # inside a node; an autograd profiler marker
+            return func(*args, **kwargs) if inner is None else inner()
+        if self._seeding and self._counter is not None:  # the seed gradient of a backward we run
+            return self._counter.op(func, args, kwargs, inner)
+        phase = self._phase()
+        if phase is None:
+            return func(*args, **kwargs) if inner is None else inner()
+        read = self._read
+        before = read() if read is not None else None
+        start = self._tick()
+        try:
+            out = func(*args, **kwargs) if inner is None else inner()
+        except Exception:
+            self._op_failed(func, args)
+            raise
+        end = self._tick()
+        self._failed = None
+        after = read() if read is not None else None
+        self._add("call_function", func, None, phase, args, kwargs, out, start, end, before, after)
+        if func._opname == _AMP_UPDATE and self._steps_rule is Steps.OPTIMIZER and not self._stack:
+            if not self._step_ready:  # GradScaler.update() with no optimizer step since: it skipped it
+                self._skipped_update = True
+            self._step_ready = True
+        return out
+
+    def function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 inner: Callable[[], Any] | None = None, suspend: Callable[[], Any] | None = None,
+                 resume: Callable[[Any], None] | None = None) -> Any:
+        """Run one torch function or Tensor method: as one node when it has a formula of its own,
+        else through (its aten ops are recorded)."""
+        target = self._function_target(func) if self._open is None and not self._seeding else None
+        phase = self._phase() if target is not None else None
+        if phase is None:
+            return func(*args, **kwargs) if inner is None else inner()
+        op, fx_target = target  # type: ignore[misc]
+        read = self._read
+        before = read() if read is not None else None
+        self._open = func  # the aten ops inside are this node's
+        token = suspend() if suspend is not None else None
+        start = self._tick()
+        try:
+            out = func(*args, **kwargs) if inner is None else inner()
+        except Exception:
+            name = fx_target if op == "call_method" else op_name(fx_target)
+            what = f"Tensor.{fx_target}" if op == "call_method" else readable(op, fx_target)
+            self._failed = (f"node {self._next_name(name)!r} ({what})", args)
+            raise
+        finally:
+            end = self._tick()
+            if resume is not None:
+                resume(token)
+            self._open = None
+        self._failed = None
+        after = read() if read is not None else None
+        self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after)
+        return out
+
+    def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    inner: Callable[[], Any] | None = None) -> Any:
+        """An op autograd runs: counted for the forward node that caused it."""
+        counter = self._counter
+        if not self.counting_backward():
+            return func(*args, **kwargs) if inner is None else inner()
+        assert counter is not None
+        self._after_backward = True
+        return counter.op(func, args, kwargs, inner)
+
+    def owns_backward(self, node: Any) -> bool:
+        """Whether the autograd node running now is of this recording's forward (or accumulates
+        into one of its model's parameters)."""
+        if self._counter is None:
+            return False
+        if self._counter._sequences.owner(node) is not None:
+            return True
+        variable = getattr(node, "variable", None)
+        return variable is not None and id(variable) in self.index.attrs
+
+    def owns_values(self, args: Any) -> bool:
+        """Whether any tensor of ``args`` is a value this recording made, or its model's (a
+        parameter, a buffer, a parameter's gradient)."""
+        graph = self._graph
+        if graph is None:
+            return False
+        values, attrs = graph._values, self.index.attrs
+        grads = {id(p.grad) for p in self.index.parameters if p.grad is not None}
+        for t in tensors_of(args):
+            if id(t) in values or id(t) in attrs or id(t) in grads:
+                return True
+        return False
+
+    def _add(self, op: str, target: Any, module: nn.Module | None, phase: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None) -> None:
+        graph = self._graph
+        assert graph is not None
+        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
+        try:
+            with torch._C.DisableTorchFunction():
+                if phase == OPTIMIZER and not self._in_optimizer:
+                    self._pending.append(graph.n)
+                graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
+        finally:
+            self._open = outer
+
+    def _op_failed(self, func: Any, args: tuple[Any, ...]) -> None:
+        name = op_name(func)
+        self._failed = (f"node {self._next_name(name)!r} (aten.{name})", args)
+        if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
+            self.needs_values = True
+
+    def _next_name(self, candidate: str) -> str:
+        return self._graph.next_name(candidate) if self._graph is not None else candidate
+
+    def _function_target(self, func: Any) -> tuple[str, Any] | None:
+        """``(op, target)`` of the graph node a torch function or Tensor method call becomes, or
+        None when the call has no formula of its own (its aten ops are recorded instead). Cached."""
+        found = self._function_targets.get(func, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._function_targets[func] = _function_target(func, self._table)
+        return found  # type: ignore[return-value]
+
+    def _failure_message(self, e: BaseException) -> str:
+        if self._in_loss and self._failed is None:  # the model returned; loss_fn's own code raised
+            return f"loss_fn raised {type(e).__name__} on the model's output"
+        where = self._location
+        module = f" in module {where.path!r} ({where.module_type})" if where.path else ""
+        n = self._graph.n if self._graph is not None else 0
+        if self._failed is None:  # raised by the model's Python code, between calls
+            return f"the model raised {type(e).__name__}{module} after {n} recorded node(s)"
+        what, inputs = self._failed
+        return f"running {what}{'' if ' in module ' in what else module} failed with inputs ({describe_inputs(inputs)})"
+
+    # ------------------------------------------------------------------ the backward
+    def _first_backward_op(self, node: Any) -> None:
+        """At a backward's first op, before autograd frees what the forward saved."""
+        self._saved(node)
+
+    def _saved(self, root: Any) -> None:
+        counter, sequences = self._counter, self._sequences
+        assert counter is not None and sequences is not None
+        n = self._graph.n if self._graph is not None else self._forward_nodes
+        counter.run.grow(n)
+        found, keys = saved_bytes([root], sequences, n, self.index.storages)
+        previous = counter.run.saved_bytes
+        counter.run.saved_bytes = [a + b for a, b in zip(found, previous + [0] * (n - len(previous)))]
+        self._saved_keys = self._saved_keys | keys
+
+    # ------------------------------------------------------------------ the optimizer
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        if threading.get_ident() != self._thread or self._graph is None:
+            return None
+        if self._pending:  # clipping, unscaling: the update's work
+            self._label(OPTIMIZER)
+        self._in_optimizer = True
+        self._open = _SELF  # paused: the update is counted per parameter, not op by op
+        self._optimizer_start = self._tick()
+        # args: (the optimizer, *step's own arguments) as the step wrapper passes them
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            self._counts = optimizer_step_flops(optimizer)
+            return None
+        # step(closure): the closure's forward and backward are the step's own; the update's FLOPs
+        # are counted once it has made the gradients (the optimizer calls it before updating)
+        self._counts = []
+
+        def recorded_closure() -> Any:
+            self._open, self._in_optimizer, self._in_closure = None, False, True
+            try:
+                return closure()
+            finally:
+                self._in_closure = False
+                self._open, self._in_optimizer = _SELF, True
+                self._counts = optimizer_step_flops(optimizer)
+
+        return args[:1] + args[2:], {**{k: v for k, v in kwargs.items() if k != "closure"},
+                                     "closure": recorded_closure}
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() != self._thread or not self._in_optimizer:
+            return
+        end = self._tick()
+        self.timer.finish()
+        self._optimizer_ms = self.timer.elapsed_ms(self._optimizer_start, end)
+        self._updates = [OptimizerUpdate(param, flops, *update_traffic(optimizer, param))
+                         for param, flops in self._counts]
+        self._open = None
+        self._in_optimizer = False
+        self._step_ready = True
+
+
+# ---------------------------------------------------------------------------------------------
+# the hub: what is installed per thread and process-wide
+# ---------------------------------------------------------------------------------------------
+
+_UNKNOWN = object()
+_LOCK = threading.RLock()
+_HUBS: dict[int, _Hub] = {}  # thread -> its hub, while it has recordings
+_GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
+
+
+class _Hub:
+    """One thread's recordings and the modes that feed them."""
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread
+        self.recordings: list[Recording] = []
+        self.single: Recording | None = None  #: the only recording (the fast path), or None
+        self.dispatch_mode = _DispatchMode(self)
+        self.function_mode = _FunctionMode(self)
+        self._suspended: tuple[bool, bool] | None = None  # the modes taken off their stacks while a node runs
+        self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
+
+    @classmethod
+    def join(cls, recording: Recording) -> _Hub:
+        thread = threading.get_ident()
+        with _LOCK:
+            hub = _HUBS.get(thread)
+            fresh = hub is None
+            if hub is None:
+                hub = _HUBS[thread] = cls(thread)
+            if not _GLOBAL_HOOKS:
+                _GLOBAL_HOOKS.extend((
+                    module_hooks.register_module_forward_pre_hook(_pre_hook),
+                    module_hooks.register_module_forward_hook(_post_hook, with_kwargs=True, always_call=True)))
+        hub._resume_all()
+        if fresh:
+            hub.dispatch_mode.__enter__()
+            hub.function_mode.__enter__()
+        hub.recordings.append(recording)
+        hub.single = recording if len(hub.recordings) == 1 else None
+        return hub
+
+    def leave(self, recording: Recording) -> None:
+        if recording in self.recordings:
+            self.recordings.remove(recording)
+        self.single = self.recordings[0] if len(self.recordings) == 1 else None
+        if self.recordings:
+            return
+        try:
+            self._suspended = None
+            _exit_mode(self.function_mode, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
+                       torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack)
+            _exit_mode(self.dispatch_mode, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at,
+                       lambda: torch._C._pop_torch_dispatch_stack(None), torch._C._push_on_torch_dispatch_stack)
+        finally:
+            with _LOCK:
+                _HUBS.pop(self.thread, None)
+                if not _HUBS:
+                    _remove_global_hooks()
+
+    # --- taking the modes off while a node runs natively (one recording only)
+    def suspend(self, function: bool = True) -> tuple[bool, bool]:
+        """Take this hub's modes off their stacks while a node's own calls run, so they run at
+        native speed: only a mode on top of its stack (a mode the model pushed itself stays above
+        ours, and ours then passes its calls through)."""
+        dispatch = torch._C._len_torch_dispatch_stack() > 0 and torch._C._get_dispatch_stack_at(
+            torch._C._len_torch_dispatch_stack() - 1) is self.dispatch_mode
+        func = function and torch._C._len_torch_function_stack() > 0 and torch._C._get_function_stack_at(
+            torch._C._len_torch_function_stack() - 1) is self.function_mode
+        if func:
+            torch._C._pop_torch_function_stack()
+        if dispatch:
+            torch._C._pop_torch_dispatch_stack(None)
+        self._suspended = (dispatch, func)
+        return dispatch, func
+
+    def resume(self, token: tuple[bool, bool] | None) -> None:
+        if token is None or self._suspended is None:
+            return
+        dispatch, func = self._suspended
+        self._suspended = None
+        if dispatch:
+            torch._C._push_on_torch_dispatch_stack(self.dispatch_mode)
+        if func:
+            torch._C._push_on_torch_function_stack(self.function_mode)
+
+    def _resume_all(self) -> None:
+        self.resume(self._suspended)
+
+    # --- events
+    def pre_module(self, module: nn.Module) -> None:
+        single = self.single
+        if single is not None:
+            if single.pre_module(module):
+                self._leaf_token = self.suspend()
+            return
+        for r in self.recordings:
+            r.pre_module(module)
+
+    def post_module(self, module: nn.Module, args: Any, kwargs: Any, result: Any, failed: bool) -> None:
+        single = self.single
+        if single is not None:
+            if module is single._open and len(single._stack) == single._open_level:
+                self.resume(self._suspended)
+            single.post_module(module, args, kwargs, result, failed)
+            return
+        for r in reversed(self.recordings):
+            r.post_module(module, args, kwargs, result, failed)
+
+    def op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        wanting = self._claimants(args)
+        return _nested(wanting, lambda r, inner: r.op(func, args, kwargs, inner), lambda: func(*args, **kwargs))
+
+    def function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        wanting = self._claimants(args)
+        return _nested(wanting, lambda r, inner: r.function(func, args, kwargs, inner),
+                       lambda: func(*args, **kwargs))
+
+    def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        counting = [r for r in self.recordings if r.counting_backward()]
+        if len(counting) > 1:
+            node = current_autograd_node()
+            owners = [r for r in counting if r.owns_backward(node)]
+            counting = owners or counting[-1:]
+        return _nested(counting, lambda r, inner: r.backward_op(func, args, kwargs, inner),
+                       lambda: func(*args, **kwargs))
+
+    def _claimants(self, args: Any) -> list[Recording]:
+        """The recordings an op outside the backward belongs to: those inside their model (its
+        forward); else, outside every model, those that made or own one of its inputs, or the
+        latest started."""
+        wanting = [r for r in self.recordings if r.wants()]
+        if len(wanting) <= 1:
+            return wanting
+        inside = [r for r in wanting if r.inside()]
+        if inside:
+            return inside
+        if any(r.inside() for r in self.recordings):  # inside a model whose recording takes no op now
+            return []
+        owners = [r for r in wanting if r.owns_values(args)]
+        return owners or wanting[-1:]
+
+
+def _nested(recordings: Sequence[Recording], call: Callable[[Recording, Callable[[], Any] | None], Any],
+            run: Callable[[], Any]) -> Any:
+    """Run ``run`` once, inside each recording's handling of it (the first outermost)."""
+    if not recordings:
+        return run()
+    inner: Callable[[], Any] = run
+    for r in reversed(recordings[1:]):
+        inner = functools.partial(call, r, inner)
+    return call(recordings[0], inner)
+
+
+class _DispatchMode(TorchDispatchMode):
+    """Hands every aten op of its thread to the hub's recordings."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in a torch._dynamo guard unless this says no; the
+        # guard imports torch._dynamo on first use (about a second, inside the first timed node)
+        # and costs microseconds on every op. Nothing here is compiled.
+        return False
+
+    def __init__(self, hub: _Hub) -> None:
+        super().__init__()
+        self.hub = hub
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        hub = self.hub
+        if in_backward():  # run by autograd (maybe in its own thread): a backward op
+            return hub.backward_op(func, args, kwargs or {})
+        single = hub.single
+        if single is not None:
+            return single.op(func, args, kwargs or {})
+        return hub.op(func, args, kwargs or {})
+
+
+class _FunctionMode(TorchFunctionMode):
+    """Hands every torch function and Tensor method call of its thread to the hub's recordings:
+    those with a formula of their own (``torch.relu``, ``F.scaled_dot_product_attention``,
+    ``x.view``, ``x[i]``) become one node each, counted as the fx graph counts them, the same on
+    every device (the aten ops under an attention call differ between a CPU kernel and the math of
+    the meta device)."""
+
+    def __init__(self, hub: _Hub) -> None:
+        super().__init__()
+        self.hub = hub
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func.__name__ == "__get__" or in_backward():  # a property read; a backward's own calls
+            return func(*args, **kwargs)
+        hub = self.hub
+        single = hub.single
+        if single is not None:
+            if single._open is not None:
+                return func(*args, **kwargs)
+            return single.function(func, args, kwargs, None, hub.suspend_dispatch, hub.resume)
+        return hub.function(func, args, kwargs)
+
+
+def _pre_hook(module: nn.Module, args: Any) -> None:
+    hub = _HUBS.get(threading.get_ident())
+    if hub is not None and not in_backward():
+        hub.pre_module(module)
+
+
+def _post_hook(module: nn.Module, args: Any, *kwargs_result: Any) -> None:
+    # (kwargs, result) after a forward; (result,) alone when the forward raised (torch calls an
+    # always-called global hook so then)
+    hub = _HUBS.get(threading.get_ident())
+    if hub is None or in_backward():
+        return
+    if len(kwargs_result) == 2:
+        hub.post_module(module, args, kwargs_result[0], kwargs_result[1], False)
+    else:
+        hub.post_module(module, args, None, None, True)
+
+
+def _remove_global_hooks() -> None:
+    """Remove the module hooks, and the entries torch's handle leaves behind (a forward hook
+    registered ``with_kwargs`` stays in ``_global_forward_hooks_with_kwargs``)."""
+    for handle in _GLOBAL_HOOKS:
+        handle.remove()
+        module_hooks._global_forward_hooks_with_kwargs.pop(handle.id, None)
+        module_hooks._global_forward_hooks_always_called.pop(handle.id, None)
+    _GLOBAL_HOOKS.clear()
+
+
+def _exit_mode(mode: Any, length: Callable[[], int], at: Callable[[int], Any], pop: Callable[[], Any],
+               push: Callable[[Any], None]) -> None:
+    """Take ``mode`` off its stack with its own ``__exit__`` (which keeps torch's mode flags right),
+    wherever it is: modes pushed above it are set aside and put back; a mode already off the stack
+    (suspended when the model raised past its node) is put on top first."""
+    stack = [at(i) for i in range(length())]
+    above: list[Any] = []
+    if any(m is mode for m in stack):
+        while at(length() - 1) is not mode:
+            above.append(pop())
+    else:
+        push(mode)
+    try:
+        mode.__exit__(None, None, None)
+    finally:
+        for m in reversed(above):
+            push(m)
+
+
+def installed() -> dict[str, int]:
+    """What torch_flops has installed in torch right now (for tests): recordings per thread,
+    global hooks."""
+    with _LOCK:
+        return {"threads": len(_HUBS), "recordings": sum(len(h.recordings) for h in _HUBS.values()),
+                "global_hooks": len(_GLOBAL_HOOKS)}
+
+
+def _function_target(func: Any, table: FormulaTable) -> tuple[str, Any] | None:
+    name = getattr(func, "__name__", "")
+    qualname = getattr(func, "__qualname__", "")
+    if getattr(func, "__module__", "").startswith("torch.distributed"):
+        return None  # dist.scatter is no torch.scatter: its collective is recorded at the dispatcher
+    if qualname.startswith(("TensorBase.", "Tensor.")):  # a Tensor method
+        if name in _DUNDERS:
+            return "call_function", _DUNDERS[name]
+        if table.resolve_method(name) is not None:
+            return "call_method", name
+        return None
+    if table.resolve_function(func) is not None:
+        return "call_function", func
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _location(outer: tuple[str, ...], path: str, module_type: str) -> NodeLocation:
+    """The location inside module ``path`` called within the modules ``outer``: its chain has every
+    dotted prefix too (an iterated ModuleList still encloses its items). A function of strings
+    only, so one cache serves every model and call (layers repeat the same locations)."""
+    return NodeLocation(path, module_type, module_chain((*outer, path)))
