@@ -253,12 +253,15 @@ from torch_flops.formulas import (  # noqa: F401
     conv,
     elementwise,
     embedding,
+    fft,
+    linalg,
     loss,
     matmul,
     norm,
     pooling,
     reduction,
     resample,
+    rnn,
     zero,
 )
 

@@ -283,13 +283,17 @@ class FormulaTable:
         return formula.bind(self) if isinstance(formula, Composite) else formula
 
     def resolve_module(self, cls: type) -> Formula | None:
-        """The formula of a module class, falling back along its MRO (a subclass of ``nn.Linear``
-        is counted as a Linear unless it has an entry of its own)."""
+        """The formula of a module class, falling back along its MRO: a subclass of ``nn.Linear``
+        is counted as a Linear unless it has an entry of its own, but only while it runs the
+        Linear's own ``forward``. A subclass that overrides ``forward`` (a head that transposes
+        before its Conv1d, a router whose Linear returns a tuple) computes something else: it has
+        no formula (None), so every front end records the ops it runs."""
         entries = self._entries
+        forward = getattr(cls, "forward", None)
         for klass in cls.__mro__:
             formula = entries.get(klass) or entries.get(Name("module", klass.__name__))
             if formula is not None:
-                return self.bound(formula)
+                return self.bound(formula) if klass is cls or getattr(klass, "forward", None) is forward else None
             if klass is nn.Module:
                 break
         return None
