@@ -71,6 +71,11 @@ class TorchFLOPsByFX:
             function ``device -> Timer``; default: events on accelerators, ``perf_counter_ns`` on CPU.
         progress: a progress line on stderr for steps that take more than a second (None: only
             when stderr is a terminal).
+        custom_formulas: this counter's own formulas, merged over the package's table (each
+            replacing the entry of its key): keys are module classes, Python functions, Tensor
+            method names (str) and aten ops (``torch.ops.aten.mm`` or ``.default``); values are
+            ``formula(module, out, *args, **kwargs)`` returning ``(flops, macs)`` or an int
+            (``module`` is None but for modules), or None to drop a key's formula.
     """
 
     #: column names of :meth:`print_result_table`'s rows and of the CSV file
@@ -80,7 +85,8 @@ class TorchFLOPsByFX:
                  mem_func_name: str = "memory_allocated", strict: bool = False, warmup: int = 0,
                  repeat: int = 1, leaf_modules: Iterable[type | str] = (),
                  concrete_args: Mapping[str, Any] | None = None, tracer: TracerName = "auto",
-                 timer: Timer | Callable[[torch.device], Timer] | None = None, progress: bool | None = None) -> None:
+                 timer: Timer | Callable[[torch.device], Timer] | None = None, progress: bool | None = None,
+                 custom_formulas: Mapping[Any, formulas.Formula | None] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.options = Options(ignore_ops=ignore_ops, mem_func_name=mem_func_name, strict=strict, warmup=warmup,
@@ -91,6 +97,7 @@ class TorchFLOPsByFX:
                             "has none: profile the nn.Module before scripting it")
         self.model = model
         self.tables = formulas.FORMULAS.copy()  # this counter's own formulas: later edits do not leak in
+        self.tables = self.tables.with_overrides(custom_formulas)
         self._capture: Capture | None = None  # the capture of the last propagate (or fx's, made here)
         self._graph: Capture | None = None  # the fx or export graph(s), kept across calls
         self._data_fallback = False  # meta inputs the model reads values of: torch.export instead

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -158,6 +158,30 @@ class FormulaTable:
         table = FormulaTable()
         table._entries = dict(self._entries)
         table._builtin, table._builtin_formulas = self._builtin, self._builtin_formulas
+        return table
+
+    def with_overrides(self, overrides: Mapping[Any, Formula | None] | None) -> FormulaTable:
+        """This table with ``overrides`` merged over it (each key replacing its entry): keys are
+        module classes, Python functions, Tensor method names (str), aten ops (packets or
+        overloads) or :class:`Name` s; values formulas in the table's one calling convention
+        ``formula(module, out, *args, **kwargs)``, or ``None`` to remove a key's entry (its nodes
+        are then recorded as their ops, or unsupported). ``TypeError`` names a bad key or value."""
+        if overrides is None:
+            return self
+        if not isinstance(overrides, Mapping):
+            raise TypeError(f"custom_formulas must be a mapping of target -> formula, got {type(overrides).__name__}")
+        table = self.copy()
+        for key, formula in overrides.items():
+            if formula is not None and not callable(formula) and not isinstance(formula, Composite):
+                raise TypeError(f"custom_formulas[{key!r}] must be a formula (callable) or None, got {formula!r}")
+            target = Name("method", key) if isinstance(key, str) else key
+            if isinstance(key, str) and callable(getattr(torch.Tensor, key, None)):
+                target = getattr(torch.Tensor, key)
+            if formula is None:
+                table._entries.pop(normalize_key(target), None)
+                table._index = None
+            else:
+                table.add((target,), formula, override=True, where="custom_formulas")
         return table
 
     def restore(self, snapshot: FormulaTable) -> None:
