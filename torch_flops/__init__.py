@@ -41,10 +41,10 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMULAS",
     "ATEN_FLOPs_MAPPING",
+    "ActivationCountAnalysis",
     "DroppedOutputWarning",
     "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",
-    "ActivationCountAnalysis",
     "FlopCountAnalysis",
     "HardwareSpec",
     "METHOD_FLOPs_MAPPING",

@@ -14,7 +14,6 @@ All run the forward pass under ``torch.no_grad()`` and leave the model as they f
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -180,10 +179,6 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None}
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-
-
 def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
     """The op fvcore's TorchScript trace shows for this node (``"aten::add"``), None for a node
     that records no op (an input, a ``getitem``, ``nn.Identity``)."""
@@ -202,7 +197,7 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
             return _MODULE_OPS[cls]
         if cls == "ReLU" and module is not None:
             return "aten::relu_" if getattr(module, "inplace", False) else "aten::relu"
-        return "aten::" + _snake(cls)
+        return "aten::" + fvcore_rules.snake(cls)
     name = r.target
     for prefix in _PREFIXES:
         if name.startswith(prefix):
@@ -213,8 +208,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
         return {1: "aten::upsample_nearest2d", 4: "aten::upsample_bilinear2d"}.get(per_output, "aten::upsample")
     if name.startswith(("conv", "convolution", "_convolution")) and not name.startswith("convolution_backward"):
         return "aten::_convolution"
-    name = _OPERATOR_OPS.get(name, name)
-    return None if name is None else f"aten::{name}"
+    op = _OPERATOR_OPS.get(name, name)
+    return None if op is None else f"aten::{op}"
 
 
 def _fvcore_name(op: str) -> str:

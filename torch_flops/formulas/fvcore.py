@@ -17,6 +17,7 @@ reports as unsupported, counting 0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from torch import nn
 from torch_flops.formulas import aten_ops, functions
 from torch_flops.formulas._shapes import arg, first_output, numel
 
-__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "op_targets"]
+__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "op_targets", "snake"]
 
 #: fvcore's ops counted by their multiply-accumulates (torch_flops' MACs), as fvcore names them
 MAC_OPS: dict[str, str] = {"aten::_convolution": "conv", "aten::addmm": "addmm", "aten::bmm": "bmm",
@@ -139,4 +140,13 @@ def op_targets(name: str) -> tuple[Any, ...]:
         name = "aten::upsample_nearest2d"
     if OVERRIDES.get(name):
         return tuple(key for keys, _ in OVERRIDES[name] for key in keys)
-    return aten_ops(name.removeprefix("aten::"))
+    op = name.removeprefix("aten::")
+    classes = tuple(c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)
+                    and snake(c.__name__) == op)  # nn.MaxPool2d for aten::max_pool2d
+    found = [f for f in functions(op) if callable(f)]
+    return (*classes, *found, *aten_ops(op))
+
+
+def snake(name: str) -> str:
+    """``MaxPool2d`` -> ``max_pool2d``: a module class's name as its op's."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
