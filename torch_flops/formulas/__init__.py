@@ -262,6 +262,7 @@ from torch_flops.formulas import (  # noqa: F401
     reduction,
     resample,
     rnn,
+    search,
     zero,
 )
 
