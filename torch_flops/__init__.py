@@ -4,7 +4,7 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 
 from torch_flops import hardware
 from torch_flops.analyzer import TorchFLOPsByFX
-from torch_flops.api import FlopCountAnalysis, flop_count_table, get_model_profile, profile
+from torch_flops.api import ActivationCountAnalysis, FlopCountAnalysis, flop_count_table, get_model_profile, profile
 from torch_flops.errors import (
     DroppedOutputWarning,
     DuplicateFormulaError,
@@ -41,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMULAS",
     "ATEN_FLOPs_MAPPING",
+    "ActivationCountAnalysis",
     "DroppedOutputWarning",
     "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",

@@ -57,9 +57,11 @@ class TorchFLOPsByFX:
             function ``device -> Timer``; default: events on accelerators, ``perf_counter_ns`` on CPU.
         progress: a progress line on stderr for steps that take more than a second (None: only
             when stderr is a terminal).
-        custom_formulas: this counter's own formulas, over the built-in ones: a mapping from a
-            target (a module class, a Python function, a Tensor method name, an aten op or packet)
-            to ``formula(module, out, *args, **kwargs) -> (flops, macs) | flops``.
+        custom_formulas: this counter's own formulas, merged over the package's table (each
+            replacing the entry of its key): keys are module classes, Python functions, Tensor
+            method names (str) and aten ops (``torch.ops.aten.mm`` or ``.default``); values are
+            ``formula(module, out, *args, **kwargs)`` returning ``(flops, macs)`` or an int
+            (``module`` is None but for modules), or None to drop a key's formula.
     """
 
     #: column names of :meth:`print_result_table`'s rows and of the CSV file
@@ -70,7 +72,7 @@ class TorchFLOPsByFX:
                  repeat: int = 1, leaf_modules: Iterable[type | str] = (),
                  concrete_args: Mapping[str, Any] | None = None, tracer: TracerName = "auto",
                  timer: Timer | Callable[[torch.device], Timer] | None = None, progress: bool | None = None,
-                 custom_formulas: Mapping[Any, Callable[..., Any]] | None = None) -> None:
+                 custom_formulas: Mapping[Any, Callable[..., Any] | None] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.options = Options(ignore_ops=ignore_ops, mem_func_name=mem_func_name, strict=strict, warmup=warmup,

@@ -19,30 +19,40 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+from tabulate import tabulate
 from torch import nn
 
 from torch_flops import _validate, report
 from torch_flops.analyzer import TorchFLOPsByFX
+from torch_flops.formulas import Formula
+from torch_flops.formulas import fvcore as fvcore_rules
+from torch_flops.formulas._shapes import prod
 from torch_flops.options import TracerName
-from torch_flops.records import Profile, Status
+from torch_flops.records import NodeRecord, Profile, is_internal
 
-__all__ = ["FlopCountAnalysis", "flop_count_table", "get_model_profile", "profile"]
+__all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "flop_count_table", "get_model_profile", "profile"]
 
 
 def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: int = 0, repeat: int = 1,
             ignore_ops: Iterable[str] = (), strict: bool = False, leaf_modules: Iterable[type | str] = (),
-            progress: bool | None = None, **kwargs: Any) -> Profile:
+            progress: bool | None = None, custom_formulas: Mapping[Any, Formula | None] | None = None,
+            **kwargs: Any) -> Profile:
     """Profile ``model(*args, **kwargs)`` and return its :class:`Profile`.
 
     >>> p = torch_flops.profile(model, x)
     >>> p.total_flops, p.by_module()["layer1"].flops, p.top_modules(3, by="time")
     >>> print(torch_flops.report.model_profile_text(p, depth=2))
 
+    ``custom_formulas`` maps targets (module classes, functions, Tensor method names, aten ops)
+    to this profile's own formulas, ``formula(module, out, *args, **kwargs)``, over the package's
+    (FlopCounterMode's ``custom_mapping``, fvcore's ``set_op_handle``); see :class:`TorchFLOPsByFX`.
+
     The keyword-only options are those of :class:`TorchFLOPsByFX`; every other keyword argument
     goes to the model (a model argument named like an option needs ``TorchFLOPsByFX`` itself).
     """
     counter = TorchFLOPsByFX(model, tracer=tracer, warmup=warmup, repeat=repeat, ignore_ops=ignore_ops,
-                             strict=strict, leaf_modules=leaf_modules, progress=progress)
+                             strict=strict, leaf_modules=leaf_modules, progress=progress,
+                             custom_formulas=custom_formulas)
     with torch.no_grad():
         counter.propagate(*args, **kwargs)
     return counter.profile
@@ -152,35 +162,81 @@ def _tensor_like_model(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor
 # ---------------------------------------------------------------------------------------------
 
 _PREFIXES = ("torch.", "F.", "Tensor.", "aten.", "operator.")
+#: module class -> the op TorchScript records for its call (fvcore's names); see _fvcore_op
+_MODULE_OPS = {"Linear": "aten::linear", "LazyLinear": "aten::linear", "Bilinear": "aten::bilinear",
+               "BatchNorm1d": "aten::batch_norm", "BatchNorm2d": "aten::batch_norm", "BatchNorm3d": "aten::batch_norm",
+               "SyncBatchNorm": "aten::batch_norm", "GroupNorm": "aten::group_norm", "LayerNorm": "aten::layer_norm",
+               "InstanceNorm1d": "aten::instance_norm", "InstanceNorm2d": "aten::instance_norm",
+               "InstanceNorm3d": "aten::instance_norm", "Identity": None, "Flatten": "aten::flatten",
+               "Dropout": "aten::dropout", "ReLU6": "aten::hardtanh", "MultiheadAttention": "aten::multi_head_attention"}
+#: Python operators and function names -> TorchScript's op names
+_OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "add", "__iadd__": "add_", "sub": "sub",
+                 "isub": "sub_", "__sub__": "sub", "__rsub__": "rsub", "mul": "mul", "imul": "mul_", "__mul__": "mul",
+                 "__rmul__": "mul", "truediv": "div", "itruediv": "div_", "__truediv__": "div", "matmul": "matmul",
+                 "__matmul__": "matmul", "getitem": None, "__getitem__": None, "setitem": "index_put_",
+                 "__setitem__": "index_put_", "neg": "neg", "pow": "pow", "__pow__": "pow",
+                 "max_pool2d_with_indices": "max_pool2d", "max_pool1d_with_indices": "max_pool1d",
+                 "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None}
 
 
-def _operator_name(target: str) -> str:
-    """fvcore's operator names: ``conv`` for every convolution, ``matmul`` for the matmul
-    family's plain forms, the op's own lowercase name otherwise (``linear``, ``addmm``, ``bmm``,
-    ``einsum``, ``scaled_dot_product_attention``)."""
-    name = target
+def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
+    """The op fvcore's TorchScript trace shows for this node (``"aten::add"``), None for a node
+    that records no op (an input, a ``getitem``, ``nn.Identity``)."""
+    if r.op in ("placeholder", "output", "get_attr") or is_internal(r):
+        return None
+    if r.op == "call_module":
+        cls = r.module_type
+        module = modules.get(r.module_path)
+        if cls.startswith(("Conv", "LazyConv")):
+            return "aten::_convolution"
+        if cls.startswith(("Upsample", "Upsampling")) and module is not None:
+            mode = getattr(module, "mode", "nearest")
+            dims = max(len(r.output_shape or ()) - 2, 1)
+            return f"aten::upsample_{mode}{dims}d"
+        if cls in _MODULE_OPS:
+            return _MODULE_OPS[cls]
+        if cls == "ReLU" and module is not None:
+            return "aten::relu_" if getattr(module, "inplace", False) else "aten::relu"
+        return "aten::" + fvcore_rules.snake(cls)
+    name = r.target
     for prefix in _PREFIXES:
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
-    name = name.lower().strip("_")
-    if name.startswith(("conv", "convolution")):
-        return "conv"
-    if name in ("matmul", "mm", "rmatmul", "mv", "dot", "vdot"):
-        return "matmul"
-    return name
+    if name in ("interpolate", "upsample"):  # the mode decides: read it off fvcore's own count
+        per_output = r.flops // max(prod(r.output_shape or ()), 1) if r.flops else 0
+        return {1: "aten::upsample_nearest2d", 4: "aten::upsample_bilinear2d"}.get(per_output, "aten::upsample")
+    if name.startswith(("conv", "convolution", "_convolution")) and not name.startswith("convolution_backward"):
+        return "aten::_convolution"
+    op = _OPERATOR_OPS.get(name, name)
+    return None if op is None else f"aten::{op}"
+
+
+def _fvcore_name(op: str) -> str:
+    """fvcore's ``by_operator`` key of an op: ``conv`` for convolutions, ``matmul`` for mm, else
+    the op without ``aten::``."""
+    return fvcore_rules.MAC_OPS.get(op, op.removeprefix("aten::"))
 
 
 class FlopCountAnalysis:
-    """fvcore's ``FlopCountAnalysis(model, inputs)``, counting one per multiply-accumulate (the
-    ``"macs"`` convention, as fvcore does), on torch_flops' own capture.
+    """fvcore's ``FlopCountAnalysis(model, inputs)`` on torch_flops' own recording: fvcore's
+    handles (:mod:`torch_flops.formulas.fvcore`: one per multiply-accumulate for convolutions and
+    matmuls, fvcore's estimates for norms, upsampling, adaptive average pooling, grid sampling),
+    its operator names (``conv``, ``linear``, ``batch_norm``, ...), its ignored ops and its
+    unsupported-op report (``{"aten::max_pool2d": 1, "aten::add": 16}`` on ResNet-50).
 
     >>> flops = FlopCountAnalysis(model, (x,))
     >>> flops.total(), flops.by_module()["layer1"], flops.by_operator()["conv"]
 
     ``inputs`` is one tensor or a tuple of positional inputs. The profile runs once, on first use;
-    :attr:`profile` is the full :class:`Profile` (in the ``torch_flops`` convention).
+    :attr:`profile` is the full :class:`Profile` (fvcore's counts in its ``flops`` for the ops
+    whose handle is a formula, torch_flops' MACs for the convolutions and matmuls).
+    :meth:`set_op_handle` takes a formula of the table's convention, ``handle(module, out, *args,
+    **kwargs)`` (not fvcore's TorchScript handle), or None to ignore the op.
     """
+
+    #: fvcore's handles this analysis starts with (ActivationCountAnalysis: its own)
+    _default_ops: frozenset[str] = fvcore_rules.HANDLED
 
     def __init__(self, model: nn.Module, inputs: Any) -> None:
         if not isinstance(model, nn.Module):
@@ -188,49 +244,108 @@ class FlopCountAnalysis:
         self._model = model
         self._inputs = inputs if isinstance(inputs, tuple) else (inputs,)
         self._profile: Profile | None = None
+        self._counts: tuple[dict[str, Counter[str]], Counter[tuple[str, str]], set[str]] | None = None
+        self._handles: dict[str, Formula | None] = {}  # set_op_handle's, by fvcore op name
+        self._ignored: set[str] = set(fvcore_rules.IGNORED)
+
+    def set_op_handle(self, *args: Any, **kwargs: Any) -> FlopCountAnalysis:
+        """fvcore's ``set_op_handle(name, handle, name2, handle2, ...)`` or ``(**{name: handle})``:
+        count op ``name`` (``"aten::batch_norm"``) with ``handle(module, out, *args, **kwargs)``,
+        a formula of the table's convention applied to every target that runs the op (its module
+        classes, functions and aten ops), or ignore it (``None``). Returns the analysis."""
+        if len(args) % 2:
+            raise TypeError("set_op_handle takes (name, handle) pairs")
+        pairs = dict(zip(args[::2], args[1::2]), **kwargs)
+        for name, handle in pairs.items():
+            if not isinstance(name, str):
+                raise TypeError(f"set_op_handle: an op name must be a str like 'aten::batch_norm', got {name!r}")
+            if handle is not None and not callable(handle):
+                raise TypeError(f"set_op_handle: the handle of {name!r} must be callable or None, got {handle!r}")
+            if handle is not None and not fvcore_rules.op_targets(name):
+                raise ValueError(f"set_op_handle: no module, function or aten op of this torch runs {name!r}")
+            self._handles[name] = handle
+        self._profile = self._counts = None
+        return self
+
+    def _enabled(self, op: str) -> bool:
+        if op in self._handles:
+            return self._handles[op] is not None
+        return op in self._default_ops
+
+    def _custom_formulas(self) -> dict[Any, Formula | None]:
+        custom: dict[Any, Formula | None] = {}
+        for op, pairs in fvcore_rules.OVERRIDES.items():
+            if op in self._default_ops and self._enabled(op):
+                for keys, formula in pairs:
+                    custom.update(dict.fromkeys(keys, formula))
+        for op, handle in self._handles.items():
+            if handle is not None:
+                custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
+        return custom
 
     @property
     def profile(self) -> Profile:
         if self._profile is None:
-            self._profile = profile(self._model, *self._inputs)
+            self._profile = profile(self._model, *self._inputs, custom_formulas=self._custom_formulas())
         return self._profile
 
-    def _macs(self) -> Profile:
-        return self.profile.with_convention("macs")
+    def _count(self, r: NodeRecord, op: str) -> int:
+        """fvcore's count of one node whose op it handles."""
+        if op in fvcore_rules.MAC_OPS and op not in self._handles:
+            return r.macs or 0
+        return r.flops or 0
+
+    def _tally(self) -> tuple[dict[str, Counter[str]], Counter[tuple[str, str]], set[str]]:
+        """(module -> operator -> count, (module, op) -> unsupported nodes, modules that ran an op)."""
+        if self._counts is None:
+            modules = dict(self._model.named_modules())
+            by_module: dict[str, Counter[str]] = {path: Counter() for path in modules}
+            unsupported: Counter[tuple[str, str]] = Counter()
+            called: set[str] = set()
+            for r in self.profile.records:
+                op = _fvcore_op(r, modules)
+                if op is None:
+                    continue
+                chain = ("", *r.module_chain)
+                called.update(chain)
+                if self._enabled(op):
+                    count = self._count(r, op)
+                    for path in chain:
+                        by_module.setdefault(path, Counter())[_fvcore_name(op)] += count
+                elif op not in self._ignored and op not in self._handles:
+                    for path in chain:
+                        unsupported[(path, op)] += 1
+            self._counts = (by_module, unsupported, called)
+        return self._counts
 
     def total(self, module_name: str = "") -> int:
-        """MACs of the whole model, or of the module at ``module_name`` (its submodules included)."""
-        modules = self._macs().by_module()
-        if module_name not in modules:
-            raise KeyError(f"no module {module_name!r}; modules are {list(modules)[:10]}...")
-        return modules[module_name].flops
+        """fvcore's count of the whole model, or of the module at ``module_name`` (submodules included)."""
+        by_module = self._tally()[0]
+        if module_name not in by_module:
+            raise KeyError(f"no module {module_name!r}; modules are {list(by_module)[:10]}...")
+        return sum(by_module[module_name].values())
 
     def by_module(self) -> Counter[str]:
-        """Module path ("" = the root) -> its MACs, submodules included."""
-        return Counter({path: m.flops for path, m in self._macs().by_module().items()})
+        """Module path ("" = the root) -> its count, submodules included (every module)."""
+        return Counter({path: sum(ops.values()) for path, ops in self._tally()[0].items()})
 
     def by_operator(self, module_name: str = "") -> Counter[str]:
-        """Operator -> MACs, inside ``module_name`` ("" = the whole model)."""
-        return self.by_module_and_operator().get(module_name, Counter())
+        """Operator (fvcore's name) -> count, inside ``module_name`` ("" = the whole model)."""
+        return Counter(self._tally()[0].get(module_name, Counter()))
 
     def by_module_and_operator(self) -> dict[str, Counter[str]]:
-        """Module path -> (operator -> MACs), each module's submodules included."""
-        result: dict[str, Counter[str]] = {path: Counter() for path in self._macs().by_module()}
-        for r in self._macs().records:
-            if r.macs:
-                name = _operator_name(r.target)
-                for path in ("", *r.module_chain):
-                    result.setdefault(path, Counter())[name] += r.macs
-        return result
+        """Module path -> (operator -> count), each module's submodules included."""
+        return {path: Counter(ops) for path, ops in self._tally()[0].items()}
 
     def unsupported_ops(self, module_name: str = "") -> Counter[str]:
-        """Operators without a formula (and how many nodes each), inside ``module_name``."""
-        return Counter(r.target for r in self.profile.records
-                       if r.status is Status.UNSUPPORTED and (not module_name or module_name in r.module_chain))
+        """fvcore's unsupported ops (``aten::add`` -> nodes) inside ``module_name``: ops it has no
+        handle for and does not ignore."""
+        return Counter({op: n for (path, op), n in self._tally()[1].items() if path == module_name})
 
     def uncalled_modules(self) -> set[str]:
-        """Submodules no node ran inside."""
-        return {path for path, m in self.profile.by_module().items() if path and m.nodes == 0}
+        """Submodules that ran no op (fvcore's trace never enters them: an ``nn.Identity`` too)."""
+        called = self._tally()[2]
+        return {path for path, _ in self._model.named_modules() if path and path not in called}
 
     # fvcore's configuration methods, which return the analysis for chaining
     def unsupported_ops_warnings(self, enabled: bool) -> FlopCountAnalysis:
@@ -246,17 +361,101 @@ class FlopCountAnalysis:
         return self
 
 
-def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3) -> str:
-    """fvcore's ``flop_count_table``: per module down to ``max_depth``, its parameters and MACs."""
+class ActivationCountAnalysis(FlopCountAnalysis):
+    """fvcore's ``ActivationCountAnalysis``: the output elements of each convolution, linear,
+    addmm, bmm, einsum and matmul (fvcore's handles), with the same API as
+    :class:`FlopCountAnalysis`."""
+
+    _default_ops = frozenset(op for op in fvcore_rules.MAC_OPS if op != "aten::mm")
+
+    def _custom_formulas(self) -> dict[Any, Formula | None]:
+        return {}
+
+    def _count(self, r: NodeRecord, op: str) -> int:
+        if op in self._handles:
+            return r.flops or 0
+        return prod(r.output_shape) if r.output_shape else 0
+
+
+def _fvcore_size(x: int) -> str:
+    """fvcore's number format: 3 decimals, trailing zeros dropped, K/M/G/T/P above 100 of each."""
+    def fixed(v: float) -> str:
+        return f"{v:.3f}".rstrip("0").rstrip(".")
+
+    for limit, scale, suffix in ((1e14, 1e15, "P"), (1e11, 1e12, "T"), (1e8, 1e9, "G"), (1e5, 1e6, "M"),
+                                 (1e2, 1e3, "K")):
+        if abs(x) > limit:
+            return fixed(x / scale) + suffix
+    return str(x)
+
+
+def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: ActivationCountAnalysis | None = None,
+                     show_param_shapes: bool = True) -> str:
+    """fvcore's ``flop_count_table``: a pipe table of modules (and, with ``show_param_shapes``,
+    each parameter's shape under its module) down to ``max_depth``, with their parameter count and
+    count (and activations, when given). Modules whose numbers are all 0 are left out, a module
+    with one child of the same numbers is shown as that child, a module that ran no op shows an
+    empty count."""
     _validate.check_int("max_depth", max_depth, 0)
-    p = flops.profile.with_convention("macs")
-    rows = [[("  " * m.depth) + (m.path or "model"), report.format_count(m.params), report.format_count(m.flops)]
-            for m in p.by_module().values() if m.depth <= max_depth]
-    header = ["module", "#parameters", "#flops (MACs)"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    _validate.check_bool("show_param_shapes", show_param_shapes)
+    params_header = "#parameters" + (" or shape" if show_param_shapes else "")
+    columns = [params_header, "#flops"] + (["#activations"] if activations is not None else [])
+    model = flops._model
+    # rows in fvcore's order: every prefix of every parameter name, then the other modules
+    params: dict[str, int] = {"": 0}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        for k in range(len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            params[prefix] = params.get(prefix, 0) + p.numel()
+        shapes[name] = tuple(p.shape)
+    counts = [flops.by_module()] + ([activations.by_module()] if activations is not None else [])
+    uncalled = [flops.uncalled_modules()] + ([activations.uncalled_modules()] if activations is not None else [])
+    names = list(dict.fromkeys([*params, *(path for path, _ in model.named_modules())]))
+    values = {n: [params.get(n, 0), *(c.get(n, 0) for c in counts)] for n in names}
 
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    def children(name: str) -> list[str]:
+        prefix = name + "." if name else ""
+        return [n for n in kept if n and n.startswith(prefix) and n.count(".") == prefix.count(".")]
 
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+    # drop all-zero rows whose descendants are all dropped too (the root stays)
+    kept: list[str] = []
+    for n in reversed(names):
+        prefix = n + "." if n else ""
+        if not n or any(values[n]) or any(k.startswith(prefix) for k in kept):
+            kept.append(n)
+    kept.reverse()
+
+    def cells(name: str) -> list[str]:
+        if name in shapes:
+            return [str(shapes[name]) if show_param_shapes else "", *("" for _ in counts)]
+        row = [_fvcore_size(values[name][0]) if name in params else ""]
+        for i, stat in enumerate(values[name][1:]):
+            row.append("" if name in uncalled[i] else _fvcore_size(stat))
+        return row
+
+    def forward(name: str) -> str:
+        # a row with one child of the same numbers is shown as the child
+        while True:
+            kids = children(name)
+            if len(kids) != 1 or kids[0] in shapes or cells(kids[0]) != cells(name):
+                return name
+            name = kids[0]
+
+    rows: list[list[str]] = []
+
+    def fill(name: str, level: int) -> None:
+        for child in children(name):
+            if child in shapes and not show_param_shapes:
+                continue
+            shown = forward(child)
+            rows.append([shown, *cells(shown)])
+            if level < max_depth:
+                fill(shown, level + 1)
+
+    root = forward("")
+    rows.append([root or "model", *cells(root)])
+    if max_depth >= 1:
+        fill(root, 1)
+    return tabulate(rows, headers=["module", *columns], tablefmt="pipe", disable_numparse=True)

@@ -40,6 +40,7 @@ __all__ = [
     "make_timer",
     "storage_entries",
     "storage_key",
+    "tensor_nbytes",
     "tensors_of",
 ]
 
@@ -155,12 +156,29 @@ def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def tensor_nbytes(t: Tensor) -> int:
+    """The bytes ``t`` holds: ``t.nbytes``; for a sparse tensor (which has no ``nbytes``) the
+    bytes of its index and value tensors; for another storage-less layout, its elements'."""
+    layout = t.layout
+    if layout is torch.strided:
+        return t.nbytes
+    if layout is torch.sparse_coo:
+        parts: tuple[Tensor, ...] = (t._indices(), t._values())
+    elif layout in (torch.sparse_csr, torch.sparse_bsr):
+        parts = (t.crow_indices(), t.col_indices(), t.values())
+    elif layout in (torch.sparse_csc, torch.sparse_bsc):
+        parts = (t.ccol_indices(), t.row_indices(), t.values())
+    else:
+        return t.numel() * t.element_size()
+    return sum(p.nbytes for p in parts)
+
+
 def storage_key(t: Tensor) -> tuple[int, int]:
     """(identity of the storage behind ``t``, its size in bytes): views share one key."""
     try:
         storage = t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse, nested, or other storage-less tensors
-        return id(t), t.numel() * t.element_size()
+        return id(t), tensor_nbytes(t)
     return storage._cdata, storage.nbytes()
 
 

@@ -31,6 +31,7 @@ from torch_flops.measure import (
     Timer,
     storage_entries,
     storage_key,
+    tensor_nbytes,
     tensors_of,
 )
 from torch_flops.plan import NodeKind, Plan, Traffic
@@ -277,7 +278,7 @@ class NodeMeasurer:
         dtype: torch.dtype | None
         if type(out) is torch.Tensor:
             shape = out.shape
-            nbytes = out.nbytes
+            nbytes = out.nbytes if out.layout is torch.strided else tensor_nbytes(out)  # sparse: no nbytes
             entries: StorageEntries = None
             if plan.holds:
                 try:  # storage_key(out), inlined: this runs for every node
@@ -288,7 +289,7 @@ class NodeMeasurer:
                 nbytes = min(nbytes, entries[1])
         else:
             shape = output_shape(out)
-            nbytes = sum(min(t.nbytes, key[1]) for t in tensors_of(out) for key in (storage_key(t),))
+            nbytes = sum(min(tensor_nbytes(t), key[1]) for t in tensors_of(out) for key in (storage_key(t),))
             entries = storage_entries(out) if plan.holds else None
         first = args[0] if args else None
         if type(first) is torch.Tensor and first.dtype in _FLOATS:  # most nodes: no call
@@ -432,13 +433,13 @@ def _indexed_traffic(plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any], o
     accumulate=True)``) also reads the elements it updates."""
     scatter = plan.traffic is Traffic.SCATTER
     operands = tensors_of((args[1:], kwargs)) if scatter else tensors_of((args, kwargs))
-    index = sum(t.nbytes for t in operands if not (t.is_floating_point() or t.is_complex()))
+    index = sum(tensor_nbytes(t) for t in operands if not (t.is_floating_point() or t.is_complex()))
     if not scatter:
-        made = sum(t.nbytes for t in tensors_of(out))
+        made = sum(tensor_nbytes(t) for t in tensors_of(out))
         return made + index, made
     dest = args[0] if args and isinstance(args[0], torch.Tensor) else None
     sources = [t for t in operands if t.is_floating_point() or t.is_complex()]
-    source_bytes = sum(t.nbytes for t in sources)
+    source_bytes = sum(tensor_nbytes(t) for t in sources)
     if dest is None:
         return index + source_bytes, 0
     if sources:

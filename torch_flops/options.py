@@ -18,7 +18,6 @@ from torch_flops._validate import check_bool, check_choice, check_int, check_nam
 from torch_flops.calls import CallSettings
 from torch_flops.capture import CaptureOptions, split_leaf_modules
 from torch_flops.formulas import FormulaTable
-from torch_flops.formulas.table import Name, key_kind, normalize_key
 from torch_flops.measure import MEMORY_FUNCTIONS, Timer, make_timer
 
 __all__ = ["TRACERS", "Options", "TracerName"]
@@ -42,7 +41,7 @@ class Options:
     tracer: TracerName = "auto"
     timer: Timer | Callable[[torch.device], Timer] | None = None
     progress: bool | None = None
-    custom_formulas: Mapping[Any, Callable[..., Any]] | None = None
+    custom_formulas: Mapping[Any, Callable[..., Any] | None] | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -65,21 +64,12 @@ class Options:
             if not isinstance(self.custom_formulas, Mapping):
                 raise TypeError("custom_formulas must be a mapping of target -> formula, got "
                                 f"{type(self.custom_formulas).__name__}")
-            checked: dict[Any, Callable[..., Any]] = {}
-            for key, formula in self.custom_formulas.items():
-                if not callable(formula):
-                    raise TypeError(f"custom_formulas[{key!r}] must be a formula (a callable), got {formula!r}")
-                target = Name("method", key) if isinstance(key, str) else key  # a Tensor method's name
-                key_kind(normalize_key(target))  # TypeError naming a key that is no target
-                checked[target] = formula
-            set_(self, "custom_formulas", checked)
+            set_(self, "custom_formulas", dict(self.custom_formulas))
 
     def formula_table(self, base: FormulaTable) -> FormulaTable:
-        """A counter's own copy of ``base`` with ``custom_formulas`` over it."""
-        table = base.copy()
-        for key, formula in (self.custom_formulas or {}).items():
-            table.add((key,), formula, override=True)
-        return table
+        """A counter's own copy of ``base`` with ``custom_formulas`` over it (``TypeError`` naming a
+        bad key or formula, before anything runs)."""
+        return base.copy().with_overrides(self.custom_formulas)
 
     def call_settings(self, table: FormulaTable) -> CallSettings:
         """What each profiled call takes from these options (:mod:`torch_flops.calls`)."""

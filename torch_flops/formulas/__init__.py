@@ -255,12 +255,16 @@ from torch_flops.formulas import (  # noqa: F401
     conv,
     elementwise,
     embedding,
+    fft,
+    linalg,
     loss,
     matmul,
     norm,
     pooling,
     reduction,
     resample,
+    rnn,
+    search,
     zero,
 )
 

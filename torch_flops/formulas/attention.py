@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend
 
 from torch_flops.formulas import Count, aten_ops, functions, register
 from torch_flops.formulas._shapes import arg, first_output, numel, sdpa_macs
@@ -30,7 +31,7 @@ def _score_flops(scores: int, masked: bool, dropout: bool) -> int:
     return scores * (_SCALE + _SOFTMAX + int(masked) + int(dropout))
 
 
-def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: bool) -> Count:
+def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: bool, kernel_counted: bool = True) -> Count:
     # 2 * (Q K^T MACs + P V MACs) + per-score scale/softmax/mask/dropout; leading dims broadcast
     # (see _shapes.sdpa_macs); the output (the first of a backend's tuple) has the broadcast shape.
     # Dot products: one per Q K^T score (length E) and one per output element (length S).
@@ -39,16 +40,36 @@ def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: boo
     macs, scores = sdpa_macs(query.shape, key.shape, value.shape, shape)
     qk_dots = (macs - scores * value.shape[-1]) // max(query.shape[-1], 1)
     dots = qk_dots + scores // max(key.shape[-2], 1) * value.shape[-1]
-    return Count(2 * macs + _score_flops(scores, masked, dropout), macs, dots, macs)
+    return Count(2 * macs + _score_flops(scores, masked, dropout), macs, dots, macs if kernel_counted else 0)
+
+
+def _kernel_counted(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any, is_causal: Any, scale: Any,
+                    enable_gqa: Any) -> bool:
+    """Whether FlopCounterMode counts this call on its device (the ``mm_macs`` of the count, read by
+    the ``flop_counter`` convention): it has a formula for every CUDA backend and for the math
+    path's bmm, none for the CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``).
+    On CPU the kernel is the one torch picks for these arguments (``torch._fused_sdp_choice``,
+    which follows ``sdpa_kernel`` contexts), asked while the call's own context is still on."""
+    if not isinstance(query, torch.Tensor) or query.device.type != "cpu":
+        return True
+    try:
+        choice = torch._fused_sdp_choice(query, key, value, attn_mask=attn_mask, dropout_p=float(dropout_p),
+                                         is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa))
+    except Exception:  # noqa: BLE001 - an argument this torch's chooser refuses: the call ran, count it
+        return True
+    return bool(choice != SDPBackend.FLASH_ATTENTION.value)
 
 
 @register(*functions("scaled_dot_product_attention"), *aten_ops("scaled_dot_product_attention"))
 def sdpa_flops(module: Any, out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Count:
-    # F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, ...)
+    # F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+    # scale=None, enable_gqa=False); mm_macs 0 where FlopCounterMode counts 0 (CPU flash kernel)
     attn_mask = arg(args, kwargs, 0, "attn_mask")
     dropout_p = arg(args, kwargs, 1, "dropout_p", 0.0)
     is_causal = arg(args, kwargs, 2, "is_causal", False)
-    return _sdpa(out, query, key, value, attn_mask is not None or bool(is_causal), dropout_p > 0)
+    counted = _kernel_counted(query, key, value, attn_mask, dropout_p, is_causal, arg(args, kwargs, 3, "scale"),
+                              arg(args, kwargs, 4, "enable_gqa", False))
+    return _sdpa(out, query, key, value, attn_mask is not None or bool(is_causal), dropout_p > 0, counted)
 
 
 # aten backend op -> (position of dropout_p, of is_causal, of the mask/bias) after (query, key, value)
@@ -67,6 +88,10 @@ _SDPA_BACKENDS: dict[str, tuple[int | None, int | None, int | None]] = {
 }
 
 
+#: backends FlopCounterMode has no formula for (it counts them 0: their count's mm_macs are 0)
+_UNCOUNTED_BACKENDS = frozenset({"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math_for_mps"})
+
+
 def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None]) -> Callable[..., Count]:
     p_drop, p_causal, p_mask = positions
 
@@ -77,7 +102,8 @@ def _sdpa_backend(name: str, positions: tuple[int | None, int | None, int | None
         is_causal = args[p_causal] if p_causal is not None and len(args) > p_causal else kwargs.get("is_causal", False)
         mask = args[p_mask] if p_mask is not None and len(args) > p_mask else kwargs.get(
             "attn_mask", kwargs.get("attn_bias"))
-        return _sdpa(out, query, key, value, mask is not None or bool(is_causal), bool(dropout_p))
+        return _sdpa(out, query, key, value, mask is not None or bool(is_causal), bool(dropout_p),
+                     name not in _UNCOUNTED_BACKENDS)
 
     backend_flops.__name__ = backend_flops.__qualname__ = f"{name}_flops"
     return backend_flops

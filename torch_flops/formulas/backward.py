@@ -12,7 +12,8 @@ weight gradient of a grouped convolution ``groups`` times (that count is the for
 ``_flash_attention_backward`` / ``_efficient_attention_backward`` kernels as (B, H, M, K) (both
 are counted here in their real layout; the two agree when H == M == S). FlopCounterMode has no
 entry for the CPU kernel ``_scaled_dot_product_flash_attention_for_cpu_backward``: its MACs are
-the same attention MACs, all of them ``mm_macs`` as for the forward CPU kernel.
+the same attention MACs, none of them ``mm_macs``, as for the forward CPU kernel (FlopCounterMode
+counts both 0).
 
 Everything else is FLOPs, counted per element by these rules, one FLOP per add, multiply,
 divide, compare/select or transcendental call (as the forward families count):
@@ -166,11 +167,11 @@ def _set(value: Any) -> bool:
 def sdpa_flash_cpu_backward_flops(module: Any, out: Any, grad_out: Any, query: Any, key: Any, value: Any,
                                   *args: Any, **kwargs: Any) -> Count:
     # (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask, scale);
-    # FlopCounterMode has no entry for this CPU kernel (it counts 0); mm_macs counts it as attention
+    # FlopCounterMode has no entry for this CPU kernel (it counts 0): mm_macs 0
     dropout_p, is_causal = arg(args, kwargs, 2, "dropout_p", 0.0), arg(args, kwargs, 3, "is_causal", False)
     masked = _set(is_causal) or kwargs.get("attn_mask") is not None
     return _attention_backward(_shape(grad_out), _shape(query), _shape(key), _shape(value), masked,
-                                    _set(dropout_p))
+                               _set(dropout_p))._replace(mm_macs=0)
 
 
 @register(*aten_ops("_scaled_dot_product_efficient_attention_backward"))

@@ -160,3 +160,27 @@ _accumulate("index_put", 1, 2, (*functions("index_put"), *methods("index_put", "
 _accumulate("index_add", 2, None, (*functions("index_add", "scatter_add"),
                                    *methods("index_add", "index_add_", "scatter_add", "scatter_add_"),
                                    *aten_ops("index_add", "scatter_add")))
+
+
+def _reduce_into(name: str) -> None:
+    def formula(module: Any, out: Any, x: Any, dim: Any, index: Any, src: Any, *args: Any, **kwargs: Any) -> int:
+        # (input, dim, index, src, reduce, include_self=True): one add, multiply or compare per
+        # source element ("sum", "prod", "amax", "amin"); "mean" also divides each output
+        # element by its count (the counts are integers: 0)
+        reduce = arg(args, kwargs, 0, "reduce", "sum")
+        per_source = float_numel(src, x) if hasattr(src, "shape") else 0
+        return per_source + (float_numel(out, x) if reduce == "mean" else 0)
+
+    formula.__name__ = formula.__qualname__ = f"{name}_flops"
+    register(*functions(name), *methods(name, f"{name}_"), *aten_ops(name))(formula)
+
+
+_reduce_into("scatter_reduce")
+_reduce_into("index_reduce")
+
+
+@register(*functions("polar"), *aten_ops("polar"))
+def polar_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # torch.polar(abs, angle) = abs*cos(angle) + i*abs*sin(angle): cos, sin and 2 multiplies, 4
+    # per complex output element
+    return 4 * float_numel(out, *args)

@@ -195,3 +195,37 @@ def grouped_mm_flops(module: Any, out: Any, a: Any, b: Any, *args: Any, **kwargs
     else:
         macs = numel(out) * a.shape[-1]
     return _dots(2 * macs, macs, numel(first_output(out)), 0)  # FlopCounterMode: 0 for grouped mm
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairwise distances (torch.cdist). x1 (B.., P, M), x2 (B.., R, M) -> (B.., P, R).
+# ---------------------------------------------------------------------------------------------
+
+@register(*aten_ops("_euclidean_dist"))
+def euclidean_dist_flops(module: Any, out: Any, x1: Any, x2: Any, *args: Any, **kwargs: Any) -> Count:
+    # cdist's p=2 matmul path (ATen Distance.cpp): the squared norms of x1's and x2's rows (square
+    # + add: 2 per element), x1 * -2 (1 per element), then one matmul of [-2 x1, |x1|^2, 1] by
+    # [x2, 1, |x2|^2]^T, (M + 2) MACs per output, then clamp_min(0) and sqrt, 2 per output.
+    # FlopCounterMode counts this op as 0 (mm_macs 0).
+    if not torch.is_floating_point(out):
+        return Count(0, 0, 0, 0)
+    m = int(x1.shape[-1])
+    outputs = numel(out)
+    macs = outputs * (m + 2)
+    return Count(2 * macs + 3 * numel(x1) + 2 * numel(x2) + 2 * outputs, macs, outputs, 0)
+
+
+@register(*aten_ops("_cdist_forward"))
+def cdist_forward_flops(module: Any, out: Any, x1: Any, x2: Any, p: float, *args: Any, **kwargs: Any) -> int:
+    # cdist's direct path: per output and dim, a subtract, then |d| (p=1, inf), d*d (p=2), d != 0
+    # (p=0) or |d|^p (other p: abs and pow, 2) and the sum (or max, p=inf); then the root: sqrt
+    # (p=2) or ^(1/p) (other p), 1 per output. Not dot products: FLOPs only.
+    if not torch.is_floating_point(out):
+        return 0
+    m = int(x1.shape[-1])
+    outputs = numel(out)
+    if p in (0, 1, float("inf")):
+        return outputs * 3 * m
+    if p == 2:
+        return outputs * (3 * m + 1)
+    return outputs * (4 * m + 1)

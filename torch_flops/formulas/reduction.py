@@ -178,3 +178,4 @@ def histc_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, 
     # bin index per element: subtract min, multiply by bins/(max-min) (the floor is a cast): 2 each
     x = arg(args, kwargs, 0, "input")
     return (2 * numel(x) if is_float(x) else 0, 0)
+

@@ -10,9 +10,9 @@ from typing import Any
 from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, register, zero_flops
-from torch_flops.formulas._shapes import adaptive_window_total, arg, float_numel, prod
+from torch_flops.formulas._shapes import adaptive_window_total, arg, first_output, float_numel, is_float, numel, prod
 
-__all__ = ["interpolate_flops"]
+__all__ = ["grid_sample_flops", "grid_sampler_flops", "interpolate_flops"]
 
 _PER_OUTPUT = {"nearest": 0, "nearest-exact": 0, "linear": 3, "bilinear": 9, "trilinear": 21, "bicubic": 35}
 
@@ -49,3 +49,46 @@ _fixed_mode("linear", ("upsample_linear1d",))
 _fixed_mode("bilinear", ("upsample_bilinear", "upsample_bilinear2d", "_upsample_bilinear2d_aa"))
 _fixed_mode("trilinear", ("upsample_trilinear3d",))
 _fixed_mode("bicubic", ("upsample_bicubic2d", "_upsample_bicubic2d_aa"))
+
+
+# ---------------------------------------------------------------------------------------------
+# grid_sample: sampling an input at the (x, y[, z]) points of a float grid in [-1, 1].
+# Per output point (N x H_out x W_out [x D_out], shared by the channels): each coordinate is
+# unnormalised, ((c + 1) * size - 1) / 2 or (c + 1) / 2 * (size - 1): 3 FLOPs; padding "border"
+# clamps it (2 compares), "reflection" reflects then clamps (abs, fmod, compare, subtract + 2
+# compares: 6). Per output element (x C): the interpolation, as for upsampling above: bilinear 9
+# (3 lerps), trilinear 21 (7), bicubic 35, nearest 0 (a copy).
+# ---------------------------------------------------------------------------------------------
+
+_GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}  # aten's interpolation_mode
+_GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}  # aten's padding_mode
+_GRID_PADDING_COST = {"zeros": 0, "border": 2, "reflection": 6}
+
+
+def _grid_sample(out: Any, x: Any, grid: Any, mode: str, padding: str) -> int:
+    if not is_float(out):
+        return 0
+    coords = grid.shape[-1]  # 2 (x, y) or 3 (x, y, z)
+    points = numel(grid) // max(coords, 1)
+    per_point = coords * (3 + _GRID_PADDING_COST.get(padding, 0))
+    per_element = {"bilinear": 21 if coords == 3 else 9, "nearest": 0, "bicubic": 35}.get(mode)
+    if per_element is None:
+        raise NotImplementedError(f"grid_sample mode {mode!r} has no formula")
+    return points * per_point + per_element * numel(out)
+
+
+@register(*functions("grid_sample"))
+def grid_sample_flops(module: Any, out: Any, x: Any, grid: Any, *args: Any, **kwargs: Any) -> int:
+    # F.grid_sample(input, grid, mode='bilinear', padding_mode='zeros', align_corners=None): see above
+    return _grid_sample(out, x, grid, arg(args, kwargs, 0, "mode", "bilinear"),
+                        arg(args, kwargs, 1, "padding_mode", "zeros"))
+
+
+@register(*aten_ops("grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "_grid_sampler_2d_cpu_fallback",
+                    "cudnn_grid_sampler"))
+def grid_sampler_flops(module: Any, out: Any, x: Any, grid: Any, *args: Any, **kwargs: Any) -> int:
+    # aten.grid_sampler*(input, grid, interpolation_mode, padding_mode, align_corners), modes as ints
+    # (cudnn_grid_sampler(input, grid): bilinear, zeros); the count of F.grid_sample above
+    mode = _GRID_MODES.get(int(arg(args, kwargs, 0, "interpolation_mode", 0)), "bilinear")
+    padding = _GRID_PADDINGS.get(int(arg(args, kwargs, 1, "padding_mode", 0)), "zeros")
+    return _grid_sample(first_output(out), x, grid, mode, padding)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -160,6 +160,30 @@ class FormulaTable:
         table._builtin, table._builtin_formulas = self._builtin, self._builtin_formulas
         return table
 
+    def with_overrides(self, overrides: Mapping[Any, Formula | None] | None) -> FormulaTable:
+        """This table with ``overrides`` merged over it (each key replacing its entry): keys are
+        module classes, Python functions, Tensor method names (str), aten ops (packets or
+        overloads) or :class:`Name` s; values formulas in the table's one calling convention
+        ``formula(module, out, *args, **kwargs)``, or ``None`` to remove a key's entry (its nodes
+        are then recorded as their ops, or unsupported). ``TypeError`` names a bad key or value."""
+        if overrides is None:
+            return self
+        if not isinstance(overrides, Mapping):
+            raise TypeError(f"custom_formulas must be a mapping of target -> formula, got {type(overrides).__name__}")
+        table = self.copy()
+        for key, formula in overrides.items():
+            if formula is not None and not callable(formula) and not isinstance(formula, Composite):
+                raise TypeError(f"custom_formulas[{key!r}] must be a formula (callable) or None, got {formula!r}")
+            target = Name("method", key) if isinstance(key, str) else key
+            if isinstance(key, str) and callable(getattr(torch.Tensor, key, None)):
+                target = getattr(torch.Tensor, key)
+            if formula is None:
+                table._entries.pop(normalize_key(target), None)
+                table._index = None
+            else:
+                table.add((target,), formula, override=True, where="custom_formulas")
+        return table
+
     def restore(self, snapshot: FormulaTable) -> None:
         """Make this table's entries those of ``snapshot`` (a :meth:`copy` taken earlier)."""
         self._entries = dict(snapshot._entries)
@@ -283,13 +307,17 @@ class FormulaTable:
         return formula.bind(self) if isinstance(formula, Composite) else formula
 
     def resolve_module(self, cls: type) -> Formula | None:
-        """The formula of a module class, falling back along its MRO (a subclass of ``nn.Linear``
-        is counted as a Linear unless it has an entry of its own)."""
+        """The formula of a module class, falling back along its MRO: a subclass of ``nn.Linear``
+        is counted as a Linear unless it has an entry of its own, but only while it runs the
+        Linear's own ``forward``. A subclass that overrides ``forward`` (a head that transposes
+        before its Conv1d, a router whose Linear returns a tuple) computes something else: it has
+        no formula (None), so every front end records the ops it runs."""
         entries = self._entries
+        forward = getattr(cls, "forward", None)
         for klass in cls.__mro__:
             formula = entries.get(klass) or entries.get(Name("module", klass.__name__))
             if formula is not None:
-                return self.bound(formula)
+                return self.bound(formula) if klass is cls or getattr(klass, "forward", None) is forward else None
             if klass is nn.Module:
                 break
         return None

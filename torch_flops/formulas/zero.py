@@ -5,6 +5,9 @@ never silently zero."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 from torch import nn
 
 from torch_flops.formulas import Name, aten_ops, functions, methods, register, zero_flops
@@ -117,9 +120,45 @@ ATEN_ZERO_OPS: list[str] = [
     "swapaxes", "swapdims", "broadcast_to", "broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d",
     "_reshape_alias",
     "_empty_affine_quantized",
+    "reshape_as",  # a view (or a copy where strides forbid one)
+    # random fills and permutations: creation, as rand/randn are (dropout's mask multiply and
+    # rescale are its own ops, counted)
+    "bernoulli", "uniform", "normal", "exponential", "random", "cauchy", "log_normal", "geometric", "randperm",
+    "randint_like",
+    # checks: boolean reductions and error flags read by torch.export's guards and linalg
+    # (``_assert_async(_is_all_true(mask))``, ``_linalg_check_errors(info)``), no float work
+    "_is_all_true", "_is_any_true", "_linalg_check_errors",
+    # functorch's batching (vmap) and forward-AD wrappers: they wrap a tensor, no arithmetic
+    "_add_batch_dim", "_remove_batch_dim", "_make_dual", "_unpack_dual", "_wrap_for_grad", "_unwrap_for_grad",
 ]
 
 register(*functions(*ZERO_FUNCTIONS), *methods(*ZERO_METHODS), *ZERO_MODULES, *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
+
+
+def _graph_plumbing() -> list[Any]:
+    """The Python functions torch.export's graphs may call besides ops (the verifier's allow-list,
+    ``torch/_export/verifier.py``): grad-mode and autocast switches, symbolic-int arithmetic on
+    sizes, and functorch's vmap/jvp nesting and batching wrappers (``_vmap_increment_nesting``,
+    ``_add_batch_dim``, ``lazy_load_decompositions``): bookkeeping, no tensor arithmetic."""
+    found: list[Any] = [torch._C._set_grad_enabled]
+    found += [getattr(torch, name) for name in ("sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "sym_not",
+                                                "sym_sqrt", "sym_sum") if hasattr(torch, name)]
+    autocast = getattr(torch.amp, "autocast_mode", None)
+    found += [getattr(autocast, name) for name in ("_enter_autocast", "_exit_autocast") if hasattr(autocast, name)]
+    try:
+        from torch._functorch import predispatch
+    except ImportError:  # an older torch: no such graph nodes either
+        return found
+    return found + [getattr(predispatch, name) for name in (
+        "_add_batch_dim", "_remove_batch_dim", "_vmap_increment_nesting", "_vmap_decrement_nesting",
+        "lazy_load_decompositions", "_make_dual", "_unpack_dual", "_jvp_increment_nesting", "_jvp_decrement_nesting",
+        "_unwrap_for_grad", "_enter_dual_level", "_exit_dual_level") if hasattr(predispatch, name)]
+
+
+#: export-graph plumbing functions (see :func:`_graph_plumbing`), all 0
+GRAPH_PLUMBING: list[Any] = _graph_plumbing()
+__all__ += ["GRAPH_PLUMBING"]
+register(*GRAPH_PLUMBING)(zero_flops)
 
 #: aten ops autograd runs in backward that only move gradients (their arithmetic ones are in
 #: backward.py): the gradient of a view written into zeros (each element once), a masked gather,

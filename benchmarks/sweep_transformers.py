@@ -1,0 +1,320 @@
+"""Every transformers architecture, shrunk, profiled on CPU and on meta against FlopCounterMode.
+
+    python benchmarks/sweep_transformers.py                  # all model types (tens of minutes)
+    python benchmarks/sweep_transformers.py llama bert t5    # some
+    python benchmarks/sweep_transformers.py --devices cpu --jsonl sweep.jsonl
+
+Each model type of ``transformers.models.auto.modeling_auto.MODEL_MAPPING_NAMES`` (the base model
+of each architecture) is built from its default config shrunk to toy sizes (hidden 32, 4 heads,
+2 KV heads, 2 layers, intermediate 64, small images, short audio; random weights, nothing read from
+a hub), fed the smallest inputs its ``forward`` runs on in plain eager PyTorch, then on each device:
+
+* FlopCounterMode over one eager call: its total;
+* ``torch_flops.profile(model, **inputs)`` (the default front end) over one more eager call, re-read
+  in the ``flop_counter`` convention: its total, and the nodes without a formula.
+
+One line per architecture: ``exact``, ``differs`` (with ours / FlopCounterMode), ``unsupported``
+(the ops) or ``crash`` (the exception); ``skip`` when the architecture cannot be built or run at
+toy sizes in plain eager PyTorch (not torch_flops' business). The totals close the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import signal
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+#: config attribute -> toy value (only attributes the config already has are changed)
+_SIZES: dict[str, int] = {
+    "hidden_size": 32, "d_model": 32, "n_embd": 32, "embed_dim": 32, "dim": 32, "word_embed_proj_dim": 32,
+    "rotary_dim": 8, "projection_dim": 16, "text_embed_dim": 32, "vision_embed_dim": 32, "projection_size": 32,
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "num_heads": 4, "num_key_value_heads": 2, "num_kv_heads": 2,
+    "head_dim": 8, "kv_channels": 8, "attention_head_dim": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+    "v_head_dim": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
+    "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2, "encoder_layers": 2,
+    "decoder_layers": 2, "num_encoder_layers": 2, "num_decoder_layers": 2,
+    "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "n_inner": 64,
+    "d_ff": 64, "d_kv": 8, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "expert_intermediate_size": 32, "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "n_group": 1, "topk_group": 1,
+    "image_size": 32, "patch_size": 8, "embedding_size": 16, "num_mel_bins": 16, "max_source_positions": 16,
+    "conv_dim_size": 32, "max_position_embeddings": 512, "audio_seq_length": 16,
+}
+#: list-valued attributes: each entry shrunk to this (their lengths kept)
+_LISTS: dict[str, int] = {"hidden_sizes": 16, "conv_dim": 32, "embed_dims": 16, "depths": 1, "dims": 16,
+                          "num_channels_list": 16, "encoder_hidden_sizes": 16, "decoder_hidden_sizes": 16}
+_SEQ = 8
+_AUDIO = 4000
+
+
+def _shrink(d: dict[str, Any]) -> dict[str, Any]:
+    """A config dict at toy sizes (nested configs too); vocabularies just above the token ids used."""
+    out = dict(d)
+    for key, value in d.items():
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = _shrink(value)
+        elif key in _SIZES and isinstance(value, int) and not isinstance(value, bool) and value > _SIZES[key]:
+            out[key] = _SIZES[key]
+        elif key in _LISTS and isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+            out[key] = [min(v, _LISTS[key]) for v in value]
+    ids = [v for k, v in d.items() if k.endswith(("token_id", "token_index"))]
+    ids = [i for v in ids for i in (v if isinstance(v, list) else [v]) if isinstance(i, int)]
+    if isinstance(d.get("vocab_size"), int):
+        out["vocab_size"] = min(d["vocab_size"], max([99, *(i + 1 for i in ids)]))
+    if "layer_types" in d and isinstance(d["layer_types"], list):
+        layers = out.get("num_hidden_layers", len(d["layer_types"]))
+        out["layer_types"] = d["layer_types"][:layers]
+    return out
+
+
+def model_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+    return sorted(MODEL_MAPPING_NAMES)
+
+
+def tiny_model(model_type: str, device: str = "cpu") -> torch.nn.Module:
+    """The base model of ``model_type`` at toy sizes, random weights, in eval mode."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES[model_type]
+    cls = getattr(transformers, name if isinstance(name, str) else name[0])
+    config_cls = CONFIG_MAPPING[model_type]
+    config = config_cls.from_dict(_shrink(config_cls().to_dict()))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = cls(config)
+    return model.eval()
+
+
+def _config_value(config: Any, name: str, default: Any) -> Any:
+    for c in (config, *(getattr(config, k, None) for k in ("vision_config", "audio_config", "encoder_config",
+                                                           "backbone_config", "text_config"))):
+        if c is not None and getattr(c, name, None) is not None:
+            return getattr(c, name)
+    return default
+
+
+def _candidates(model: torch.nn.Module) -> Iterator[dict[str, Any]]:
+    """Input sets to try, smallest first (CPU tensors)."""
+    config = model.config
+    params = inspect.signature(model.forward).parameters
+    vocab = min(int(_config_value(config, "vocab_size", 99) or 99), 99)
+    ids = torch.randint(3, max(vocab, 4), (1, _SEQ))
+    size = _config_value(config, "image_size", 32)
+    size = size if isinstance(size, int) else (size[0] if isinstance(size, (list, tuple)) else 32)
+    pixels = torch.randn(1, int(_config_value(config, "num_channels", 3)), size, size)
+    mels = int(_config_value(config, "num_mel_bins", 16))
+    frames = 2 * int(_config_value(config, "max_source_positions", 16))
+    main = getattr(model, "main_input_name", "input_ids")
+    base: dict[str, Any] = {}
+    if main == "input_ids" or "input_ids" in params and main not in params:
+        base["input_ids"] = ids
+    elif main == "pixel_values":
+        base["pixel_values"] = pixels
+    elif main == "input_values":
+        base["input_values"] = torch.randn(1, _AUDIO)
+    elif main == "input_features":
+        base["input_features"] = torch.randn(1, mels, frames)
+    elif main in params:
+        return
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+        base["decoder_input_ids"] = ids[:, :4]
+    yield base
+    extra = {"pixel_values": pixels, "input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "input_features": torch.randn(1, mels, frames), "input_values": torch.randn(1, _AUDIO)}
+    for name, value in extra.items():
+        if name in params and name not in base:
+            base = {**base, name: value}
+            yield base
+
+
+def _to(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_like(value, device=device) if device == "meta" else value.to(device)
+    return value
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    def fire(signum: int, frame: Any) -> None:
+        raise _Timeout(f"took more than {seconds} s")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass
+class Outcome:
+    """One architecture on one device."""
+
+    status: str  # exact | differs | unsupported | crash | skip
+    ours: int | None = None
+    reference: int | None = None
+    unsupported: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+
+def reference_flops(model: torch.nn.Module, inputs: dict[str, Any], as_meta: bool = False) -> int:
+    """FlopCounterMode's total over one eager call. ``as_meta``: a CPU call counted as on meta
+    (where FlopCounterMode sees attention's and the LSTM's matmuls: math attention, no mkldnn)."""
+    with contextlib.ExitStack() as stack:
+        if as_meta:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            stack.enter_context(sdpa_kernel(SDPBackend.MATH))
+            stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+        with torch.no_grad(), FlopCounterMode(display=False) as mode:
+            model(**inputs)
+    return mode.get_total_flops()
+
+
+def compare(model: torch.nn.Module, inputs: dict[str, Any], reference: int | None = None) -> Outcome:
+    """FlopCounterMode over one eager call (or ``reference``), torch_flops (flop_counter convention)
+    over another."""
+    import torch_flops
+    from torch_flops.records import Status
+
+    if reference is None:
+        reference = reference_flops(model, inputs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            profile = torch_flops.profile(model, **inputs)
+    except _Timeout:
+        raise
+    except Exception as e:  # noqa: BLE001 - the sweep reports every failure
+        return Outcome("crash", reference=reference, error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                       if str(e) else type(e).__name__)
+    ours = profile.with_convention("flop_counter").total_flops
+    unsupported = Counter(r.target for r in profile.records if r.status is Status.UNSUPPORTED)
+    if unsupported:
+        return Outcome("unsupported", ours, reference, dict(unsupported))
+    return Outcome("exact" if ours == reference else "differs", ours, reference)
+
+
+def run_one(model_type: str, devices: tuple[str, ...], timeout: int) -> dict[str, Outcome]:
+    results: dict[str, Outcome] = {}
+    try:
+        with _deadline(timeout), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = tiny_model(model_type)
+            last = "no input set for its forward"
+            for inputs in _candidates(model):
+                try:
+                    with torch.no_grad():
+                        model(**inputs)
+                    break
+                except Exception as e:  # noqa: BLE001 - try the next input set
+                    last = f"{type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}"
+            else:
+                raise RuntimeError(f"no input set runs in eager PyTorch ({last})")
+    except Exception as e:  # noqa: BLE001
+        return {d: Outcome("skip", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+                for d in devices}
+    for device in devices:
+        try:
+            with _deadline(timeout):
+                reference = None
+                if device == "cpu":
+                    m, x = model, inputs
+                else:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        m = tiny_model(model_type, device)
+                    x = {k: _to(v, device) for k, v in inputs.items()}
+                    try:
+                        with torch.no_grad():
+                            m(**x)
+                    except _Timeout:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - eager itself fails on meta (reads values)
+                        # torch_flops may still profile it (torch.export): compare with the CPU call
+                        # counted as FlopCounterMode counts on meta
+                        reference = reference_flops(model, inputs, as_meta=True)
+                        eager_error = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                        outcome = compare(m, x, reference)
+                        if outcome.status == "crash":
+                            outcome.error += f" [eager on meta: {eager_error}]"
+                        else:
+                            outcome.error = f"eager fails on meta ({eager_error}); reference: the CPU call"
+                        results[device] = outcome
+                        continue
+                results[device] = compare(m, x, reference)
+        except Exception as e:  # noqa: BLE001
+            results[device] = Outcome("crash", error=f"{type(e).__name__}: {str(e)[:200]}")
+            if "-v" in sys.argv:
+                traceback.print_exc()
+    return results
+
+
+def _line(model_type: str, device: str, o: Outcome) -> str:
+    if o.status == "differs":
+        ratio = o.ours / o.reference if o.reference else float("inf")
+        detail = f"ours {o.ours:,} / FlopCounterMode {o.reference:,} = {ratio:.4f}"
+    elif o.status == "unsupported":
+        detail = ", ".join(f"{k} x{v}" for k, v in sorted(o.unsupported.items()))
+    elif o.status == "exact":
+        detail = f"{o.ours:,}"
+    else:
+        detail = o.error
+    return f"{model_type:40s} {device:5s} {o.status:12s} {detail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("types", nargs="*", help="model types (default: all)")
+    parser.add_argument("--devices", default="cpu,meta")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per architecture and device")
+    parser.add_argument("--jsonl", help="also write one JSON line per architecture here")
+    parser.add_argument("-v", action="store_true", help="tracebacks of crashes")
+    args = parser.parse_args(argv)
+    devices = tuple(args.devices.split(","))
+    types = args.types or model_types()
+    totals: dict[str, Counter[str]] = {d: Counter() for d in devices}
+    sink = open(args.jsonl, "w") if args.jsonl else None  # noqa: SIM115
+    start = time.perf_counter()
+    try:
+        for model_type in types:
+            results = run_one(model_type, devices, args.timeout)
+            for device, outcome in results.items():
+                totals[device][outcome.status] += 1
+                print(_line(model_type, device, outcome), flush=True)
+            if sink:
+                sink.write(json.dumps({"type": model_type, **{d: asdict(o) for d, o in results.items()}}) + "\n")
+                sink.flush()
+    finally:
+        if sink:
+            sink.close()
+    print(f"\n{len(types)} model types in {time.perf_counter() - start:.0f} s")
+    for device, counts in totals.items():
+        ran = sum(counts.values()) - counts["skip"]
+        print(f"{device}: {ran} build and run; exact {counts['exact']}, differs {counts['differs']}, "
+              f"unsupported {counts['unsupported']}, crash {counts['crash']}; skipped {counts['skip']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

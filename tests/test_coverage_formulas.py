@@ -1,0 +1,228 @@
+"""Issue 19's formulas and rules: subclasses that override forward, the RNN family on every
+device, SDPA's flop_counter count per device, the new op families (by hand or FlopCounterMode),
+custom_formulas, sparse inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import torch_flops
+from torch_flops.records import Status
+
+
+def _fcm(fn) -> int:
+    with FlopCounterMode(display=False) as mode:
+        fn()
+    return mode.get_total_flops()
+
+
+def _aten(fn, *args) -> torch_flops.Profile:
+    """A profile of ``fn(*args)`` as a module (the eager front end records its aten ops)."""
+    class Call(nn.Module):
+        def forward(self, *xs):
+            return fn(*xs)
+    return torch_flops.profile(Call(), *args)
+
+
+def _counted(p: torch_flops.Profile, target: str) -> int:
+    """The FLOPs of the nodes whose target ends with ``target`` (all of them counted)."""
+    rows = [r for r in p.records if r.target.endswith(target)]
+    assert rows and all(r.status is Status.COUNTED for r in rows), [(r.target, r.status) for r in p.records]
+    return sum(r.flops for r in rows)
+
+
+# ------------------------------------------------------------------ subclasses overriding forward
+class Head(nn.Conv1d):
+    def forward(self, x):  # (B, T, C) -> (B, C, T) first
+        return super().forward(x.transpose(1, 2))
+
+
+class Router(nn.Linear):
+    def forward(self, x):
+        logits = super().forward(x)
+        return logits, logits.softmax(-1)
+
+
+class KeepsForward(nn.Linear):
+    pass
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head, self.router, self.keep = Head(16, 32, 3), Router(32, 4), KeepsForward(4, 4)
+
+    def forward(self, x):
+        _, p = self.router(self.head(x).transpose(1, 2))
+        return self.keep(p)
+
+
+def test_resolve_module_needs_the_parents_forward() -> None:
+    table = torch_flops.formulas.FORMULAS
+    assert table.resolve_module(KeepsForward) is not None
+    assert table.resolve_module(Head) is None and table.resolve_module(Router) is None
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_subclass_overriding_forward_is_recorded_by_its_ops(device: str, tracer: str) -> None:
+    model, x = Net().to(device), torch.randn(2, 10, 16, device=device)
+    p = torch_flops.profile(model, x, tracer=tracer)
+    # conv: (2, 32, 8) outputs x 16*3 MACs = 24,576 MACs -> 49,152 + 512 bias = 49,664;
+    # router: (2, 8, 4) x 32 = 2,048 MACs -> 4,096 + 64 bias; softmax 5 x 64 = 320;
+    # keep: (2, 8, 4) x 4 = 256 MACs -> 512 + 64 bias = 576
+    assert p.total_flops == 49_664 + 4_160 + 320 + 576
+    assert p.with_convention("flop_counter").total_flops == _fcm(lambda: model(x)) == 2 * (24_576 + 2_048 + 256)
+    recorded = {r.module_path for r in p.records if r.target in ("torch.conv1d", "F.linear")}
+    assert {"head", "router"} <= recorded  # by their ops (fx also traces through the user's KeepsForward)
+
+
+# ------------------------------------------------------------------ RNNs
+def _decomposed(model: nn.Module, x) -> tuple[int, int]:
+    """The count of the module's own aten ops (its formula removed): meta's composite ATen."""
+    counter = torch_flops.TorchFLOPsByFX(model, custom_formulas={type(model): None})
+    with torch.no_grad():
+        counter.propagate(x)
+    assert not [r for r in counter.records if r.status is Status.UNSUPPORTED]
+    return counter.profile.total_flops, counter.profile.total_macs
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (nn.LSTM, {"num_layers": 2, "bidirectional": True}), (nn.LSTM, {"proj_size": 4}), (nn.LSTM, {"bias": False}),
+    (nn.GRU, {"num_layers": 2, "dropout": 0.3}), (nn.RNN, {"nonlinearity": "relu"}),
+])
+def test_rnn_formula_equals_the_composite_on_meta(cls, kw) -> None:
+    model = cls(8, 16, batch_first=True, **kw).to("meta").train()
+    x = torch.empty(3, 5, 8, device="meta")
+    p = torch_flops.profile(model, x)
+    assert (p.total_flops, p.total_macs) == _decomposed(model, x)
+    assert p.with_convention("flop_counter").total_flops == _fcm(lambda: model(x))
+
+
+def test_lstm_counts_the_same_on_cpu_and_meta() -> None:
+    model, x = nn.LSTM(8, 16, batch_first=True), torch.randn(3, 5, 8)
+    cpu = torch_flops.profile(model, x)
+    meta = torch_flops.profile(model.to("meta"), x.to("meta"))
+    # per step and row: 4*16*(8+16) = 1,536 MACs; 2 biases 128; gates 19*16 = 304 -> 3,504; x 15
+    assert cpu.total_macs == meta.total_macs == 15 * 1_536
+    assert cpu.total_flops == meta.total_flops == 15 * 3_504 == 52_560
+    # FlopCounterMode: the CPU oneDNN kernel (mkldnn_rnn_layer) 0, meta's addmm all
+    assert cpu.with_convention("flop_counter").total_flops == 0
+    assert meta.with_convention("flop_counter").total_flops == 2 * 15 * 1_536
+    # the CPU kernel itself, recorded when the module's formula is removed, counts the same
+    counter = torch_flops.TorchFLOPsByFX(nn.Sequential(nn.LSTM(8, 16, batch_first=True)),
+                                         custom_formulas={nn.LSTM: None})
+    with torch.no_grad():
+        counter.propagate(x)
+    assert [r.target for r in counter.records if r.flops] == ["aten.mkldnn_rnn_layer"]
+    assert counter.profile.total_flops == 52_560
+
+
+def test_gru_on_cpu_matches_flop_counter_mode() -> None:
+    model, x = nn.GRU(8, 16, num_layers=2), torch.randn(5, 3, 8)
+    p = torch_flops.profile(model, x)
+    assert p.with_convention("flop_counter").total_flops == _fcm(lambda: model(x)) > 0
+
+
+# ------------------------------------------------------------------ SDPA per device
+def test_sdpa_flop_counter_convention_follows_the_device() -> None:
+    q = torch.randn(1, 4, 8, 16)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
+    macs = 2 * 4 * 8 * 8 * 16  # Q K^T and P V
+    cpu = _aten(fn, q, q, q)
+    meta = _aten(fn, *(t.to("meta") for t in (q, q, q)))
+    assert cpu.total_macs == meta.total_macs == macs and cpu.total_flops == meta.total_flops
+    assert cpu.with_convention("flop_counter").total_flops == _fcm(lambda: fn(q, q, q)) == 0  # CPU flash kernel
+    assert meta.with_convention("flop_counter").total_flops == 2 * macs
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):  # the math path: bmm, counted
+        math = _aten(fn, q, q, q)
+        assert math.with_convention("flop_counter").total_flops == _fcm(lambda: fn(q, q, q)) == 2 * macs
+
+
+# ------------------------------------------------------------------ new op families, by hand
+def test_grid_sample() -> None:
+    x, grid = torch.randn(2, 3, 8, 8), torch.rand(2, 4, 5, 2) * 2 - 1
+    p = _aten(lambda x, g: F.grid_sample(x, g, align_corners=False), x, grid)
+    # 40 points x 2 coordinates x 3 (unnormalise) + 120 outputs x 9 (bilinear) = 240 + 1,080
+    assert _counted(p, "grid_sample") == 1_320
+    p = _aten(lambda x, g: F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True), x, grid)
+    assert _counted(p, "grid_sample") == 40 * 2 * (3 + 2)  # border clamps: 2 per coordinate
+
+
+def test_solve_triangular() -> None:
+    a, b = torch.randn(2, 5, 5).triu() + 5 * torch.eye(5), torch.randn(2, 5, 3)
+    p = _aten(lambda a, b: torch.linalg.solve_triangular(a, b, upper=True), a, b)
+    assert _counted(p, "solve_triangular") == 30 * 5  # n per solution element
+    p = _aten(lambda a, b: torch.linalg.solve_triangular(a, b, upper=True, unitriangular=True), a, b)
+    assert _counted(p, "solve_triangular") == 30 * 4
+
+
+def test_fft_family() -> None:
+    x = torch.randn(4, 16)
+    assert _counted(_aten(lambda x: torch.fft.fft(x.to(torch.complex64)), x), "aten._fft_c2c") == 4 * 5 * 16 * 4
+    assert _counted(_aten(torch.fft.rfft, x), "aten._fft_r2c") == 4 * 160  # 2.5 N log2 N, N = 16
+    # ortho: 2 per complex output element (4 x 9)
+    assert _counted(_aten(lambda x: torch.fft.rfft(x, norm="ortho"), x), "aten._fft_r2c") == 640 + 2 * 36
+    spectrum = torch.randn(4, 9, dtype=torch.complex64)
+    assert _counted(_aten(torch.fft.irfft, spectrum), "aten._fft_c2r") == 640 + 64  # + 1 per real output (by 1/n)
+    # fft2 of real data: cast to complex, one c2c transform of 4 x 8 = 32 points per batch of 2
+    assert _counted(_aten(torch.fft.fft2, torch.randn(2, 4, 8)), "aten._fft_c2c") == 2 * 5 * 32 * 5
+
+
+def test_cdist_polar_scatter_reduce_search() -> None:
+    a, b = torch.randn(2, 30, 5), torch.randn(2, 40, 5)
+    p = _aten(torch.cdist, a, b)  # > 25 rows: the matmul path, _euclidean_dist
+    outputs = 2 * 30 * 40
+    assert _counted(p, "aten._euclidean_dist") == 2 * outputs * 7 + 3 * 300 + 2 * 400 + 2 * outputs
+    assert p.with_convention("flop_counter").total_flops == _fcm(lambda: torch.cdist(a, b)) == 0
+    p = _aten(lambda a, b: torch.cdist(a, b, p=1), a[:, :3], b[:, :3])
+    assert _counted(p, "aten._cdist_forward") == (2 * 3 * 3) * 3 * 5  # (2, 3, 3) outputs x 3 per dim
+    assert _counted(_aten(torch.polar, torch.rand(6), torch.rand(6)), "polar") == 24
+    src = torch.randn(10)
+    p = _aten(lambda s: torch.zeros(3).scatter_reduce(0, torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0]), s, "mean"), src)
+    assert _counted(p, "scatter_reduce") == 10 + 3
+    boundaries = torch.linspace(0, 1, 7)
+    assert _counted(_aten(torch.bucketize, torch.rand(4, 5), boundaries), "bucketize") == 20 * 3
+    assert _counted(_aten(torch.isin, torch.rand(20), torch.rand(3)), "isin") == 60  # 3 < 10 * 20^0.145
+    assert _counted(_aten(lambda x: torch.unique(x), torch.rand(8)), "aten._unique2") == 8 * (3 + 1)
+    probs = torch.rand(2, 8)
+    assert _counted(_aten(lambda p: torch.multinomial(p, 3), probs), "multinomial") == 2 * 2 * 8
+    ints = _aten(torch.isin, torch.arange(10), torch.arange(3))
+    assert ints.total_flops == 0 and not [r for r in ints.records if r.status is Status.UNSUPPORTED]
+
+
+def test_zero_list_additions() -> None:
+    zero = torch_flops.formulas.zero
+    for name in ("_is_all_true", "_linalg_check_errors", "reshape_as", "_add_batch_dim", "bernoulli_", "uniform_"):
+        assert torch_flops.formulas.FORMULAS.resolve_aten(getattr(torch.ops.aten, name)) is not None, name
+    from torch._functorch import predispatch
+    for fn in (predispatch._vmap_increment_nesting, predispatch._add_batch_dim, predispatch.lazy_load_decompositions):
+        assert fn in zero.GRAPH_PLUMBING and torch_flops.formulas.FORMULAS.resolve_function(fn) is not None
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_sparse_inputs_profile() -> None:
+    dense = torch.randn(4, 5)
+    for sparse in (dense.to_sparse(), dense.to_sparse_csr()):
+        weight = torch.randn(5, 3)
+        p = _aten(torch.sparse.mm if sparse.layout == torch.sparse_coo else torch.mm, sparse, weight)
+        assert p.records  # profiled, bytes counted without a crash
+        assert all(r.bytes_read is not None for r in p.records if r.op not in ("placeholder", "output"))
+
+
+# ------------------------------------------------------------------ custom_formulas
+def test_custom_formulas_override_and_remove() -> None:
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4)
+    p = torch_flops.profile(model, x, custom_formulas={nn.Linear: lambda module, out, x: (7, 3)})
+    assert [(r.target, r.flops, r.macs) for r in p.records if r.flops] == [("Linear", 7, 3), ("ReLU", 8, 0)]
+    p = torch_flops.profile(model, x, custom_formulas={nn.ReLU: None})  # recorded as its F.relu call
+    assert [r.target for r in p.records if r.flops] == ["Linear", "F.relu"]
+    assert torch_flops.formulas.FORMULAS.resolve_module(nn.ReLU) is not None  # the package's table untouched
+    with pytest.raises(TypeError, match="custom_formulas"):
+        torch_flops.TorchFLOPsByFX(model, custom_formulas={nn.Linear: 3})
+    with pytest.raises(TypeError, match="custom_formulas"):
+        torch_flops.TorchFLOPsByFX(model, custom_formulas=[nn.Linear])
