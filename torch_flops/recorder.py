@@ -225,6 +225,11 @@ class EagerGraph(NodeMeasurer):
             self._values[id(item)] = (weakref.ref(item), found, None)
         return found
 
+    def made(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is the value of a node this graph computed (not an input or a constant)."""
+        entry = self._values.get(id(t))
+        return entry is not None and entry[0]() is t and self._entries[entry[1]][0].startswith("call_")
+
     # ------------------------------------------------------------------ results
     def finish(self) -> None:
         """The recording is over (the timer has finished): the per-node lists as lists."""

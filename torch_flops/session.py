@@ -68,6 +68,7 @@ from torch_flops.backward import (
 )
 from torch_flops.capture import ModelIndex, NodeLocation
 from torch_flops.formulas import FormulaTable
+from torch_flops.formulas.zero import GRAPH_PLUMBING
 from torch_flops.measure import MemoryProbe, Timer, tensors_of
 from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
 from torch_flops.optim import optimizer_step_flops, update_traffic
@@ -241,11 +242,17 @@ class Recording:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Nothing this thread runs inside is recorded (the profiler's own work during a recording)."""
-        outer, self._open = self._open, _SELF
+        """Nothing this thread runs inside is recorded, by this recording or any other (the
+        profiler's own work during a recording)."""
+        hub, outer, self._open = self._hub, self._open, _SELF
+        if hub is not None:
+            hub.quiet += 1
         try:
-            yield
+            with torch._C.DisableTorchFunction():
+                yield
         finally:
+            if hub is not None:
+                hub.quiet -= 1
             self._open = outer
 
     def record_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -313,12 +320,8 @@ class Recording:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def _finish_step(self) -> None:
-        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
-        try:
-            with torch._C.DisableTorchFunction():
-                self._close_step()
-        finally:
-            self._open = outer
+        with self.paused():  # the profiler's own tensor calls are no nodes
+            self._close_step()
 
     def _close_step(self) -> None:
         graph, self._graph = self._graph, None
@@ -387,14 +390,10 @@ class Recording:
         if in_backward() or self._graph is None or self._open is not None:
             return  # a recompute inside the backward; a call inside a node (paused)
         self._calls += 1
-        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
-        try:
-            with torch._C.DisableTorchFunction():
-                if self._batch is None:
-                    self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
-                self._graph.add_inputs(self.model, args, kwargs)
-        finally:
-            self._open = outer
+        with self.paused():  # the profiler's own tensor calls are no nodes
+            if self._batch is None:
+                self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
+            self._graph.add_inputs(self.model, args, kwargs)
 
     def _call_ends(self, module: nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self._thread or in_backward() or self._graph is None or self._open is not None:
@@ -459,13 +458,9 @@ class Recording:
             else:
                 end = self._tick()
                 after = self._read() if self._read is not None else None
-                self._open = _SELF
-                try:
-                    assert self._graph is not None
-                    self._graph.add("call_module", self._paths[id(module)], module, self._location, FORWARD, args,
-                                    kwargs or {}, result, self._open_start, end, self._open_before, after)
-                finally:
-                    self._open = None
+                self._open = None
+                self._add("call_module", self._paths[id(module)], module, FORWARD, args, kwargs or {}, result,
+                          self._open_start, end, self._open_before, after)
         self._location = self._stack.pop()
 
     # ------------------------------------------------------------------ op events (from the hub)
@@ -482,6 +477,10 @@ class Recording:
     def wants(self) -> bool:
         """Whether an op about to run (outside the backward) would be recorded by this recording."""
         return self._open is None and (self._seeding or self._phase() is not None)
+
+    def stepping(self) -> bool:
+        """Whether this recording's optimizer is stepping (outside a closure's forward and backward)."""
+        return self._in_optimizer and not self._in_closure
 
     def counting_backward(self) -> bool:
         """Whether this recording counts the backward ops autograd runs now."""
@@ -568,29 +567,30 @@ class Recording:
         return variable is not None and id(variable) in self.index.attrs
 
     def owns_values(self, args: Any) -> bool:
-        """Whether any tensor of ``args`` is a value this recording made, or its model's (a
-        parameter, a buffer, a parameter's gradient)."""
+        """Whether any tensor of ``args`` is a value one of this recording's nodes computed, or its
+        model's (a parameter, a buffer, a parameter's gradient)."""
         graph = self._graph
         if graph is None:
             return False
-        values, attrs = graph._values, self.index.attrs
+        attrs = self.index.attrs
         grads = {id(p.grad) for p in self.index.parameters if p.grad is not None}
-        for t in tensors_of(args):
-            if id(t) in values or id(t) in attrs or id(t) in grads:
-                return True
-        return False
+        return any(graph.made(t) or id(t) in attrs or id(t) in grads for t in tensors_of(args))
 
     def _add(self, op: str, target: Any, module: nn.Module | None, phase: str, args: tuple[Any, ...],
              kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None) -> None:
         graph = self._graph
         assert graph is not None
-        outer, self._open = self._open, _SELF  # the profiler's own tensor calls are no nodes
+        hub, outer, self._open = self._hub, self._open, _SELF  # the profiler's own tensor calls are no nodes
+        if hub is not None:
+            hub.quiet += 1
         try:
             with torch._C.DisableTorchFunction():
                 if phase == OPTIMIZER and not self._in_optimizer:
                     self._pending.append(graph.n)
                 graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
         finally:
+            if hub is not None:
+                hub.quiet -= 1
             self._open = outer
 
     def _op_failed(self, func: Any, args: tuple[Any, ...]) -> None:
@@ -684,6 +684,7 @@ class Recording:
 # ---------------------------------------------------------------------------------------------
 
 _UNKNOWN = object()
+_PLUMBING = frozenset(GRAPH_PLUMBING)
 _LOCK = threading.RLock()
 _HUBS: dict[int, _Hub] = {}  # thread -> its hub, while it has recordings
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
@@ -700,6 +701,8 @@ class _Hub:
         self.function_mode = _FunctionMode(self)
         self._suspended: tuple[bool, bool] | None = None  # the modes taken off their stacks while a node runs
         self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
+        self.quiet = 0  #: > 0 while a recording does its own work: no recording sees those calls
+        self.taken = 0  #: > 0 inside a torch function some recordings took whole (several recordings only)
 
     @classmethod
     def join(cls, recording: Recording) -> _Hub:
@@ -794,8 +797,14 @@ class _Hub:
 
     def function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         wanting = self._claimants(args)
-        return _nested(wanting, lambda r, inner: r.function(func, args, kwargs, inner),
-                       lambda: func(*args, **kwargs))
+        if not wanting:
+            return func(*args, **kwargs)
+        self.taken += 1  # the ops inside are the node's of the recordings that record this call (or its ops')
+        try:
+            return _nested(wanting, lambda r, inner: r.function(func, args, kwargs, inner),
+                           lambda: func(*args, **kwargs))
+        finally:
+            self.taken -= 1
 
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         counting = [r for r in self.recordings if r.counting_backward()]
@@ -807,17 +816,18 @@ class _Hub:
                        lambda: func(*args, **kwargs))
 
     def _claimants(self, args: Any) -> list[Recording]:
-        """The recordings an op outside the backward belongs to: those inside their model (its
-        forward); else, outside every model, those that made or own one of its inputs, or the
-        latest started."""
+        """The recordings an op outside the backward belongs to: inside a model (its forward), the
+        recordings of the models running that take ops now (none while a node of theirs runs);
+        inside an optimizer's step, none (its recording counts the update per parameter); outside
+        every model, those that made one of its inputs, or else the latest started."""
+        if self.taken or any(r.stepping() for r in self.recordings):
+            return []
+        inside = [r for r in self.recordings if r.inside()]
+        if inside:
+            return [r for r in inside if r.wants()]
         wanting = [r for r in self.recordings if r.wants()]
         if len(wanting) <= 1:
             return wanting
-        inside = [r for r in wanting if r.inside()]
-        if inside:
-            return inside
-        if any(r.inside() for r in self.recordings):  # inside a model whose recording takes no op now
-            return []
         owners = [r for r in wanting if r.owns_values(args)]
         return owners or wanting[-1:]
 
@@ -850,6 +860,8 @@ class _DispatchMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         hub = self.hub
+        if hub.quiet:  # the profiler's own work
+            return func(*args, **(kwargs or {}))
         if in_backward():  # run by autograd (maybe in its own thread): a backward op
             return hub.backward_op(func, args, kwargs or {})
         single = hub.single
@@ -943,6 +955,8 @@ def _function_target(func: Any, table: FormulaTable) -> tuple[str, Any] | None:
     qualname = getattr(func, "__qualname__", "")
     if getattr(func, "__module__", "").startswith("torch.distributed"):
         return None  # dist.scatter is no torch.scatter: its collective is recorded at the dispatcher
+    if func in _PLUMBING:
+        return None  # grad-mode and autocast switches: an exported graph's plumbing, nothing an eager run records
     if qualname.startswith(("TensorBase.", "Tensor.")):  # a Tensor method
         if name in _DUNDERS:
             return "call_function", _DUNDERS[name]
