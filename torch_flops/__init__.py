@@ -5,6 +5,7 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 from torch_flops import hardware
 from torch_flops.analyzer import TorchFLOPsByFX
 from torch_flops.api import FlopCountAnalysis, flop_count_table, get_model_profile, profile
+from torch_flops.diff import ProfileDiff, diff
 from torch_flops.errors import (
     DroppedOutputWarning,
     DuplicateFormulaError,
@@ -52,6 +53,7 @@ __all__ = [
     "NodeRecord",
     "OPTIMIZER_FLOPs_MAPPING",
     "Profile",
+    "ProfileDiff",
     "Roofline",
     "RooflineRow",
     "Status",
@@ -65,6 +67,7 @@ __all__ = [
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
     "__version__",
+    "diff",
     "flop_count_table",
     "get_model_profile",
     "hardware",
