@@ -352,14 +352,18 @@ def _diff_main(argv: list[str]) -> int:
         return e.code
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except (ValueError, TypeError, OSError) as e:
-        print(f"torch-flops diff: error: {_one_line(e)}", file=sys.stderr)
+    except (ValueError, TypeError, OSError) as e:  # a bad expression, file or gate: the message says which
+        print(f"torch-flops diff: error: {_one_line(CLIError(str(e)))}", file=sys.stderr)
         return 2
     if ns.output is not None:
         report.write_atomic(ns.output, text if text.endswith("\n") else text + "\n")
         _wrote(ns.output, ns.quiet)
     else:
-        print(text.rstrip("\n"))
+        try:
+            print(text.rstrip("\n"))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `| head`: the gate's verdict and exit status still stand
+            _silence_stdout()
     for v in violations:
         print(f"torch-flops diff: FAIL {v.expr}: {v.message}", file=sys.stderr)
     return 1 if violations else 0

@@ -136,7 +136,8 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
 def _page(data: Mapping[str, Any], title: str) -> str:
     """The HTML page: style, the data, the script."""
     payload = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
-    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")  # nothing closes the script element
+    # nothing in the data may end the script element or open a comment: "\/" and "\u0021" are JSON escapes
+    payload = payload.replace("</", "<\\/").replace("<!--", "<\\u0021--")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{std_html.escape(title)}</title><style>{_CSS}</style></head>"
@@ -464,7 +465,7 @@ function section(sec, root) {
   root.appendChild(h("h2", {text: "Module tree"}));
   root.appendChild(h("div", {cls: "controls"}, [
     h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) state.expanded.add(i); drawTree(); }}),
-    h("button", {text: "collapse all", onclick: () => { state.expanded = new Set([0]); drawTree(); }}), depthSel,
+    h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); drawTree(); }}), depthSel,
     h("span", {cls: "info", text: "click a header to sort siblings; click \u25b8 to open"})]));
   const treeBox = h("div", {cls: "scroll", id: "tree"}, [h("table", {cls: "data tree"}, [h("thead", null, [treeHead]), treeBody])]);
   root.appendChild(treeBox);
