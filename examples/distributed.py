@@ -22,7 +22,6 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from torch_flops import TorchFLOPsByFX
 from torch_flops.distributed import merge_profiles
 
-
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 

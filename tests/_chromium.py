@@ -68,7 +68,7 @@ class Browser:
         self._next_id = 0
         self._events: list[dict[str, Any]] = []
 
-    def __enter__(self) -> Browser:
+    def __enter__(self) -> Browser:  # noqa: PYI034  (typing_extensions is no dependency)
         return self
 
     def __exit__(self, *exc: object) -> None:

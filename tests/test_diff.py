@@ -198,8 +198,8 @@ def test_cli_gate_exit_codes(pair: dict[str, Any], capsys: pytest.CaptureFixture
     failed = [line for line in err.splitlines() if line.startswith("torch-flops diff: FAIL ")]
     assert bool(failed) == (code == 1)
     if checks == ["flops>+1%", "params>1000"]:
-        assert failed == ["torch-flops diff: FAIL flops>+1%: FLOPs of the model went from 22.3 K to 35.0 K "
-                          "(+56.81%); crossed > +1%"]
+        assert failed == [("torch-flops diff: FAIL flops>+1%: FLOPs of the model went from 22.3 K to 35.0 K "
+                           "(+56.81%); crossed > +1%")]
 
 
 @pytest.mark.parametrize(("args", "message"), [

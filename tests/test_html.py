@@ -27,7 +27,7 @@ _spec.loader.exec_module(chromium)  # type: ignore[union-attr]
 
 
 def _embedded(page: str) -> dict[str, Any]:
-    found = re.search(r'<script type="application/json" id="tf-data">(.*?)</script>', page, re.S)
+    found = re.search(r'<script type="application/json" id="tf-data">(.*?)</script>', page, re.DOTALL)
     assert found is not None
     return json.loads(found[1])  # type: ignore[no-any-return]
 
