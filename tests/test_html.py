@@ -91,6 +91,14 @@ def test_text_cannot_close_the_script(tmp_path: Path, hand_profile: Any) -> None
     assert _embedded(page)["sections"][0]["nodes"][5][html.NODE_FIELDS.index("note")].startswith("</script>")
 
 
+def test_a_nan_is_shown_as_a_dash(hand_profile: Any) -> None:
+    p = hand_profile()
+    odd = torch_flops.Profile(records=(p.records[0]._replace(time_ms=float("nan")), *p.records[1:]),
+                              module_types=p.module_types, module_params=p.module_params)
+    nodes = _embedded(html.render_html(odd))["sections"][0]["nodes"]  # JSON has no NaN: it would not parse
+    assert nodes[0][html.NODE_FIELDS.index("time_ms")] is None
+
+
 def test_sections_and_bad_input(unet: TorchFLOPsByFX, hand_profile: Any, tmp_path: Path) -> None:
     page = html.render_document([("prefill", unet.profile), ("decode 1", hand_profile())])
     assert [s["title"] for s in _embedded(page)["sections"]] == ["prefill", "decode 1"]

@@ -163,8 +163,8 @@ def _signature(m: ModuleStats) -> tuple[Any, ...]:
 
 def _renames(a: Mapping[str, ModuleStats], b: Mapping[str, ModuleStats]) -> dict[str, str]:
     """A's path -> B's path for modules that only moved: a removed and an added module of the same
-    class and numbers, whose submodules moved with them (shallowest first; a child of a renamed
-    module is renamed with it)."""
+    class and numbers (one under the same parent first, then at the same depth, then anywhere),
+    shallowest first; a child of a renamed module moves with it."""
     removed = [p for p in a if p not in b]
     added = {p for p in b if p not in a}
     renames: dict[str, str] = {}
@@ -176,10 +176,10 @@ def _renames(a: Mapping[str, ModuleStats], b: Mapping[str, ModuleStats]) -> dict
                 renames[old] = new
                 added.discard(new)
             continue
-        candidates = [p for p in b if p in added and _signature(b[p]) == _signature(a[old])
-                      and path_depth(p) == path_depth(old)]
+        candidates = [p for p in b if p in added and _signature(b[p]) == _signature(a[old])]
         same_parent = [p for p in candidates if p.rpartition(".")[0] == parent]
-        chosen = (same_parent or candidates)[:1]
+        same_depth = [p for p in candidates if path_depth(p) == path_depth(old)]
+        chosen = (same_parent or same_depth or candidates)[:1]
         if chosen:
             renames[old] = chosen[0]
             added.discard(chosen[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html as std_html
 import json
+import math
 import os
 import platform
 from collections import Counter
@@ -135,7 +136,10 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
 
 def _page(data: Mapping[str, Any], title: str) -> str:
     """The HTML page: style, the data, the script."""
-    payload = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
+    try:
+        payload = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:  # a NaN or an infinity somewhere (JSON has neither): shown as "-"
+        payload = json.dumps(_finite(data), separators=(",", ":"), default=str, allow_nan=False)
     # nothing in the data may end the script element or open a comment: "\/" and "\u0021" are JSON escapes
     payload = payload.replace("</", "<\\/").replace("<!--", "<\\u0021--")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -144,6 +148,17 @@ def _page(data: Mapping[str, Any], title: str) -> str:
             f'<body><div id="app"><noscript>This report draws itself with JavaScript.</noscript></div>'
             f'<script type="application/json" id="tf-data">{payload}</script>'
             f"<script>{_JS}</script></body></html>\n")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def render_document(sections: Sequence[Section], title: str | None = None) -> str:
@@ -411,7 +426,8 @@ function views(nodes) {
   return out;
 }
 
-function section(sec, root) {
+function section(sec, root, k) {
+  const sid = k ? "-" + k : "";  // element ids of the first section stay plain
   const F = sec.fields, M = sec.modules, chains = sec.chains, targets = sec.targets;
   const nodes = sec.nodes.map(a => { const r = {}; F.forEach((f, i) => { r[f] = a[i]; });
     r.target = targets[r.target]; r.chain = chains[r.chain]; r.path = M.path[r.module]; return r; });
@@ -429,7 +445,7 @@ function section(sec, root) {
   // header
   const head = sec.header;
   root.appendChild(h("h1", {text: sec.title + " \u2014 torch_flops report"}));
-  if (head.note) root.appendChild(h("div", {cls: "banner", id: "cold-note", text: "Times: " + head.note}));
+  if (head.note) root.appendChild(h("div", {cls: "banner", id: "cold-note" + sid, text: "Times: " + head.note}));
   const dl = h("dl", {cls: "summary"});
   for (const [k, v] of head.summary) add(dl, [h("dt", {text: k}), h("dd", {text: v})]);
   add(dl, [h("dt", {text: "Compute dtypes"}), h("dd", {text: head.dtypes.map(([d, c]) => d + " (" + c + " nodes)").join(", ") || "-"})]);
@@ -467,7 +483,7 @@ function section(sec, root) {
     h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) state.expanded.add(i); drawTree(); }}),
     h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); drawTree(); }}), depthSel,
     h("span", {cls: "info", text: "click a header to sort siblings; click \u25b8 to open"})]));
-  const treeBox = h("div", {cls: "scroll", id: "tree"}, [h("table", {cls: "data tree"}, [h("thead", null, [treeHead]), treeBody])]);
+  const treeBox = h("div", {cls: "scroll", id: "tree" + sid}, [h("table", {cls: "data tree"}, [h("thead", null, [treeHead]), treeBody])]);
   root.appendChild(treeBox);
 
   function treeValue(i, key) { const c = treeCols.find(c => c[0] === key); return c[2](i); }
@@ -503,7 +519,7 @@ function section(sec, root) {
   const metricSel = h("select", {cls: "metric", onchange: () => { state.metric = metricSel.value; drawIcicle(); }},
                       METRICS.map(([v, l]) => h("option", {value: v, text: l})));
   const crumbs = h("span", {cls: "crumbs"});
-  const icicle = h("div", {cls: "icicle", id: "icicle"});
+  const icicle = h("div", {cls: "icicle", id: "icicle" + sid});
   root.appendChild(h("h2", {text: "Icicle of the module tree"}));
   root.appendChild(h("div", {cls: "controls"}, [h("label", null, ["size by ", metricSel]), crumbs]));
   root.appendChild(icicle);
@@ -559,7 +575,7 @@ function section(sec, root) {
     {key: "shape", label: "output shape", get: r => r.output_shape},
     {key: "dtype", label: "dtype", get: r => r.dtype},
     {key: "note", label: "note", get: r => r.note, fmt: v => v ? (v.length > 60 ? v.slice(0, 60) + "\u2026" : v) : ""}];
-  const nodeTable = DataTable({id: "nodes", columns: nodeCols, pageSize: 100, search: r => r.name + " " + r.target + " " + r.path + " " + M.type[r.module],
+  const nodeTable = DataTable({id: "nodes" + sid, columns: nodeCols, pageSize: 100, search: r => r.name + " " + r.target + " " + r.path + " " + M.type[r.module],
     placeholder: "filter: node, target, module", rowClass: r => "st-" + r.status + (r.internal ? " internal" : ""),
     filters: [{name: "status", label: "status", options: [["", "all"]].concat(statuses.map(s => [s, s])), test: (r, v) => r.status === v},
               {name: "plumbing", label: "nodes", initial: "model", options: [["model", "the model's"], ["", "+ graph plumbing"]],
@@ -578,17 +594,17 @@ function section(sec, root) {
     {key: "time_pct", label: "% time", num: true, timed: true, get: o => o.time === null ? null : o.time / opTotal.time, fmt: v => v === null || !isFinite(v) ? "-" : (100 * v).toFixed(2) + "%"},
     {key: "bytes", label: "bytes", num: true, get: o => o.bytes, fmt: bytes},
     {key: "unsupported", label: "unsupported", num: true, get: o => o.unsupported || null, fmt: v => v ? String(v) : ""}];
-  const opTable = DataTable({id: "operators", columns: opCols, pageSize: 200, sort: ["flops", true], search: o => o.op,
+  const opTable = DataTable({id: "operators" + sid, columns: opCols, pageSize: 200, sort: ["flops", true], search: o => o.op,
                              placeholder: "filter operators", rowClass: o => o.unsupported ? "st-unsupported" : null});
   root.appendChild(h("h2", {text: "Operators"}));
   root.appendChild(opTable.el);
 
   // memory and roofline
   const charts = h("div", {cls: "grid2"});
-  const memBox = h("div", {id: "memory"});
+  const memBox = h("div", {id: "memory" + sid});
   add(charts, [h("div", null, [h("h2", {text: "Memory over the nodes"}), memBox])]);
   let roofBox = null;
-  if (sec.roofline) { roofBox = h("div", {id: "roofline"}); add(charts, [h("div", null, [h("h2", {text: "Roofline on " + sec.roofline.hardware}), roofBox])]); }
+  if (sec.roofline) { roofBox = h("div", {id: "roofline" + sid}); add(charts, [h("div", null, [h("h2", {text: "Roofline on " + sec.roofline.hardware}), roofBox])]); }
   root.appendChild(charts);
   if (sec.roofline) drawRoofline(roofBox, sec.roofline, nodes);
 
@@ -662,8 +678,9 @@ function drawRoofline(box, R, nodes) {
   kids.push(sv("polyline", {points: roof.join(" "), fill: "none", stroke: "#1d2330", "stroke-width": 1.5}));
   kids.push(sv("text", {x: W - 12, y: Y(R.peak) - 4, "text-anchor": "end", text: R.dtype + " peak " + count(R.peak) + "FLOP/s"}));
   const total = pts.reduce((s, p) => s + (p[3] || 0), 0) || 1;
+  const byIndex = new Map(nodes.map(r => [r.index, r]));
   for (const p of pts) {
-    const r = nodes[p[0]];
+    const r = byIndex.get(p[0]);
     const text = "#" + p[0] + " " + r.name + " (" + r.target + "): " + p[1].toPrecision(3) + " FLOP/B, " + count(p[2]) + "FLOP/s, roofline " + time(p[3]) + (p[4] !== null ? ", measured " + time(p[4]) : "") + ", " + (p[5] || "-");
     kids.push(sv("circle", {cx: X(p[1]).toFixed(1), cy: Y(p[2]).toFixed(1), r: (2 + 10 * Math.sqrt(p[3] / total)).toFixed(1),
       fill: p[5] === "memory" ? "rgba(198,40,40,.45)" : "rgba(47,111,222,.45)", onmousemove: ev => showTip(ev, text), onmouseleave: hideTip}));
@@ -720,11 +737,11 @@ function main() {
     const buttons = secs.map((s, i) => h("button", {text: s.title, "data-section": i, cls: i ? null : "active", onclick: () => {
       buttons.forEach((b, k) => b.classList.toggle("active", k === i));
       boxes.forEach((b, k) => { b.style.display = k === i ? "" : "none"; });
-      if (!boxes[i].firstChild) section(secs[i], boxes[i]); }}));
+      if (!boxes[i].firstChild) section(secs[i], boxes[i], i); }}));
     add(nav, buttons); app.appendChild(nav);
   }
   boxes.forEach((b, i) => { if (i) b.style.display = "none"; app.appendChild(b); });
-  section(secs[0], boxes[0]);
+  section(secs[0], boxes[0], 0);
 }
 
 try {
