@@ -8,7 +8,7 @@ interaction each: sort the node table by FLOPs, filter it, expand the whole modu
     python benchmarks/bench_html.py                 # target: loaded in under 2 s
     python benchmarks/bench_html.py --screenshot docs/report.png   # also the README's picture
 
-The screenshot is of ResNet-50's report (CPU, batch 1, one warm-up call, the roofline on
+The screenshot is of ResNet-50's report (CPU, batch 1, one warm-up call, the median of 5, the roofline on
 h100-sxm): the top of the page at 1280 x 1000. Needs Chromium (Debian: apt-get install chromium).
 Prints, never asserts.
 """
@@ -77,7 +77,7 @@ def interactions(browser: chromium.Browser, url: str) -> list[tuple[str, float]]
 
 def screenshot(browser: chromium.Browser, path: str) -> None:
     model = zoo.resnet50().eval()
-    counter = TorchFLOPsByFX(model, warmup=1)
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=5)
     with torch.no_grad():
         counter.propagate(torch.randn(1, 3, 224, 224))
     with tempfile.TemporaryDirectory() as directory:
