@@ -238,3 +238,9 @@ def test_sections_in_chromium(unet: TorchFLOPsByFX, hand_profile: Any, browser: 
     assert page.evaluate("[...document.querySelectorAll('h1')].filter(h => h.offsetParent).map(h => h.textContent)") \
         == ["decode step 1 \u2014 torch_flops report"]
     assert page.errors() == []
+
+
+def test_an_empty_profile_draws_without_an_error(browser: Any, tmp_path: Path) -> None:
+    page = browser.open(Path(html.write_html(torch_flops.Profile(records=()), tmp_path / "empty.html")).as_uri())
+    assert page.evaluate("document.body.dataset.ready") == "1" and page.errors() == []
+    assert page.evaluate("document.querySelector('#nodes .info').textContent") == "0 of 0 rows"

@@ -421,6 +421,8 @@ function views(nodes) {
       flops: r => r.backward_flops, macs: r => r.backward_macs, time: r => r.backward_time_ms, bytes: r => r.saved_bytes,
       bytesLabel: "saved"});
   }
+  if (!out.length) out.push({id: "forward", label: "forward", test: () => true, flops: r => r.flops, macs: r => r.macs,
+                             time: r => r.time_ms, bytes: r => r.bytes});
   if (out.length > 1) out.push({id: "all", label: "all phases", test: () => true, flops: r => plus(r.flops, r.backward_flops),
     macs: r => plus(r.macs, r.backward_macs), time: r => plus(r.time_ms, r.backward_time_ms), bytes: r => r.bytes});
   return out;
