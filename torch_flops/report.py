@@ -8,6 +8,11 @@ formatter and an alignment. The same spec feeds :func:`rows_for` (raw numbers), 
 :func:`to_dataframe` and :func:`format_rows`. Numbers are shown readable (``4.09 G``, ``25.6 M``,
 ``3.21 ms``, ``1.50 MiB``); raw rows keep them as numbers.
 
+Every text view opens with the model-level summary (:func:`model_summary` -> :class:`ModelSummary`,
+rendered by :func:`summary_text`) and tables end with a short legend (:func:`legend_text`). Time
+columns that no row has a value in (meta tensors) are left out. A profile timed with no warm-up
+call (:func:`is_cold`) says so wherever a time is printed, with the hint :data:`WARM_HINT`.
+
 Files are written atomically: to a temporary file in the same directory, then renamed over the
 target, so a failed write leaves an earlier file intact.
 
