@@ -235,7 +235,7 @@ def test_json_csv_and_tables_carry_the_backward(tmp_path: Any) -> None:
     counter = TorchFLOPsByFX(_mlp())
     counter.propagate(torch.randn(3, 8), loss_fn=lambda out: out.sum())
     doc = json.loads(report.profile_to_json(counter.profile))
-    assert doc["version"] == 4
+    assert doc["version"] == 5
     assert doc["summary"]["backward"]["macs"] == 768 and doc["summary"]["backward"]["flops"] == 1644
     assert doc["modules"]["0"]["backward_macs"] == 384
     back = Profile.from_json(doc)

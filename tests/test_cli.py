@@ -112,7 +112,7 @@ def test_subprocess_gpt2_meta_json(runs: dict[str, subprocess.Popen[str]]) -> No
     code, out, err = finished(runs, "gpt2")  # through the console script when installed
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 4
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 5
     summary = doc["summary"]
     assert summary["device"] == "meta" and summary["time_ms"] is None and summary["batch_size"] == 1
     assert summary["params"] == 124_439_808  # GPT-2 small, tied head
@@ -226,7 +226,8 @@ def test_formats_and_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     rows = list(csv.reader(io.StringIO(out)))
     assert code == 0 and rows[0][:3] == ["node", "op", "target"]
 
-    code, out, _ = run_main(capsys, *base, "--meta", "--format", "json", "--tracer", "fx", "--dtype", "float16")
+    code, out, _ = run_main(capsys, "unet", "--input-shape", "1,3,16,16", "--meta", "--format", "json", "--tracer", "fx",
+                            "--dtype", "float16")  # no --warmup: --meta times nothing
     doc = json.loads(out)
     assert code == 0 and doc["summary"]["device"] == "meta" and doc["summary"]["tracer"] == "fx"
     assert doc["settings"]["tracer"] == "fx"

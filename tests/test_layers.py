@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "torch_flops"
 
 #: bottom to top; a module may import its own layer's modules and any layer below
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("leaves", frozenset({"errors", "paths", "measure", "hardware", "comm", "_gc", "_validate", "progress", "zoo"})),
+    ("leaves", frozenset({"errors", "paths", "measure", "hardware", "comm", "_gc", "_validate", "progress", "zoo",
+                          "_version"})),
     ("formulas", frozenset({"formulas", "optim"})),
     ("capture", frozenset({"capture"})),
     ("plan", frozenset({"plan"})),

@@ -245,7 +245,7 @@ def test_roll_ups_agree_with_records(drawn: tuple[list[tuple[Any, ...]], dict[st
 def test_to_dict_round_trip_hand_profile(hand_profile: Any) -> None:
     p = hand_profile()
     doc = p.to_dict()
-    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 4)
+    assert (doc["schema"], doc["version"]) == (SCHEMA_NAME, SCHEMA_VERSION) == ("torch_flops.profile", 5)
     assert set(doc) == {"schema", "version", "settings", "summary", "records", "modules"}
     assert doc["summary"]["flops"] == 1256 and doc["summary"]["unsupported"] == {"torch.mystery": 1}
     assert doc["modules"]["head"] == {"module_type": "Linear", "depth": 1, "params": 22, "own_params": 22,
@@ -286,8 +286,8 @@ def test_from_dict_refuses_other_documents(hand_profile: Any) -> None:
     doc = hand_profile().to_dict()
     with pytest.raises(ValueError, match="not a torch_flops profile"):
         Profile.from_dict({**doc, "schema": "something.else"})
-    with pytest.raises(ValueError, match="unsupported torch_flops profile version 5"):
-        Profile.from_dict({**doc, "version": 5})
+    with pytest.raises(ValueError, match="unsupported torch_flops profile version 6"):
+        Profile.from_dict({**doc, "version": 6})
     # readers ignore unknown keys
     doc["records"][0]["future_field"] = 1
     assert Profile.from_dict({**doc, "extra": True}).records == hand_profile().records

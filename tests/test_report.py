@@ -29,26 +29,34 @@ def lines(text: str) -> list[str]:
 PROFILE_GOLDEN = """\
 torch_flops profile
 ===================
+Model:       Net
+Inputs:      x (4, 10)
 Params:      137
+Model size:  unknown (no node shows the dtype of the 137 params)
 MACs:        560 MACs
 FLOPs:       1.26 KFLOPs
-Latency:     4.86 ms
-FLOP/s:      258 KFLOP/s
-Max memory:  3.00 MiB (live_tensors)
+Latency:     4.86 ms; first (cold) call: no warm-up ran; warmup=1 (CLI: --warmup 1) gives warm timings
+Throughput:  822 samples/s
+FLOP/s:      258 KFLOP/s achieved
+Peak memory: 3.00 MiB (live_tensors)
 Batch size:  4
 Device:      cpu
 Tracer:      fx
 Nodes:       8
 Unsupported: 1 node(s), excluded: torch.mystery x1
 
-module                  params  % params  MACs   % MACs   FLOPs  latency  % latency  FLOP/s
-----------------------  ------  --------  ----  -------  ------  -------  ---------  ------
-Net                        137   100.00%   560  100.00%  1.26 K  4.86 ms    100.00%   258 K
-  encoder (Sequential)     110    80.29%   400   71.43%     880  2.50 ms     51.39%   352 K
-    0 (Linear)             110    80.29%   400   71.43%     840  2.00 ms     41.11%   420 K
-    1 (ReLU)                 0     0.00%     0    0.00%      40   500 us     10.28%  80.0 K
-  head (Linear)             22    16.06%   160   28.57%     336  2.00 ms     41.11%   168 K
-  unused (Linear)            5     3.65%     0    0.00%       0        -          -       -
+module                  params  % params  MACs   % MACs   FLOPs  % FLOPs  latency (cold)  % latency  FLOP/s
+----------------------  ------  --------  ----  -------  ------  -------  --------------  ---------  ------
+Net                        137   100.00%   560  100.00%  1.26 K  100.00%         4.86 ms    100.00%   258 K
+  encoder (Sequential)     110    80.29%   400   71.43%     880   70.06%         2.50 ms     51.39%   352 K
+    0 (Linear)             110    80.29%   400   71.43%     840   66.88%         2.00 ms     41.11%   420 K
+    1 (ReLU)                 0     0.00%     0    0.00%      40    3.18%          500 us     10.28%  80.0 K
+  head (Linear)             22    16.06%   160   28.57%     336   26.75%         2.00 ms     41.11%   168 K
+  unused (Linear)            5     3.65%     0    0.00%       0    0.00%               -          -       -
+
+Legend: params = parameters; MACs = multiply-accumulates; FLOPs = 2 x MACs + other float ops; % = share of the
+  whole model; latency (cold) = sum of the nodes' times (the first, cold, call: warmup=1 gives warm times);
+  FLOP/s = FLOPs / latency; K, M, G, T = 10^3, 10^6, 10^9, 10^12; KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes.
 
 Top 2 innermost modules:
   by FLOPs:    encoder.0 (Linear) 840 66.88%, head (Linear) 336 26.75%
@@ -60,24 +68,31 @@ Top 2 innermost modules:
 UNTIMED_GOLDEN = """\
 torch_flops profile
 ===================
+Model:       Net
+Inputs:      x (4, 10)
 Params:      137
+Model size:  unknown (no node shows the dtype of the 137 params)
 MACs:        560 MACs
 FLOPs:       1.26 KFLOPs
 Latency:     not measured (meta)
+Throughput:  -
 FLOP/s:      -
-Max memory:  3.00 MiB (live_tensors)
+Peak memory: 3.00 MiB (live_tensors)
 Batch size:  4
 Device:      meta
 Tracer:      fx
 Nodes:       8
 Unsupported: 1 node(s), excluded: torch.mystery x1
 
-module                  params  % params  MACs   % MACs   FLOPs  latency  % latency  FLOP/s
-----------------------  ------  --------  ----  -------  ------  -------  ---------  ------
-Net                        137   100.00%   560  100.00%  1.26 K        -          -       -
-  encoder (Sequential)     110    80.29%   400   71.43%     880        -          -       -
-  head (Linear)             22    16.06%   160   28.57%     336        -          -       -
-  unused (Linear)            5     3.65%     0    0.00%       0        -          -       -
+module                  params  % params  MACs   % MACs   FLOPs  % FLOPs
+----------------------  ------  --------  ----  -------  ------  -------
+Net                        137   100.00%   560  100.00%  1.26 K  100.00%
+  encoder (Sequential)     110    80.29%   400   71.43%     880   70.06%
+  head (Linear)             22    16.06%   160   28.57%     336   26.75%
+  unused (Linear)            5     3.65%     0    0.00%       0    0.00%
+
+Legend: params = parameters; MACs = multiply-accumulates; FLOPs = 2 x MACs + other float ops; % = share of the
+  whole model; K, M, G, T = 10^3, 10^6, 10^9, 10^12; KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes.
 
 Top 2 modules at depth 1:
   by FLOPs:    encoder (Sequential) 880 70.06%, head (Linear) 336 26.75%
@@ -123,7 +138,7 @@ total                                              1.26 K     560  4.86 ms
 """
 
 MARKDOWN_GOLDEN = """\
-**torch_flops profile**: 137 params, 560 MACs, 1.26 KFLOPs, latency 4.86 ms on cpu (tracer fx, 1 unsupported node(s))
+**torch_flops profile**: 137 params, 560 MACs, 1.26 KFLOPs, latency 4.86 ms (first call, cold) on cpu (tracer fx, 1 unsupported node(s))
 
 | module    | type       |   nodes |   params |   FLOPs |   MACs |    time |   % time |   unsupported |
 |-----------|------------|---------|----------|---------|--------|---------|----------|---------------|
@@ -207,7 +222,7 @@ def test_tree_rows_raw_and_formatted(hand_profile: Any) -> None:
     unused = dict(zip(report.TREE_COLUMNS, rows[3]))
     assert unused["time_ms"] is None and unused["time_pct"] is None and unused["flops_per_s"] is None
     text = report.format_rows(report.TREE_COLUMNS, rows)
-    assert text[0][3:] == ["137", "100.00%", "560", "100.00%", "1.26 K", "4.86 ms", "100.00%", "258 K"]
+    assert text[0][3:] == ["137", "100.00%", "560", "100.00%", "1.26 K", "100.00%", "4.86 ms", "100.00%", "258 K"]
     assert text[3][-3:] == ["-", "-", "-"]
 
 
@@ -244,12 +259,13 @@ _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs",
                 "optimizer_flops", "optimizer_time_ms", "comm_bytes", "comm_time_ms",
                 "backward_comm_bytes"}
 _SUMMARY_KEYS = {"params", "flops", "macs", "time_ms", "flops_per_s", "max_memory", "memory_source", "batch_size",
-                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention", "backward"}
+                 "device", "tracer", "nodes", "unsupported_nodes", "unsupported", "convention", "backward",
+                 "model"}  # version 5: the model-level summary
 
 
 def _check_schema(doc: dict[str, Any]) -> None:
-    """The documented schema of ``torch_flops.profile`` version 4."""
-    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 4
+    """The documented schema of ``torch_flops.profile`` version 5."""
+    assert doc["schema"] == "torch_flops.profile" and doc["version"] == 5
     assert isinstance(doc["settings"], dict)
     assert set(doc["summary"]) == _SUMMARY_KEYS
     for r in doc["records"]:
@@ -381,9 +397,11 @@ def counter() -> TorchFLOPsByFX:
 def test_print_result_table_group_by(counter: TorchFLOPsByFX, capsys: pytest.CaptureFixture[str]) -> None:
     rows = counter.print_result_table()
     assert rows == report.node_rows(counter.records)
-    assert capsys.readouterr().out.strip() == report.node_table(counter.records).strip()
+    legend = report.legend_text(counter.profile, "node")
+    assert capsys.readouterr().out.strip() == report.node_table(counter.records).strip() + "\n\n" + legend
     rows = counter.print_result_table(group_by="module")
-    assert capsys.readouterr().out.strip() == report.table_text(counter.profile, "module").strip()
+    assert capsys.readouterr().out.strip() == (report.table_text(counter.profile, "module").strip() + "\n\n"
+                                               + report.legend_text(counter.profile, "module"))
     by_path = {r[0]: dict(zip(report.MODULE_COLUMNS, r)) for r in rows}
     assert by_path[""]["flops"] == counter.total_flops
     assert by_path["2"]["flops"] == by_path["2.0"]["flops"] + by_path["2.1"]["flops"]

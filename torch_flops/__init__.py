@@ -3,8 +3,10 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 :mod:`torch_flops.formulas`."""
 
 from torch_flops import hardware
+from torch_flops._version import __version__
 from torch_flops.analyzer import TorchFLOPsByFX
 from torch_flops.api import ActivationCountAnalysis, FlopCountAnalysis, flop_count_table, get_model_profile, profile
+from torch_flops.diff import ProfileDiff, diff
 from torch_flops.errors import (
     DroppedOutputWarning,
     DuplicateFormulaError,
@@ -36,8 +38,6 @@ from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.roofline import Roofline, RooflineRow, roofline
 from torch_flops.training import TrainingProfiler, utilization
 
-__version__ = "0.1.0"
-
 __all__ = [
     "FORMULAS",
     "ATEN_FLOPs_MAPPING",
@@ -53,6 +53,7 @@ __all__ = [
     "NodeRecord",
     "OPTIMIZER_FLOPs_MAPPING",
     "Profile",
+    "ProfileDiff",
     "Roofline",
     "RooflineRow",
     "Status",
@@ -66,6 +67,7 @@ __all__ = [
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
     "__version__",
+    "diff",
     "flop_count_table",
     "get_model_profile",
     "hardware",

@@ -21,6 +21,7 @@ from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
+from torch_flops.html import write_html
 from torch_flops.measure import Timer, input_device, tensors_of
 from torch_flops.measuring import Measurements
 from torch_flops.options import Options, TracerName
@@ -263,16 +264,20 @@ class TorchFLOPsByFX:
         return self.profile.with_convention(convention)
 
     def print_result_table(self, show: bool = True, group_by: report.GroupBy = "node",
-                           as_string: bool = False, convention: str = "torch_flops") -> list[list[Any]]:
+                           as_string: bool = False, convention: str = "torch_flops", top: int | None = None,
+                           sort_by: str | None = None) -> list[list[Any]]:
         """Print one row per node (``group_by="node"``), per module (``"module"``, each including
-        its submodules) or per operator (``"operator"``) and return the rows: raw numbers, or as
-        printed with ``as_string=True``. Columns: ``report.NODE_COLUMNS`` / ``MODULE_COLUMNS`` /
+        its submodules) or per operator (``"operator"``), with a legend, and return the rows: raw
+        numbers, or as printed with ``as_string=True`` (a list with a one-line repr). ``sort_by``:
+        a column (``"flops"``, ``"time"``, ...), largest first; ``top``: the first rows only (by
+        FLOPs without ``sort_by``). Columns: ``report.NODE_COLUMNS`` / ``MODULE_COLUMNS`` /
         ``OPERATOR_COLUMNS``."""
         profile = self.in_convention(convention)
-        columns, rows = report.rows_for(profile, group_by)
+        columns, rows = report.rows_for(profile, group_by, sort_by=sort_by, top=top)
         if show:
-            print(report.table_text(profile, group_by))
-        return report.format_rows(columns, rows) if as_string else rows
+            print(report.table_text(profile, group_by, sort_by=sort_by, top=top) + "\n\n"
+                  + report.legend_text(profile, group_by))
+        return report.Rows(report.format_rows(columns, rows) if as_string else rows, columns)
 
     def print_total_flops(self, show: bool = True, convention: str = "torch_flops") -> int:
         profile = self.in_convention(convention)
@@ -309,7 +314,8 @@ class TorchFLOPsByFX:
         if show:
             line = self.roofline(hardware) if hardware is not None else None
             print(report.model_profile_text(profile, depth, top_modules, roofline=line))
-        return report.format_rows(report.tree_columns(profile), rows) if as_string else rows
+        columns = report.tree_columns(profile)
+        return report.Rows(report.format_rows(columns, rows) if as_string else rows, columns)
 
     def roofline(self, hardware: str | HardwareSpec | None = None) -> Roofline:
         """This profile on ``hardware`` (a name of ``torch_flops.hardware.names()`` or a spec;
@@ -361,6 +367,17 @@ class TorchFLOPsByFX:
     def export_chrome_trace(self, path: str, convention: str = "torch_flops") -> None:
         """Write a Trace Event Format file (chrome://tracing, Perfetto); ``ValueError`` untimed."""
         report.write_chrome_trace(self.in_convention(convention), path)
+
+    def to_html(self, path: str, hardware: str | HardwareSpec | None = None, convention: str = "torch_flops") -> str:
+        """Write the one-file HTML report (:mod:`torch_flops.html`: summary, module tree, icicle,
+        node and operator tables, memory curve, phase tabs; the roofline on ``hardware`` when
+        given) to ``path``; returns the path."""
+        line = self.roofline(hardware) if hardware is not None else None
+        return write_html(self.in_convention(convention), path, roofline=line)
+
+    def save_html(self, path: str, hardware: str | HardwareSpec | None = None, convention: str = "torch_flops") -> str:
+        """The same as :meth:`to_html`."""
+        return self.to_html(path, hardware, convention)
 
 
 def _batch_size(inputs: Any) -> int | None:

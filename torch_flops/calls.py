@@ -37,7 +37,7 @@ from torch_flops.capture import (
 from torch_flops.errors import DroppedOutputWarning, TracingError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
-from torch_flops.measure import LiveTensors, Timer, input_device, make_memory_probe
+from torch_flops.measure import LiveTensors, NullTimer, Timer, input_device, make_memory_probe
 from torch_flops.measuring import GraphRun, Measurements
 from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
@@ -126,21 +126,12 @@ class _EagerRunner:
 
     def call(self, inputs: tuple[tuple[Any, ...], dict[str, Any]], *, count: bool, timed: bool) -> Any:
         args, kwargs = inputs
-        model, loss_fn = self.index.model, self.loss_fn
+        loss_fn = self.loss_fn
         self._last = None
-        if not (count or timed):  # a warm-up: the model (and its backward) as it is, nothing recorded
-            output = model(*args, **kwargs)
-            if self.backward:
-                loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
-                saved = LeafGrads(loss)
-                try:
-                    loss.backward()
-                finally:
-                    saved.restore()
-            return output
         s = self.settings
-        recording = Recording(self.index, s.table, timer=s.timer_for(self.device), memory=self.memory,
-                              device=self.device, ignored=s.ignored, backward=self.backward)
+        warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
+        recording = Recording(self.index, s.table, timer=NullTimer() if warmup else s.timer_for(self.device),
+                              memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward)
         grads: LeafGrads | None = None
         recording.start()
         try:
@@ -157,6 +148,8 @@ class _EagerRunner:
             self.needs_values = recording.needs_values
             if grads is not None:
                 grads.restore()
+        if warmup:
+            return output
         step = recording.steps[0]
         self._last = (step, recording.timer)
         if count:

@@ -7,14 +7,19 @@
     torch-flops mypkg.models:build_net --input-shape 8,3,32,32 --format json --output net.json
     torch-flops path/to/config.json --meta --tokens 1,4096     # a transformers config
     torch-flops gpt2 --meta --tokens 8,1024 --hardware h100-sxm --roofline --plot gpt2.png
+    torch-flops resnet50 --html resnet50.html                  # also the one-file HTML report
     torch-flops --list                                         # the zoo
     torch-flops --list-hardware                                # the roofline's hardware table
+    torch-flops merge profile-0.json profile-1.json            # the ranks of a distributed run
+    torch-flops diff before.json after.json --fail-on "flops>+1%"   # compare two profiles; a CI gate
 
 MODEL is a zoo name, an import path ``package.module:factory`` (a callable returning the model,
 or the model object itself) or a transformers ``config.json`` (or its directory). This module
 only parses arguments, builds the model and its inputs, and calls the public API
 (:func:`torch_flops.profile` and :mod:`torch_flops.report`). Errors are one line on stderr and a
-non-zero exit: 2 for bad arguments, 1 when building or profiling the model fails.
+non-zero exit: 2 for bad arguments, 1 when building or profiling the model fails (``diff``: 1
+when a ``--fail-on`` threshold was crossed). Every file written is announced on stderr
+("wrote PATH"); output piped into a reader that stops early (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import difflib
 import importlib
 import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -37,8 +43,10 @@ from torch_flops import hardware, report, zoo
 from torch_flops.api import profile
 from torch_flops.comm import rank_path
 from torch_flops.conventions import CONVENTIONS
+from torch_flops.diff import diff, parse_check
 from torch_flops.distributed import merge_profiles
 from torch_flops.hardware import HardwareSpec
+from torch_flops.html import write_html
 from torch_flops.records import Profile
 from torch_flops.roofline import roofline
 from torch_flops.training import TrainingProfiler, step_summary_text
@@ -54,6 +62,19 @@ _OPTIMIZERS = {name: cls for name, cls in (
     ("adafactor", getattr(torch.optim, "Adafactor", None))) if cls is not None}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 _DEFAULT_TOKENS = (1, 128)
+#: the subcommands (the first argument)
+_COMMANDS = {"merge": "one report from the JSON profiles of the ranks of a distributed run",
+             "diff": "compare two JSON profiles per module and operator; --fail-on EXPR gates on the change"}
+_EPILOG = """\
+MODEL: a zoo name (see --list), an import path package.module:factory, or a transformers config.json (or its
+directory).
+
+commands (torch-flops COMMAND --help for theirs):
+  torch-flops merge FILE [FILE ...]        {merge}
+  torch-flops diff A.json B.json           {diff}
+
+Timings are warm by default on the command line (--warmup 1: one untimed call first); --warmup 0 times the
+first (cold) call, as the Python API's default does."""
 
 
 class CLIError(Exception):
@@ -66,16 +87,37 @@ class CLIError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise CLIError(message, code=2)
+        raise CLIError(message + self._suggestion(message), code=2)
+
+    def _suggestion(self, message: str) -> str:
+        """" (did you mean --depth?)" for a mistyped option or choice."""
+        found = re.match(r"unrecognized arguments: (.*)", message)
+        if found:
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            for word in found[1].split():
+                if word.startswith("-"):
+                    close = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
+                    if close:
+                        return f" (did you mean {close[0]}?)"
+            return ""
+        found = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = re.findall(r"'([^']*)'", found[3])
+            close = difflib.get_close_matches(found[2], choices, n=1, cutoff=0.6)
+            if close:
+                return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="torch-flops",
+        usage="%(prog)s [options] MODEL\n       %(prog)s merge FILE [FILE ...]\n       %(prog)s diff A.json B.json "
+              "[--format FMT] [--fail-on EXPR ...]",
         description="FLOPs, MACs, parameters, latency and memory of a PyTorch model: per node, per module, "
                     "per operator and in total.",
-        epilog="MODEL: a zoo name (see --list), an import path package.module:factory, or a transformers "
-               "config.json (or its directory).",
+        epilog=_EPILOG.format(**_COMMANDS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", nargs="?", metavar="MODEL", help="what to profile")
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
@@ -91,22 +133,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tracer", choices=("auto", "eager", "fx", "export"), default="auto",
                    help="front end: auto (default: the model as it runs, eager), eager, fx (symbolic trace), export")
     p.add_argument("--format", choices=_FORMATS, default="tree", help="output (default: tree)")
-    p.add_argument("--group-by", choices=report.GROUP_BY, default="node",
+    p.add_argument("--group-by", choices=report.GROUP_BY, default=None,
                    help="rows of --format table/csv/markdown (default: node)")
     p.add_argument("--all-nodes", action="store_true",
                    help="node tables: also show the graph's plumbing (parameter reads, export's checks)")
     p.add_argument("--convention", choices=tuple(CONVENTIONS), default="torch_flops",
                    help="how FLOPs are counted: torch_flops (default), flop_counter (PyTorch's FlopCounterMode), "
                         "macs (fvcore, thop), exact (2K-1 per dot product)")
-    p.add_argument("--depth", type=int, default=-1, help="module tree depth, 0 = root, -1 = all (default)")
-    p.add_argument("--top", type=int, default=3, metavar="K",
-                   help="text formats: list the top K modules (K >= 0, 0 = none) at --depth (innermost ones "
-                        "with --depth -1, the root's children with --depth 0)")
-    p.add_argument("--warmup", type=int, default=0, help="untimed runs first (default: 0, as in the API)")
-    p.add_argument("--repeat", type=int, default=1, help="timed runs, median per node (default: 1)")
+    p.add_argument("--depth", type=int, default=None,
+                   help="module tree depth, 0 = root, -1 = all (default); also the depth of --group-by module "
+                        "tables and of the top modules")
+    p.add_argument("--top", type=int, default=None, metavar="K",
+                   help="tree and table formats: list the top K modules (K >= 0, 0 = none; default 3) at --depth "
+                        "(innermost ones with --depth -1, the root's children with --depth 0)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed calls before the timed one (default: 1, so that times are warm; 0 times the "
+                        "first, cold, call, as the Python API's default warmup=0 does)")
+    p.add_argument("--repeat", type=int, default=None, help="timed calls, median per node (default: 1)")
     p.add_argument("--output", metavar="FILE",
                    help="write the output here instead of stdout ({rank} in it: the process's rank under torch.distributed)")
     p.add_argument("--chrome-trace", metavar="FILE", help="also write a chrome://tracing / Perfetto trace")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the one-file HTML report (module tree, icicle, node and operator tables, "
+                        "memory curve; the roofline with --hardware)")
     p.add_argument("--hardware", metavar="NAME",
                    help="roofline on this hardware (see --list-hardware): roofline columns in the tree, a "
                         "'roofline' object in json (default with --roofline/--plot: the CUDA device profiled on)")
@@ -127,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
                             "fixed random classes of the last dimension (default: sum)")
     train.add_argument("--optimizer", choices=tuple(_OPTIMIZERS), default=None,
                        help="also profile this optimizer's step (default: none)")
-    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress line, no 'wrote FILE' lines on stderr")
     p.add_argument("--traceback", action="store_true", help="show the full traceback on errors")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return p
@@ -142,11 +191,29 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["merge"]:
-        return _merge_main(args[1:])
+    try:
+        if args[:1] == ["merge"]:
+            code = _merge_main(args[1:])
+        elif args[:1] == ["diff"]:
+            code = _diff_main(args[1:])
+        else:
+            code = _profile_main(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        _silence_stdout()
+        return 0
+    return code
+
+
+def _profile_main(args: list[str]) -> int:
+    command = _mistyped_command(args)
+    if command is not None:
+        print(f"torch-flops: error: unknown command or model {args[0]!r} (did you mean torch-flops {command}?)",
+              file=sys.stderr)
+        return 2
     parser = _parser()
     try:
-        ns = parser.parse_args(argv)
+        ns = parser.parse_args(args)
     except CLIError as e:
         print(f"torch-flops: error: {e}", file=sys.stderr)
         return e.code
@@ -165,15 +232,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("torch-flops: interrupted", file=sys.stderr)
             return 130
-        except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
-            _silence_stdout()
-            return 0
+        except BrokenPipeError:
+            raise
         except Exception as e:
             if ns.traceback:
                 raise
             code = e.code if isinstance(e, CLIError) else 1
             print(f"torch-flops: error: {_one_line(e)}", file=sys.stderr)
             return code
+
+
+def _mistyped_command(args: list[str]) -> str | None:
+    """The command a first argument that is neither a model nor a file seems to mistype."""
+    if not args or args[0].startswith("-") or args[0] in zoo.ZOO or os.path.exists(args[0]) or ":" in args[0]:
+        return None
+    close = difflib.get_close_matches(args[0], list(_COMMANDS), n=1, cutoff=0.7)
+    zoo_close = difflib.get_close_matches(args[0], list(zoo.ZOO), n=1, cutoff=0.7)
+    return close[0] if close and not zoo_close else None
+
+
+def _wrote(path: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"torch-flops: wrote {path}", file=sys.stderr)
 
 
 def _merge_parser() -> argparse.ArgumentParser:
@@ -210,9 +290,84 @@ def _merge_main(argv: list[str]) -> int:
         return 1
     if ns.output is not None:
         report.write_atomic(ns.output, text + "\n")
+        _wrote(ns.output, False)
     else:
         print(text)
     return 0
+
+
+_DIFF_FORMATS = ("text", "markdown", "json", "html")
+
+
+def _diff_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="torch-flops diff",
+                description="Compare two JSON profiles (to_json / --format json --output FILE) module by module and "
+                            "operator by operator; with --fail-on, exit 1 when a change crosses a threshold.",
+                epilog="EXPR: METRIC[@SCOPE] OP THRESHOLD. METRIC: flops, macs, params, bytes, time, backward_flops, "
+                       "backward_time, optimizer_flops; SCOPE: the whole model (default), a module path, or * for "
+                       "every module; OP: > >= < <=; THRESHOLD: a signed number, relative with %. Examples: "
+                       "'flops>+1%' 'params>0' 'time>+10%' (time only when both were timed with --repeat 3 or more: "
+                       "medians) 'flops@*<-50%'. Exit status: 0 passed, 1 a threshold crossed, 2 bad arguments.")
+    p.add_argument("a", metavar="A.json", help="the profile before")
+    p.add_argument("b", metavar="B.json", help="the profile after")
+    p.add_argument("--format", choices=_DIFF_FORMATS, default="text", help="output (default: text)")
+    p.add_argument("--fail-on", action="append", default=[], metavar="EXPR",
+                   help="a gate: exit 1 naming what crossed it (repeat for several)")
+    p.add_argument("--top", type=int, default=30, metavar="K",
+                   help="text and markdown: the K largest changes (default 30; 0 = all)")
+    p.add_argument("--depth", type=int, default=-1, help="text and markdown: modules down to this depth (-1 = all)")
+    p.add_argument("--output", metavar="FILE", help="write the output here instead of stdout")
+    p.add_argument("--quiet", action="store_true", help="no 'wrote FILE' line")
+    return p
+
+
+def _diff_main(argv: list[str]) -> int:
+    """``torch-flops diff A.json B.json``: :func:`torch_flops.diff` in a format, and the gate."""
+    try:
+        ns = _diff_parser().parse_args(argv)
+        if ns.top < 0 or ns.depth < -1:
+            raise CLIError("--top must be >= 0 and --depth >= -1", 2)
+        if ns.format in ("json", "html") and (ns.top != 30 or ns.depth != -1):
+            raise CLIError(f"--top and --depth shape the text and markdown tables; --format {ns.format} holds every "
+                           "row", 2)
+        for expr in ns.fail_on:
+            parse_check(expr)  # a bad expression is refused before anything is read
+        for path in (ns.a, ns.b):
+            if not os.path.isfile(path):
+                raise CLIError(f"no such profile: {path}", 2)
+        if ns.output is not None:
+            _check_writable("--output", ns.output)
+        result = diff(ns.a, ns.b)
+        violations = result.check(ns.fail_on)
+        top = ns.top or None
+        if ns.format == "text":
+            text = result.text(top, ns.depth, ns.fail_on)
+        elif ns.format == "markdown":
+            text = result.markdown(top, ns.depth, ns.fail_on)
+        elif ns.format == "json":
+            text = result.to_json(ns.fail_on)
+        else:
+            text = result.html(ns.fail_on)
+    except CLIError as e:
+        print(f"torch-flops diff: error: {e}", file=sys.stderr)
+        return e.code
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except (ValueError, TypeError, OSError) as e:  # a bad expression, file or gate: the message says which
+        print(f"torch-flops diff: error: {_one_line(CLIError(str(e)))}", file=sys.stderr)
+        return 2
+    if ns.output is not None:
+        report.write_atomic(ns.output, text if text.endswith("\n") else text + "\n")
+        _wrote(ns.output, ns.quiet)
+    else:
+        try:
+            print(text.rstrip("\n"))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `| head`: the gate's verdict and exit status still stand
+            _silence_stdout()
+    for v in violations:
+        print(f"torch-flops diff: FAIL {v.expr}: {v.message}", file=sys.stderr)
+    return 1 if violations else 0
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -250,15 +405,48 @@ def _zoo_listing() -> str:
 
 
 # ---------------------------------------------------------------------- running
+def _check_combinations(ns: argparse.Namespace) -> None:
+    """Refuse options that cannot apply to the output asked for (rather than ignore them), then put
+    the defaults of the options left out in place."""
+    text_formats = ("table", "csv", "markdown")
+    if ns.group_by is not None and ns.format not in text_formats:
+        raise CLIError(f"--group-by chooses the rows of --format table, csv or markdown, not --format {ns.format}", 2)
+    group_by = ns.group_by or "node"
+    if ns.all_nodes and (ns.format not in text_formats or group_by != "node"):
+        raise CLIError("--all-nodes adds the graph's plumbing to node tables: --format table, csv or markdown with "
+                       "--group-by node", 2)
+    if ns.depth is not None:
+        if ns.format == "json":
+            raise CLIError("--depth does not apply to --format json, which holds every module", 2)
+        if ns.format in ("csv", "markdown") and group_by != "module":
+            raise CLIError(f"--depth applies to --group-by module with --format {ns.format} (its {group_by} rows "
+                           "have no depth)", 2)
+    if ns.top is not None and ns.format in ("json", "csv", "markdown") and not ns.roofline:
+        raise CLIError(f"--top lists the top modules of --format tree and table, not --format {ns.format}", 2)
+    if ns.hardware is not None and ns.format in text_formats and not (ns.roofline or ns.plot or ns.html):
+        raise CLIError(f"--hardware puts the roofline in the tree, in json, in --html and with --roofline/--plot: "
+                       f"with --format {ns.format}, add --roofline (or --html / --plot)", 2)
+    if ns.meta and (ns.warmup is not None or ns.repeat is not None):
+        raise CLIError("--warmup and --repeat time the model, and --meta measures no time", 2)
+    if ns.train and (ns.warmup is not None or ns.repeat is not None):
+        raise CLIError("--train profiles one step as it runs: --warmup and --repeat do not apply", 2)
+    ns.group_by = group_by
+    ns.depth = -1 if ns.depth is None else ns.depth
+    ns.top = 3 if ns.top is None else ns.top
+    ns.warmup = (0 if ns.meta or ns.train else 1) if ns.warmup is None else ns.warmup
+    ns.repeat = 1 if ns.repeat is None else ns.repeat
+
+
 def _run(ns: argparse.Namespace) -> int:
     if ns.model is None:
         raise CLIError("MODEL is required (a zoo name, package.module:factory or config.json), or --list", 2)
     for name in ("warmup", "repeat", "top", "depth"):
         value, low = getattr(ns, name), (1 if name == "repeat" else -1 if name == "depth" else 0)
-        if value < low:
+        if value is not None and value < low:
             raise CLIError(f"--{name} must be >= {low}, got {value}", 2)
     if ns.meta and ns.device not in (None, "meta"):
         raise CLIError("--meta and --device are exclusive (--meta puts everything on the meta device)", 2)
+    _check_combinations(ns)
     input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape is not None else None
     tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens is not None else None
     device = torch.device("meta") if ns.meta else _device(ns.device or "cpu")
@@ -270,18 +458,17 @@ def _run(ns: argparse.Namespace) -> int:
                        "--hardware NAME (a 'roofline' object) or a text format", 2)
     if ns.train and ns.tracer in ("fx", "export"):
         raise CLIError("--train profiles the step as it runs (the eager front end): leave --tracer out", 2)
-    if ns.train and (ns.warmup or ns.repeat != 1):
-        raise CLIError("--train profiles one step as it runs: --warmup and --repeat do not apply", 2)
     if (ns.optimizer is not None or ns.loss != "sum") and not ns.train:
         raise CLIError("--loss and --optimizer go with --train", 2)
     if ns.optimizer == "adafactor" and ns.meta:
         raise CLIError("--optimizer adafactor cannot step on meta tensors (torch's Adafactor reads its step "
                        "count with .item()): use another optimizer with --meta, or a real device", 2)
     spec = _hardware(ns, device)
-    for option in ("output", "chrome_trace", "plot"):  # {rank}: each rank of a distributed run its own file
+    for option in ("output", "chrome_trace", "plot", "html"):  # {rank}: each rank of a distributed run its own file
         if getattr(ns, option) is not None:
             setattr(ns, option, rank_path(getattr(ns, option)))
-    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot)):
+    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot),
+                         ("--html", ns.html)):
         if path is not None:
             _check_writable(option, path)  # before a profile that may take minutes
     if ns.plot is not None:
@@ -303,28 +490,36 @@ def _run(ns: argparse.Namespace) -> int:
         if step_text is not None:
             text = step_text + "\n\n" + text
     elif ns.format == "table":
-        parts = [report.summary_text(result), report.table_text(result, ns.group_by, ns.all_nodes)]
+        parts = [report.summary_text(result), report.table_text(result, ns.group_by, ns.all_nodes, depth=ns.depth
+                                                                if ns.group_by == "module" else -1),
+                 report.legend_text(result, ns.group_by)]
         if ns.top:
             parts.append(report.top_modules_text(result, ns.top, ns.depth))
         text = "\n\n".join(parts)
     elif ns.format == "json":
         text = report.profile_to_json(result, roofline=line)
     elif ns.format == "csv":
-        text = report.csv_text(result, ns.group_by, ns.all_nodes).rstrip("\n")
+        text = report.csv_text(result, ns.group_by, ns.all_nodes, depth=ns.depth).rstrip("\n")
     else:
-        text = report.markdown(result, ns.group_by, ns.all_nodes)
+        text = report.markdown(result, ns.group_by, ns.all_nodes, depth=ns.depth)
     if ns.roofline and line is not None and ns.format != "json":  # json carries the roofline object
         text += "\n\n" + report.roofline_text(line, ns.top or 10)
     if ns.output:
         report.write_atomic(ns.output, text + "\n")
+        _wrote(ns.output, ns.quiet)
     else:
         print(text)
     if ns.chrome_trace:
         report.write_chrome_trace(result, ns.chrome_trace)
+        _wrote(ns.chrome_trace, ns.quiet)
     if ns.plot and line is not None:
         from torch_flops.plot import save_roofline_plot
 
         save_roofline_plot(line, ns.plot)
+        _wrote(ns.plot, ns.quiet)
+    if ns.html:
+        write_html(result, ns.html, roofline=line)
+        _wrote(ns.html, ns.quiet)
     return 0
 
 
@@ -558,14 +753,22 @@ def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, inp
             raise CLIError(f"--model-class {model_class!r} is not a transformers model class", 2)
         with _on(device):
             model = cls(config)
-    else:
-        causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
-        auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModel
+        print(f"torch-flops: built {type(model).__name__} (--model-class)", file=sys.stderr)
+    elif architectures:
+        name = architectures[0]
+        cls = getattr(transformers, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise CLIError(f"{spec}: architectures[0] is {name!r}, which this transformers "
+                           f"({transformers.__version__}) does not have; pick a class with --model-class", 2)
         with _on(device):
-            model = auto.from_config(config)
-        if not architectures:
-            print(f"torch-flops: {spec} names no architectures: built {type(model).__name__}; "
-                  "pick another class with --model-class", file=sys.stderr)
+            model = cls(config)
+        print(f"torch-flops: built {name} (architectures[0] of {spec}; another class: --model-class)",
+              file=sys.stderr)
+    else:
+        with _on(device):
+            model = transformers.AutoModel.from_config(config)
+        print(f"torch-flops: {spec} names no architectures: built {type(model).__name__}; "
+              "pick another class with --model-class", file=sys.stderr)
     model = _finish(model, device, dtype)
     if graph_front_end and hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # a cache object in the output cannot be carried through a graph

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -36,7 +36,7 @@ __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "ModuleStats", "NodeRecord", "Operat
 
 #: ``"schema"`` and ``"version"`` of :meth:`Profile.to_dict` (the schema is described in :mod:`torch_flops.report`)
 SCHEMA_NAME = "torch_flops.profile"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 TopBy = Literal["flops", "macs", "params", "time"]
 _TOP_BY = ("flops", "macs", "params", "time")
@@ -719,3 +719,40 @@ class Profile:
             return cls.from_dict(json.loads(source))
         with open(source) as f:
             return cls.from_dict(json.load(f))
+
+    # ------------------------------------------------------------------ at a REPL, in a notebook
+    def __repr__(self) -> str:
+        """One line: ``Profile(ResNet: 8.24 GFLOPs, 4.09 GMACs, 189 nodes, cpu)``."""
+        extra = "" if self.convention == "torch_flops" else f", {self.convention} convention"
+        backward = f", backward {_short(self.total_backward_flops)}FLOPs" if self.has_backward else ""
+        return (f"Profile({self.module_types.get('', '') or 'model'}: {_short(self.total_flops)}FLOPs, "
+                f"{_short(self.total_macs)}MACs{backward}, {len(self.records)} nodes, {self.device}{extra})")
+
+    def _repr_html_(self) -> str | None:
+        """A notebook's view: the summary and the top modules (torch_flops.html renders it)."""
+        render = VIEWS.get("repr_html")
+        return render(self) if render is not None else None
+
+    def to_html(self, path: str | os.PathLike[str], hardware: Any = None) -> str:
+        """Write the one-file HTML report (:mod:`torch_flops.html`) to ``path``, with the roofline on
+        ``hardware`` (a name of ``torch_flops.hardware.names()`` or a spec) when given; returns the
+        path written."""
+        render = VIEWS.get("html")
+        if render is None:
+            raise RuntimeError("the HTML view is not loaded: import torch_flops.html")
+        return str(render(self, path, hardware=hardware))
+
+
+def _short(n: float) -> str:
+    """``8239659496 -> '8.24 G'`` (three significant digits and a prefix, then the unit)."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            value = n / scale
+            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+            return f"{value:.{digits}f} {prefix}"
+    return f"{n:g} "
+
+
+#: renderers the views layer registers at import (records never imports a view): "html" writes the
+#: one-file report of a profile, "repr_html" gives a notebook's summary (see torch_flops.html)
+VIEWS: dict[str, Callable[..., Any]] = {}

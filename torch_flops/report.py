@@ -8,17 +8,22 @@ formatter and an alignment. The same spec feeds :func:`rows_for` (raw numbers), 
 :func:`to_dataframe` and :func:`format_rows`. Numbers are shown readable (``4.09 G``, ``25.6 M``,
 ``3.21 ms``, ``1.50 MiB``); raw rows keep them as numbers.
 
+Every text view opens with the model-level summary (:func:`model_summary` -> :class:`ModelSummary`,
+rendered by :func:`summary_text`) and tables end with a short legend (:func:`legend_text`). Time
+columns that no row has a value in (meta tensors) are left out. A profile timed with no warm-up
+call (:func:`is_cold`) says so wherever a time is printed, with the hint :data:`WARM_HINT`.
+
 Files are written atomically: to a temporary file in the same directory, then renamed over the
 target, so a failed write leaves an earlier file intact.
 
-JSON schema ``torch_flops.profile``, version 4
+JSON schema ``torch_flops.profile``, version 5
 ----------------------------------------------
 
 One object::
 
     {
       "schema": "torch_flops.profile",   # always this string
-      "version": 4,                      # int; readers refuse versions newer than they know
+      "version": 5,                      # int; readers refuse versions newer than they know
       "settings": {...},                 # the analyzer's options: warmup, repeat, strict,
                                          #   ignore_ops, mem_func_name, tracer (free-form object);
                                          #   under torch.distributed also rank, world_size
@@ -36,7 +41,22 @@ One object::
           "recompute_macs": int, "saved_bytes": int, "unattributed_flops": int,
           "unattributed_macs": int, "unattributed_time_ms": float | null,
           "unsupported": {aten op: count}, "errors": {aten op: message}, "ops": int,
-          "comm_bytes": int, "comm_time_ms": float | null}
+          "comm_bytes": int, "comm_time_ms": float | null},
+        "model": {                       # since version 5, in files written by profile_to_json
+                                         #   (to_json, --format json): report.model_summary's numbers
+          "model": str, "inputs": [{"name": str, "shape": [int, ...] | null, "dtype": str | null}],
+          "params": int, "params_by_dtype": {dtype | "unknown": {"params": int, "bytes": int | null}},
+          "model_bytes": int | null, "peak_memory": int | null, "memory_source": str,
+          "macs": int, "flops": int, "step_flops": int,   # step: + backward + optimizer
+          "phases": str,                 # what the latency covers: "forward", "forward + backward", ...
+          "latency_ms": float | null,    # median; null untimed
+          "latency_source": "calls" | "nodes" | null,   # per-call times, or the nodes' medians summed
+          "spread_ms": [min, max] | null, "timed_calls": int,
+          "warm": bool | null,           # a warm-up call ran first (null: unknown or untimed)
+          "timing_note": str | null,     # set when the times include a cold first call
+          "batch_size": int | null, "samples_per_s": float | null, "tokens": int | null,
+          "tokens_per_s": float | null, "flops_per_s": float | null,   # achieved
+          "device": str, "tracer": str}
       },
       "records": [                       # one per executed graph node, in execution order
         {"index": int, "name": str, "op": str, "target": str, "module_path": str,
@@ -117,18 +137,22 @@ to each node's FLOPs and bytes over its measured time as it starts and drop to 0
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
 import tempfile
+import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from tabulate import tabulate
 
 from torch_flops import hardware
-from torch_flops._validate import check_depth
+from torch_flops._validate import check_choice, check_depth, check_int
 from torch_flops.comm import rank_path
 from torch_flops.hardware import HardwareSpec
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
@@ -142,7 +166,12 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "TREE_COLUMNS",
+    "WARM_HINT",
     "Column",
+    "InputSummary",
+    "ModelSummary",
+    "Rows",
+    "Text",
     "check_writable",
     "chrome_trace",
     "csv_text",
@@ -152,9 +181,12 @@ __all__ = [
     "format_rows",
     "format_time_ms",
     "hardware_text",
+    "is_cold",
+    "legend_text",
     "markdown",
     "max_memory_text",
     "model_profile_text",
+    "model_summary",
     "module_tree",
     "node_rows",
     "node_table",
@@ -162,8 +194,10 @@ __all__ = [
     "profile_to_json",
     "roofline_text",
     "rows_for",
+    "summary_lines",
     "summary_text",
     "table_text",
+    "timing_note",
     "to_dataframe",
     "top_modules_text",
     "total_flops_text",
@@ -245,6 +279,11 @@ def _format_pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}%"
 
 
+def _plain_shape(shape: Any) -> Any:
+    """A shape as plain nested tuples (``torch.Size`` is a tuple whose text differs), None kept."""
+    return tuple(_plain_shape(s) for s in shape) if isinstance(shape, tuple) else shape
+
+
 def _shape_text(shape: Any) -> str:
     if shape is None:
         return "-"
@@ -291,6 +330,9 @@ class Column:
     align: Literal["left", "right"] = "right"
     raw: bool = True  #: part of the raw rows (False: a text-only column such as "% time")
     optional: bool = False  #: left out of text tables when empty in every row
+    #: a measured time (or a number made from one): left out of text tables when no row has a value
+    #: (a profile on meta tensors, a backward that was not timed), rather than a column of "-"
+    timed: bool = False
 
 
 def _attr(name: str) -> Callable[[Any, Any], Any]:
@@ -314,11 +356,11 @@ NODE_VIEW: tuple[Column, ...] = (
     Column("status", "status", lambda r, _c: r.status.value, align="left"),
     Column("flops", "FLOPs", _attr("flops"), format_count),
     Column("macs", "MACs", _attr("macs"), format_count),
-    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms, timed=True),
     Column("mem_before", "mem before", _attr("mem_before"), format_bytes),
     Column("mem_after", "mem after", _attr("mem_after"), format_bytes),
     Column("mem_delta", "mem delta", _attr("mem_delta"), format_bytes),
-    Column("output_shape", "output shape", _attr("output_shape"), _shape_text, "left"),
+    Column("output_shape", "output shape", lambda r, _c: _plain_shape(r.output_shape), _shape_text, "left"),
     Column("phase", None, _attr("phase")),
     Column("dtype", None, _attr("dtype")),
     Column("bytes_read", None, _attr("bytes_read"), format_bytes),
@@ -333,8 +375,8 @@ MODULE_VIEW: tuple[Column, ...] = (
     Column("own_params", None, _attr("own_params"), format_count),
     Column("flops", "FLOPs", _attr("flops"), format_count),
     Column("macs", "MACs", _attr("macs"), format_count),
-    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
-    Column("time_pct", "% time", _pct_of_root("time_ms"), _format_pct, raw=False),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms, timed=True),
+    Column("time_pct", "% time", _pct_of_root("time_ms"), _format_pct, raw=False, timed=True),
     Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
     Column("bytes_read", None, _attr("bytes_read"), format_bytes),
     Column("bytes_written", None, _attr("bytes_written"), format_bytes),
@@ -345,8 +387,8 @@ OPERATOR_VIEW: tuple[Column, ...] = (
     Column("flops", "FLOPs", _attr("flops"), format_count),
     Column("flops_pct", "% FLOPs", _pct_of_total("flops"), _format_pct, raw=False),
     Column("macs", "MACs", _attr("macs"), format_count),
-    Column("time_ms", "time", _attr("time_ms"), format_time_ms),
-    Column("time_pct", "% time", _pct_of_total("time_ms"), _format_pct, raw=False),
+    Column("time_ms", "time", _attr("time_ms"), format_time_ms, timed=True),
+    Column("time_pct", "% time", _pct_of_total("time_ms"), _format_pct, raw=False, timed=True),
     Column("unsupported", "unsupported", _attr("unsupported"), _blank_zero, optional=True),
     Column("bytes_read", None, _attr("bytes_read"), format_bytes),
     Column("bytes_written", None, _attr("bytes_written"), format_bytes),
@@ -385,9 +427,11 @@ TREE_VIEW: tuple[Column, ...] = (
     Column("macs", "MACs", lambda t, _root: t.module.macs, format_count),
     Column("macs_pct", "% MACs", lambda t, root: _percent(t.module.macs, root.macs), _format_pct),
     Column("flops", "FLOPs", lambda t, _root: t.module.flops, format_count),
-    Column("time_ms", "latency", lambda t, _root: t.module.time_ms, format_time_ms),
-    Column("time_pct", "% latency", lambda t, root: _percent(t.module.time_ms, root.time_ms), _format_pct),
-    Column("flops_per_s", "FLOP/s", lambda t, _root: t.module.flops_per_s, format_count),
+    Column("flops_pct", "% FLOPs", lambda t, root: _percent(t.module.flops, root.flops), _format_pct),
+    Column("time_ms", "latency", lambda t, _root: t.module.time_ms, format_time_ms, timed=True),
+    Column("time_pct", "% latency", lambda t, root: _percent(t.module.time_ms, root.time_ms), _format_pct,
+           timed=True),
+    Column("flops_per_s", "FLOP/s", lambda t, _root: t.module.flops_per_s, format_count, timed=True),
 )
 
 
@@ -405,7 +449,7 @@ def _tree_get(name: str) -> Callable[[Any, Any], Any]:
 NODE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
     Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
-    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms, timed=True),
     Column("recompute_flops", "recompute FLOPs", _get("recompute_flops"), _blank_zero_count, optional=True),
     Column("recompute_macs", None, _get("recompute_macs")),
     Column("saved_bytes", "saved", _get("saved_bytes"), format_bytes),
@@ -414,7 +458,7 @@ NODE_BACKWARD: tuple[Column, ...] = (
 MODULE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
     Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
-    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms, timed=True),
     Column("optimizer_flops", "optim FLOPs", _get("optimizer_flops"), _blank_none_count, optional=True),
     Column("optimizer_time_ms", None, _get("optimizer_time_ms")),
     Column("step_flops", "step FLOPs", _get("step_flops"), format_count),
@@ -422,12 +466,12 @@ MODULE_BACKWARD: tuple[Column, ...] = (
 OPERATOR_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
     Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
-    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms),
+    Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms, timed=True),
     Column("step_flops", "fwd+bwd FLOPs", _get("step_flops"), format_count),
 )
 TREE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _tree_get("backward_flops"), format_count),
-    Column("backward_time_ms", "bwd latency", _tree_get("backward_time_ms"), format_time_ms),
+    Column("backward_time_ms", "bwd latency", _tree_get("backward_time_ms"), format_time_ms, timed=True),
     Column("optimizer_flops", "optim FLOPs", _tree_get("optimizer_flops"), _blank_none_count, optional=True),
     Column("step_flops", "step FLOPs", _tree_get("step_flops"), format_count),
 )
@@ -442,14 +486,14 @@ NODE_COMM: tuple[Column, ...] = (
 )
 MODULE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _get("comm_bytes"), format_bytes),
-    Column("comm_time_ms", "comm time", _get("comm_time_ms"), format_time_ms),
+    Column("comm_time_ms", "comm time", _get("comm_time_ms"), format_time_ms, timed=True),
     Column("backward_comm_bytes", "bwd comm", _get("backward_comm_bytes"), _blank_zero_bytes, optional=True),
 )
 
 
 TREE_COMM: tuple[Column, ...] = (
     Column("comm_bytes", "comm", _tree_get("comm_bytes"), _blank_none_bytes),
-    Column("comm_time_ms", "comm time", _tree_get("comm_time_ms"), format_time_ms),
+    Column("comm_time_ms", "comm time", _tree_get("comm_time_ms"), format_time_ms, timed=True),
     Column("backward_comm_bytes", "bwd comm", _tree_get("backward_comm_bytes"), _blank_zero_bytes, optional=True),
 )
 
@@ -504,7 +548,8 @@ class _Table:
         if self.total is not None:
             total = self.total
             rows.append([c.fmt(total[c.name]) if c.name in total else "" for c in columns])
-        keep = [i for i, c in enumerate(columns) if not c.optional or any(row[i] for row in rows)]
+        keep = [i for i, c in enumerate(columns) if (not c.optional or any(row[i] for row in rows))
+                and not (c.timed and all(row[i] in ("-", "") for row in rows))]
         return ([columns[i].header for i in keep], [[row[i] for i in keep] for row in rows],  # type: ignore[misc]
                 [columns[i].align for i in keep])
 
@@ -533,11 +578,12 @@ def _has_backward(records: Sequence[NodeRecord]) -> bool:
     return any(r.backward_flops is not None or r.phase != "forward" for r in records)
 
 
-def _module_table(profile: Profile) -> _Table:
+def _module_table(profile: Profile, depth: int = -1) -> _Table:
     modules = profile.by_module()
     columns = _view(_view(MODULE_VIEW, MODULE_BACKWARD, profile.has_backward), MODULE_COMM,
                     _has_comm(profile.records))
-    return _Table(columns, list(modules.values()), context=modules[""])
+    shown = [m for m in modules.values() if depth < 0 or m.depth <= depth]
+    return _Table(columns, shown, context=modules[""])
 
 
 def _operator_table(profile: Profile) -> _Table:
@@ -573,18 +619,66 @@ def _tree_table(profile: Profile, depth: int) -> _Table:
             rows.append(_TreeRow(_OwnParameters(path, m.depth + 1, m.own_params), "  " * (level + 1) +
                                  "(own parameters)", text_only=True))
     columns = _view(_view(TREE_VIEW, TREE_BACKWARD, profile.has_backward), TREE_COMM, _has_comm(profile.records))
+    if is_cold(profile):  # the tree says so in its header; the legend and the summary give the hint
+        columns = tuple(dataclasses.replace(c, header="latency (cold)") if c.name == "time_ms" else c
+                        for c in columns)
     return _Table(columns, rows, context=modules[""])
 
 
-def _table_for(profile: Profile, group_by: GroupBy, all_nodes: bool = True) -> _Table:
-    """The one ``group_by`` dispatcher."""
+def _table_for(profile: Profile, group_by: GroupBy, all_nodes: bool = True, depth: int = -1,
+               sort_by: str | None = None, top: int | None = None) -> _Table:
+    """The one ``group_by`` dispatcher; ``depth`` (modules only), ``sort_by`` and ``top`` as in
+    :func:`table_text`."""
+    check_depth("depth", depth)
+    if depth != -1 and group_by != "module":
+        raise ValueError(f"depth applies to group_by='module' (the module tree has its own depth), not "
+                         f"group_by={group_by!r}")
     if group_by == "node":
-        return _node_table(profile.records, all_nodes)
-    if group_by == "module":
-        return _module_table(profile)
-    if group_by == "operator":
-        return _operator_table(profile)
-    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+        table = _node_table(profile.records, all_nodes)
+    elif group_by == "module":
+        table = _module_table(profile, depth)
+    elif group_by == "operator":
+        table = _operator_table(profile)
+    else:
+        raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+    return _ranked(table, sort_by, top)
+
+
+#: short names ``sort_by`` takes besides the raw column names
+_SORT_ALIASES = {"time": "time_ms", "bwd_time": "backward_time_ms", "bytes": "bytes_read"}
+
+
+def _ranked(table: _Table, sort_by: str | None, top: int | None) -> _Table:
+    """The rows by ``sort_by`` (largest first, None last; text ascending), then the first ``top``;
+    ``top`` alone ranks by FLOPs. The total row stays the whole table's, and says so when rows
+    were left out."""
+    if sort_by is None and top is None:
+        return table
+    if top is not None:
+        check_int("top", top, 1)
+    key = sort_by if sort_by is not None else "flops"
+    name = _SORT_ALIASES.get(key, key)
+    column = next((c for c in table.columns if c.name == name and c.raw), None)
+    if column is None:
+        choices = sorted({c.name for c in table.columns if c.raw} | {a for a, n in _SORT_ALIASES.items()
+                                                                      if any(c.name == n for c in table.columns)})
+        raise ValueError(f"sort_by must be one of {tuple(choices)} for this table, got {key!r}")
+    ctx = table.context
+
+    def order(item: Any) -> tuple[int, Any]:
+        value = column.get(item, ctx)
+        if value is None:
+            return (2, 0)
+        return (1, value) if isinstance(value, str) else (0, -value)
+
+    items = sorted(table.items, key=order)
+    total = table.total
+    if top is not None and top < len(items):
+        if total is not None:
+            first = table.columns[0].name
+            total = {**total, first: f"total of all {len(items)}"}
+        items = items[:top]
+    return _Table(table.columns, items, ctx, total)
 
 
 def _tabulated(table: _Table, tablefmt: str = "simple", escape: bool = False) -> str:
@@ -595,11 +689,39 @@ def _tabulated(table: _Table, tablefmt: str = "simple", escape: bool = False) ->
 
 
 # ---------------------------------------------------------------------- rows
-def rows_for(profile: Profile, group_by: GroupBy = "node",
-             all_nodes: bool = True) -> tuple[tuple[str, ...], list[list[Any]]]:
+class Rows(list):  # type: ignore[type-arg]
+    """What the ``print_*`` methods return: a plain list of row lists (compare it, index it, hand it
+    to pandas), whose repr is one line, so that a REPL does not echo thousands of rows after the
+    printed table. ``str(rows)`` and ``list(rows)`` show every row; ``columns`` names them."""
+
+    def __init__(self, rows: Iterable[Any] = (), columns: Sequence[str] = ()) -> None:
+        super().__init__(rows)
+        self.columns: tuple[str, ...] = tuple(columns)
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.columns[:5]) + (", ..." if len(self.columns) > 5 else "")
+        return f"<{len(self)} rows x {len(self.columns)} columns ({names}): list(rows) for the values>"
+
+    def __str__(self) -> str:
+        return list.__repr__(self)
+
+
+class Text(str):
+    """Printed text that a method also returns: a ``str`` whose repr is one line at a REPL."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        first = self.split("\n", 1)[0]
+        return f"<text, {self.count(chr(10)) + 1} lines: {first[:60]!r}{'...' if len(first) > 60 else ''}>"
+
+
+def rows_for(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = True, *, depth: int = -1,
+             sort_by: str | None = None, top: int | None = None) -> tuple[tuple[str, ...], list[list[Any]]]:
     """``(columns, raw rows)`` of one grouping: ``"node"`` (every node, or without ``all_nodes``
-    only the model's: see ``records.is_internal``), ``"module"`` or ``"operator"``."""
-    table = _table_for(profile, group_by, all_nodes)
+    only the model's: see ``records.is_internal``), ``"module"`` (down to ``depth``; -1 = all) or
+    ``"operator"``; ``sort_by`` a raw column (largest first) and ``top`` the first rows only."""
+    table = _table_for(profile, group_by, all_nodes, depth, sort_by, top)
     return _raw_names(table.columns), table.raw_rows()
 
 
@@ -642,11 +764,15 @@ def node_table(records: Sequence[NodeRecord], all_nodes: bool = False) -> str:
     return _tabulated(_node_table(records, all_nodes))
 
 
-def table_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False) -> str:
+def table_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False, *, depth: int = -1,
+               sort_by: str | None = None, top: int | None = None) -> str:
     """One row per node (with a total row; the graph's plumbing only with ``all_nodes``), per
-    module (full paths in the model's order, each including its submodules) or per operator
-    (most FLOPs first, with a total row)."""
-    return _tabulated(_table_for(profile, group_by, all_nodes))
+    module (full paths in the model's order, each including its submodules; down to ``depth``,
+    -1 = all) or per operator (most FLOPs first, with a total row). ``sort_by``: a raw column
+    name (``"flops"``, ``"macs"``, ``"time"``, ``"params"``, ...), largest first; ``top``: only the
+    first rows (by FLOPs when no ``sort_by`` is given); the total row stays the whole model's.
+    Time columns that no row has a value in (meta tensors) are left out."""
+    return _tabulated(_table_for(profile, group_by, all_nodes, depth, sort_by, top))
 
 
 def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]]:
@@ -754,6 +880,50 @@ def _format_intensity(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
+#: what each column header means, for the legend (units last)
+_LEGEND: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("params",), "parameters"),
+    (("MACs",), "multiply-accumulates"),
+    (("FLOPs",), "2 x MACs + other float ops"),
+    (("% params", "% MACs", "% FLOPs", "% latency", "% time"), "share of the whole model"),
+    (("latency", "latency (cold)", "time"), "sum of the nodes' times"),
+    (("FLOP/s",), "FLOPs / latency"),
+    (("mem before", "mem after", "mem delta"), "live bytes"),
+    (("bwd FLOPs", "bwd MACs", "bwd time", "bwd latency"), "its backward's"),
+    (("saved",), "activations saved for backward"),
+    (("fwd+bwd FLOPs", "step FLOPs"), "forward + backward (+ optimizer)"),
+    (("optim FLOPs",), "the optimizer's update"),
+    (("comm", "bwd comm"), "bytes its collectives send"),
+    (("roofline",), "the hardware's lower bound on its time"),
+)
+
+
+def legend_text(profile: Profile, view: Literal["tree", "node", "module", "operator"] = "tree",
+                roofline: Roofline | None = None, width: int = 110) -> str:
+    """A short legend of the columns ``view``'s table shows and of the units, wrapped to ``width``
+    (with the cold-call note when the times include one)."""
+    check_choice("view", view, ("tree", *GROUP_BY))
+    table = _tree_table(profile, -1) if view == "tree" else _table_for(profile, view)  # type: ignore[arg-type]
+    headers = set(table.text()[0]) | ({"roofline"} if roofline is not None else set())
+    timed = bool(headers & {"latency", "latency (cold)", "time", "bwd time", "bwd latency"})
+    note = " (the first, cold, call: warmup=1 gives warm times)" if timed and is_cold(profile) else ""
+    entries: list[str] = []
+    for names, meaning in _LEGEND:
+        shown = [n for n in names if n in headers]
+        if not shown:
+            continue
+        if shown[0].startswith("% "):
+            entries.append(f"% = {meaning}")
+        elif shown[0] in ("latency", "latency (cold)", "time"):
+            entries.append(f"{shown[0]} = {meaning}{note}")
+        else:
+            extra = f" ({profile.memory_source})" if shown[0] == "mem before" else ""
+            entries.append(f"{', '.join(shown)} = {meaning}{extra}")
+    entries.append("K, M, G, T = 10^3, 10^6, 10^9, 10^12; KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes")
+    return textwrap.fill("Legend: " + "; ".join(entries) + ".", width=width, break_long_words=False,
+                         break_on_hyphens=False, subsequent_indent="  ")
+
+
 def total_flops_text(profile: Profile) -> str:
     text = (f"Total FLOPs: {profile.total_flops:,} ({format_count(profile.total_flops, 'FLOPs')}), "
             f"MACs: {profile.total_macs:,} ({format_count(profile.total_macs, 'MACs')})")
@@ -768,7 +938,8 @@ def total_time_text(profile: Profile) -> str:
     t = profile.total_time_ms
     if t is None:
         return f"Total time: not measured (device {profile.device})"
-    return f"Total time: {t:.3f} ms ({format_time_ms(t)}) on {profile.device}"
+    note = timing_note(profile)
+    return f"Total time: {t:.3f} ms ({format_time_ms(t)}) on {profile.device}" + (f"; {note}" if note else "")
 
 
 def max_memory_text(profile: Profile) -> str:
@@ -778,19 +949,237 @@ def max_memory_text(profile: Profile) -> str:
     return f"Max memory: {m:,} bytes ({format_bytes(m)}, {profile.memory_source})"
 
 
-def summary_text(profile: Profile) -> str:
-    """The totals and run facts, one per line."""
-    t = profile.total_time_ms
+# ---------------------------------------------------------------------- the model-level summary
+#: the hint every cold timing carries
+WARM_HINT = "warmup=1 (CLI: --warmup 1) gives warm timings"
+
+
+def is_cold(profile: Profile) -> bool:
+    """Timed with no warm-up run (``settings["warmup"] == 0``): the times include a first call's
+    one-off costs (allocator, caches, lazy initialisation), often many times a warm call's."""
+    return profile.total_time_ms is not None and profile.settings.get("warmup") == 0
+
+
+def timing_note(profile: Profile) -> str | None:
+    """How to read the profile's times when they include a cold first call (see :func:`is_cold`);
+    None when warm, untimed, or not known (a training step, an older file)."""
+    if not is_cold(profile):
+        return None
+    repeat = profile.settings.get("repeat", 1)
+    if isinstance(repeat, int) and repeat > 1:
+        return f"no warm-up: the first of the {repeat} timed calls was cold; {WARM_HINT}"
+    return f"first (cold) call: no warm-up ran; {WARM_HINT}"
+
+
+@dataclass(frozen=True)
+class InputSummary:
+    """One input of the model as its graph's input node recorded it."""
+
+    name: str
+    shape: tuple[Any, ...] | None
+    dtype: str | None
+
+    @property
+    def is_tokens(self) -> bool:
+        """Token ids: an integer tensor of 2 dimensions (batch x tokens)."""
+        return (self.dtype in _INTEGER_DTYPES and isinstance(self.shape, tuple) and len(self.shape) == 2
+                and all(isinstance(d, int) for d in self.shape))
+
+
+_INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """The model-level numbers a profile comes down to (what profiling guides list first).
+
+    Every number is computed from the profile; None where it cannot be (untimed, unknown batch)."""
+
+    model: str  #: the root module's class
+    inputs: tuple[InputSummary, ...]
+    params: int
+    #: parameter dtype -> (parameters, bytes); "unknown" holds the parameters of modules that ran no
+    #: node (their dtype is not in the profile). The dtype is the one the module's own nodes compute
+    #: in (a module call's is its parameters'), so a mixed-precision module counts in its compute dtype.
+    params_by_dtype: Mapping[str, tuple[int, int | None]]
+    model_bytes: int | None  #: bytes of the parameters of known dtype
+    peak_memory: int | None  #: peak activation memory (bytes), as ``memory_source`` measures it
+    memory_source: str
+    macs: int
+    flops: int  #: forward; ``step_flops`` adds the backward and the optimizer
+    step_flops: int
+    phases: str  #: what the latency covers: "forward", "forward + backward", "... + optimizer"
+    latency_ms: float | None  #: median over the timed calls (see ``latency_source``); None untimed
+    #: "calls": the median of each timed call's end-to-end time (``settings["run_times_ms"]``);
+    #: "nodes": the sum of each node's median time (the model's own work; no per-call times kept)
+    latency_source: str | None
+    spread_ms: tuple[float, float] | None  #: (min, max) over the timed calls; None with fewer than 2
+    timed_calls: int  #: how many calls were timed (``repeat``); 0 untimed
+    warm: bool | None  #: a warm-up call ran first; None when not known or untimed
+    timing_note: str | None  #: see :func:`timing_note`
+    batch_size: int | None
+    samples_per_s: float | None  #: batch / latency
+    tokens: int | None  #: tokens per call (batch x sequence of the first token-id input)
+    tokens_per_s: float | None
+    flops_per_s: float | None  #: achieved: step FLOPs / latency
+    device: str
+    tracer: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Raw numbers, as in the JSON's ``summary.model``."""
+        data = dataclasses.asdict(self)
+        data["inputs"] = [{"name": i.name, "shape": None if i.shape is None else list(i.shape), "dtype": i.dtype}
+                          for i in self.inputs]
+        data["params_by_dtype"] = {k: {"params": n, "bytes": b} for k, (n, b) in self.params_by_dtype.items()}
+        data["spread_ms"] = None if self.spread_ms is None else list(self.spread_ms)
+        return data
+
+
+def _dtype_bytes(name: str) -> int | None:
+    dtype = getattr(torch, name, None)
+    return dtype.itemsize if isinstance(dtype, torch.dtype) else None
+
+
+def _params_by_dtype(profile: Profile) -> dict[str, tuple[int, int | None]]:
+    """Parameters per dtype: each module's own parameters in the dtype its own call computes in
+    (a module call's record: its parameters'), else the commonest dtype of its nodes."""
+    seen: dict[str, Counter[str]] = {}
+    calls: dict[str, str] = {}
+    for r in profile.records:
+        if r.dtype is None or r.phase != "forward":
+            continue
+        if r.op == "call_module":
+            calls.setdefault(r.module_path, r.dtype)
+        seen.setdefault(r.module_path, Counter())[r.dtype] += 1
+    counts: Counter[str] = Counter()
+    for path, n in profile.module_params.items():
+        if not n:
+            continue
+        dtype = calls.get(path) or (seen[path].most_common(1)[0][0] if path in seen else "unknown")
+        counts[dtype] += n
+    return {k: (n, None if k == "unknown" or _dtype_bytes(k) is None else n * _dtype_bytes(k))  # type: ignore[operator]
+            for k, n in counts.most_common()}
+
+
+def _inputs(profile: Profile) -> tuple[InputSummary, ...]:
+    return tuple(InputSummary(r.name, _plain_shape(r.output_shape) if isinstance(r.output_shape, tuple) else None,
+                              r.dtype)
+                 for r in profile.records if r.op == "placeholder" and r.graph == 0)
+
+
+def model_summary(profile: Profile) -> ModelSummary:
+    """The model-level summary of a profile (see :class:`ModelSummary`).
+
+    Latency: with ``settings["run_times_ms"]`` (each timed call's end-to-end time, when the run
+    recorded them) its median and (min, max); otherwise the sum of the nodes' median times, with no
+    spread. A profile with a backward covers the whole step (forward, backward and optimizer times
+    and FLOPs). Throughput is per second of that latency: samples (the batch) and, for token ids
+    (an integer input of 2 dimensions), tokens."""
+    root = profile.by_module()[""]
+    settings = profile.settings
+    phases = "forward"
+    step_flops = profile.total_flops
+    latency = profile.total_time_ms
+    if profile.has_backward:
+        phases = "forward + backward"
+        step_flops += profile.total_backward_flops
+        backward_time = profile.total_backward_time_ms
+        latency = None if latency is None else latency + (backward_time or 0.0)
+    if root.optimizer_flops is not None:
+        phases += " + optimizer"
+        step_flops += root.optimizer_flops
+        latency = None if latency is None else latency + (root.optimizer_time_ms or 0.0)
+    runs = settings.get("run_times_ms")
+    source: str | None = None if latency is None else "nodes"
+    spread = None
+    repeat = settings.get("repeat", 1)
+    timed_calls = 0 if latency is None else repeat if isinstance(repeat, int) else 1
+    if isinstance(runs, (list, tuple)) and runs and all(isinstance(t, (int, float)) for t in runs):
+        ordered = sorted(float(t) for t in runs)
+        middle = len(ordered) // 2
+        latency = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        spread = (ordered[0], ordered[-1]) if len(ordered) > 1 else None
+        source, timed_calls = "calls", len(ordered)
+    warmup = settings.get("warmup")
+    warm = None if latency is None or not isinstance(warmup, int) else warmup > 0
+    inputs = _inputs(profile)
+    tokens = next((i.shape[0] * i.shape[1] for i in inputs if i.is_tokens), None)  # type: ignore[index]
+    seconds = latency / 1e3 if latency else None
+    by_dtype = _params_by_dtype(profile)
+    known = [b for _, b in by_dtype.values() if b is not None]
+    return ModelSummary(
+        model=profile.module_types.get("", "") or "model", inputs=inputs, params=profile.total_params,
+        params_by_dtype=by_dtype, model_bytes=sum(known) if known else None, peak_memory=profile.max_memory,
+        memory_source=profile.memory_source, macs=profile.total_macs, flops=profile.total_flops,
+        step_flops=step_flops, phases=phases, latency_ms=latency, latency_source=source, spread_ms=spread,
+        timed_calls=timed_calls, warm=warm, timing_note=timing_note(profile), batch_size=profile.batch_size,
+        samples_per_s=profile.batch_size / seconds if seconds and profile.batch_size else None,
+        tokens=tokens, tokens_per_s=tokens / seconds if seconds and tokens else None,
+        flops_per_s=step_flops / seconds if seconds else None, device=profile.device, tracer=profile.tracer)
+
+
+def _input_text(i: InputSummary) -> str:
+    shape = _shape_text(i.shape) if i.shape is not None else "-"
+    return f"{i.name} {shape} {i.dtype or ''}".rstrip() + (" (token ids)" if i.is_tokens else "")
+
+
+def _model_size_text(s: ModelSummary) -> str:
+    if not s.params:
+        return "0 B (no parameters)"
+    parts = [f"{dtype} {format_count(n)} params x {b // n} B" for dtype, (n, b) in s.params_by_dtype.items()
+             if dtype != "unknown" and b is not None and n]
+    unknown = s.params_by_dtype.get("unknown")
+    if s.model_bytes is None:
+        return f"unknown (no node shows the dtype of the {format_count(s.params)} params)"
+    text = f"{format_bytes(s.model_bytes)} ({', '.join(parts)})"
+    return text + (f" + {format_count(unknown[0])} params of unknown dtype" if unknown else "")
+
+
+def _latency_text(s: ModelSummary, device: str) -> str:
+    if s.latency_ms is None:
+        return f"not measured ({device})"
+    text = format_time_ms(s.latency_ms)
+    if s.phases != "forward":
+        text += f" ({s.phases})"
+    if s.latency_source == "calls" and s.timed_calls > 1 and s.spread_ms is not None:
+        text += (f", median of {s.timed_calls} calls (min {format_time_ms(s.spread_ms[0])}, "
+                 f"max {format_time_ms(s.spread_ms[1])})")
+    elif s.timed_calls > 1:
+        text += f", each node's median over {s.timed_calls} calls, summed"
+    if s.timing_note:
+        text += f"; {s.timing_note}"
+    return text
+
+
+def _throughput_text(s: ModelSummary) -> str:
+    if s.latency_ms is None:
+        return "-"
+    parts = []
+    if s.samples_per_s is not None:
+        parts.append(f"{format_count(s.samples_per_s)} samples/s")
+    if s.tokens_per_s is not None:
+        parts.append(f"{format_count(s.tokens_per_s)} tokens/s")
+    return ", ".join(parts) or "- (batch size unknown)"
+
+
+def summary_lines(profile: Profile) -> list[tuple[str, str]]:
+    """``(label, text)`` of each line of :func:`summary_text` (the HTML header shows the same)."""
+    s = model_summary(profile)
     unsupported = profile.unsupported
     n_unsupported = sum(unsupported.values())
-    memory = profile.max_memory
+    memory = s.peak_memory
     lines = [
-        ("Params", format_count(profile.total_params)),
-        ("MACs", format_count(profile.total_macs, "MACs")),
-        ("FLOPs", format_count(profile.total_flops, "FLOPs")),
-        ("Latency", format_time_ms(t) if t is not None else f"not measured ({profile.device})"),
-        ("FLOP/s", format_count(profile.flops_per_s, "FLOP/s")),
-        ("Max memory", f"{format_bytes(memory)} ({profile.memory_source})" if memory is not None else "-"),
+        ("Model", s.model),
+        ("Inputs", ", ".join(_input_text(i) for i in s.inputs) or "-"),
+        ("Params", format_count(s.params)),
+        ("Model size", _model_size_text(s)),
+        ("MACs", format_count(s.macs, "MACs")),
+        ("FLOPs", format_count(s.flops, "FLOPs") + (
+            f" (step: {format_count(s.step_flops, 'FLOPs')}, {s.phases})" if s.phases != "forward" else "")),
+        ("Latency", _latency_text(s, profile.device)),
+        ("Throughput", _throughput_text(s)),
+        ("FLOP/s", format_count(s.flops_per_s, "FLOP/s") + (" achieved" if s.flops_per_s is not None else "")),
+        ("Peak memory", f"{format_bytes(memory)} ({profile.memory_source})" if memory is not None else "-"),
         ("Batch size", "unknown" if profile.batch_size is None else str(profile.batch_size)),
         ("Device", profile.device),
         ("Tracer", profile.tracer),
@@ -799,6 +1188,14 @@ def summary_text(profile: Profile) -> str:
         ("Unsupported", f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"
          if n_unsupported else "0"),
     ]
+    return lines
+
+
+def summary_text(profile: Profile) -> str:
+    """The model-level summary (:func:`model_summary`: model, inputs, parameters and model size by
+    dtype, MACs, FLOPs, latency with its spread, throughput, achieved FLOP/s, peak memory) and the
+    run facts, one per line."""
+    lines = summary_lines(profile)
     width = max(len(k) for k, _ in lines) + 2
     title = "torch_flops profile"
     return "\n".join([title, "=" * len(title), *(f"{k + ':':<{width}}{v}" for k, v in lines)])
@@ -828,38 +1225,50 @@ def top_modules_text(profile: Profile, k: int = 3, depth: int = -1) -> str:
 
 def model_profile_text(profile: Profile, depth: int = -1, top: int = 0, roofline: Roofline | None = None) -> str:
     """:func:`summary_text`, :func:`module_tree` down to ``depth`` (with roofline columns when a
-    ``roofline`` is given) and, when ``top`` > 0, :func:`top_modules_text` at the same depth."""
-    parts = [summary_text(profile), module_tree(profile, depth, roofline)]
+    ``roofline`` is given) with its :func:`legend_text` and, when ``top`` > 0,
+    :func:`top_modules_text` at the same depth."""
+    parts = [summary_text(profile), module_tree(profile, depth, roofline) + "\n\n" + legend_text(profile, "tree",
+                                                                                               roofline=roofline)]
     if top:
         parts.append(top_modules_text(profile, top, depth))
     return "\n\n".join(parts)
 
 
 # ---------------------------------------------------------------------- exports
-def markdown(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False) -> str:
-    """A one-line summary and the ``group_by`` table as GitHub-flavoured Markdown."""
+def markdown(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = False, *, depth: int = -1,
+             sort_by: str | None = None, top: int | None = None) -> str:
+    """A one-line summary and the ``group_by`` table (as in :func:`table_text`) as GitHub-flavoured
+    Markdown."""
     t = profile.total_time_ms
     summary = (f"**torch_flops profile**: {format_count(profile.total_params)} params, "
                f"{format_count(profile.total_macs, 'MACs')}, {format_count(profile.total_flops, 'FLOPs')}, "
-               f"latency {format_time_ms(t) if t is not None else 'not measured'} on {profile.device} "
+               f"latency {format_time_ms(t) if t is not None else 'not measured'}"
+               f"{' (first call, cold)' if is_cold(profile) else ''} on {profile.device} "
                f"(tracer {profile.tracer}, {sum(profile.unsupported.values())} unsupported node(s)"
                f"{'' if profile.convention == 'torch_flops' else f', convention {profile.convention}'})")
-    return summary + "\n\n" + _tabulated(_table_for(profile, group_by, all_nodes), tablefmt="github", escape=True)
+    table = _table_for(profile, group_by, all_nodes, depth, sort_by, top)
+    return summary + "\n\n" + _tabulated(table, tablefmt="github", escape=True)
 
 
-def _csv(columns: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -> str:
+def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], header: bool = True) -> str:
+    """CSV text; None is an empty cell and a shape is written as the tables show it, ``(2, 4)``."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    if columns is not None:
+    if header:
         writer.writerow(columns)
+    shape = columns.index("output_shape") if "output_shape" in columns else -1
     for row in rows:
-        writer.writerow(["" if v is None else v for v in row])
+        cells = ["" if v is None else v for v in row]
+        if shape >= 0 and row[shape] is not None:
+            cells[shape] = _shape_text(row[shape])
+        writer.writerow(cells)
     return buffer.getvalue()
 
 
-def csv_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = True) -> str:
-    """The raw rows of one grouping as CSV text (header first; None as an empty cell)."""
-    columns, rows = rows_for(profile, group_by, all_nodes)
+def csv_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = True, depth: int = -1) -> str:
+    """The raw rows of one grouping as CSV text (header first; None as an empty cell); ``depth``:
+    with ``group_by="module"``, the modules down to that depth only."""
+    columns, rows = rows_for(profile, group_by, all_nodes, depth=depth)
     return _csv(columns, rows)
 
 
@@ -869,7 +1278,7 @@ def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode:
     if mode == "a" and os.path.exists(path):
         with open(path, newline="") as f:
             existing = f.read()
-    text = _csv(None if existing else node_columns(records), node_rows(records))
+    text = _csv(node_columns(records), node_rows(records), header=not existing)
     if existing and not existing.endswith("\n"):
         existing += "\n"
     write_atomic(path, existing + text)
@@ -947,6 +1356,7 @@ def profile_to_json(profile: Profile, path: str | os.PathLike[str] | None = None
     ``"roofline"`` object of a :class:`~torch_flops.roofline.Roofline` when given; also written to
     ``path`` when given."""
     doc = profile.to_dict()
+    doc["summary"]["model"] = model_summary(profile).as_dict()
     if roofline is not None:
         doc["roofline"] = roofline.as_dict()
     text = json.dumps(doc, indent=indent, default=str)

@@ -27,15 +27,16 @@ Phases, by event (never by position)
 * ``optimizer``: inside ``optimizer.step`` (its update is counted per parameter by
   :mod:`torch_flops.optim`); work outside the model after a backward (gradient clipping,
   ``GradScaler.unscale_``) is decided when the next event comes: an optimizer step (or GradScaler's
-  update, ``aten._amp_update_scale_``) makes it the update's, a forward (gradient accumulation)
-  the loop's own ``loss`` phase work.
+  update, ``aten._amp_update_scale_``, with no step before it) makes it the update's, a forward
+  (gradient accumulation) the loop's own ``loss`` phase work.
 
 Steps (:class:`Steps`): ``ONE`` (the whole recording, e.g. one ``propagate``), ``OPTIMIZER`` (a
-training step ends with the optimizer's step, or GradScaler's update when it skipped the step,
-and is closed when the next forward begins or the recording stops; without an optimizer, a
-forward after a backward begins a new step) and ``CALL`` (every call of the model is a step: the
-prefill and decode steps of generation). Each finished :class:`Step` holds the graph of what it
-ran, its backward, its optimizer updates and its wall time.
+training step ends when the optimizer has stepped, when GradScaler's update shows it skipped the
+step, or when the step raised; what runs outside the model between then and the next forward, such
+as GradScaler's update, is optimizer work counted at the start of the next step; without an
+optimizer, a forward after a backward begins a new step) and ``CALL`` (every call of the model is
+a step: the prefill and decode steps of generation). Each finished :class:`Step` holds the graph
+of what it ran, its backward, its optimizer updates and its wall time.
 
 Exceptions raised by the model (or a loss function) come out as themselves; a recording adds a
 note naming the op or module that raised and its inputs, and stops cleanly on every exit path.
@@ -305,7 +306,7 @@ class Recording:
         self._batch: int | None = None
         self._last_output: Any = None
         self._after_backward = False
-        self._step_ready = False
+        self._just_stepped = False  # the optimizer stepped and no forward since (its machinery may follow)
         self._skipped_update = False
         self._pending: list[int] = []
         self._in_optimizer = False
@@ -340,7 +341,7 @@ class Recording:
         if not self._calls:  # the model did not run in it (stopped right after a step): no step
             return
         if self._pending:  # after the last backward, with no optimizer step: the loop's own work
-            self._label(OPTIMIZER if self._step_ready and self.optimizer is not None else LOSS, graph)
+            self._label(OPTIMIZER if self._just_stepped else LOSS, graph)
         graph.add_output(self._last_output)
         graph.finish()
         backward = None
@@ -362,6 +363,15 @@ class Recording:
         self._finish_step()
         self._begin_step()
 
+    def _end_step(self) -> None:
+        """The optimizer stepped (or GradScaler skipped its step, or the step raised): the step is
+        over; what runs outside the model before the next forward is its machinery's."""
+        if self._pending:
+            self._label(OPTIMIZER)
+        if self._steps_rule is Steps.OPTIMIZER:
+            self._new_step()
+        self._just_stepped = True
+
     def _label(self, phase: str, graph: EagerGraph | None = None) -> None:
         """The phase of the nodes recorded outside the model since the last backward, now known."""
         graph = graph or self._graph
@@ -373,14 +383,11 @@ class Recording:
 
     def _forward_begins(self) -> None:
         """A call of one of the model's modules begins with none running (an event of the steps)."""
-        rule = self._steps_rule
-        if rule is Steps.OPTIMIZER and (self._step_ready or (self.optimizer is None and self._after_backward)):
-            if self._pending:
-                self._label(OPTIMIZER if self._step_ready and self.optimizer is not None else LOSS)
-            self._new_step()
-        elif self._pending:  # gradient accumulation: the work between was the loop's own
-            self._label(LOSS)
-        self._after_backward = False
+        if self._pending:  # after a step: its machinery (GradScaler's update); else the loop's own work
+            self._label(OPTIMIZER if self._just_stepped else LOSS)
+        if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
+            self._new_step()  # without an optimizer, a forward after a backward begins a step
+        self._after_backward = self._just_stepped = False
 
     # ------------------------------------------------------------------ the model's calls
     def _call_begins(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -422,8 +429,9 @@ class Recording:
         path = self._paths.get(id(module))
         if path is None or self._graph is None:  # a module of another model: its ops are its caller's
             return False
-        if self._in_optimizer and not self._in_closure:  # the last optimizer step raised: it is over
-            self._in_optimizer, self._open, self._updates, self._step_ready = False, None, [], True
+        if self._in_optimizer and not self._in_closure:  # the last optimizer step raised: it ended its step
+            self._in_optimizer, self._open, self._updates = False, None, []
+            self._end_step()
         if module is self.model and self._stack and self._hub is not None:
             # a call of the model while an earlier one never returned (a KeyboardInterrupt went past
             # its hooks): that one is over
@@ -470,7 +478,7 @@ class Recording:
             return FORWARD
         if self._in_optimizer or not self._outside or self._graph is None:
             return None
-        if self._after_backward or self._step_ready:
+        if self._after_backward or self._just_stepped:
             return OPTIMIZER  # provisional: decided by the next event (see _label)
         return LOSS
 
@@ -508,10 +516,10 @@ class Recording:
         self._failed = None
         after = read() if read is not None else None
         self._add("call_function", func, None, phase, args, kwargs, out, start, end, before, after)
-        if func._opname == _AMP_UPDATE and self._steps_rule is Steps.OPTIMIZER and not self._stack:
-            if not self._step_ready:  # GradScaler.update() with no optimizer step since: it skipped it
-                self._skipped_update = True
-            self._step_ready = True
+        if func._opname == _AMP_UPDATE and self._steps_rule is Steps.OPTIMIZER and not self._just_stepped:
+            # GradScaler.update() with no optimizer step since the forward: it skipped the step
+            self._skipped_update = True
+            self._end_step()
         return out
 
     def function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -676,7 +684,7 @@ class Recording:
                          for param, flops in self._counts]
         self._open = None
         self._in_optimizer = False
-        self._step_ready = True
+        self._end_step()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,270 @@
+"""``torch_flops.diff`` and ``torch-flops diff``: two profiles with hand-made changes (a layer
+widened, a layer removed, a module renamed), in every format, the gate and its exit codes, and the
+HTML diff view in headless Chromium."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import torch_flops
+from torch_flops import TorchFLOPsByFX
+from torch_flops.cli import main
+from torch_flops.diff import parse_check
+
+_spec = importlib.util.spec_from_file_location("torch_flops_tests_chromium", Path(__file__).with_name("_chromium.py"))
+chromium = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(chromium)  # type: ignore[union-attr]
+
+
+class Block(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Net(nn.Module):
+    """A: block of width 32, a ``proj`` layer, a ``head``. B: the block widened to 64, ``proj``
+    removed, ``head`` renamed ``classifier``."""
+
+    def __init__(self, hidden: int = 32, proj: bool = True, head: str = "head") -> None:
+        super().__init__()
+        self.block = Block(hidden)
+        self.proj = nn.Linear(16, 16) if proj else None
+        self.head_name = head
+        setattr(self, head, nn.Linear(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.block(x)
+        if self.proj is not None:
+            x = self.proj(x)
+        return getattr(self, self.head_name)(x)
+
+
+class FixedClock:
+    """Every node takes ``ms``."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def tick(self) -> int:
+        return 0
+
+    def finish(self) -> None:
+        pass
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return self.ms
+
+
+def _profile(model: nn.Module, ms: float = 0.5, repeat: int = 3) -> torch_flops.Profile:
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=repeat, timer=FixedClock(ms))
+    with torch.no_grad():
+        counter.propagate(torch.randn(8, 16))
+    return counter.profile
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A (0.5 ms a node) and B (1 ms a node), both timed 3 times, as profiles and as JSON files;
+    and an untimed-repeat B (repeat 1)."""
+    torch.manual_seed(0)
+    a, b = _profile(Net()), _profile(Net(64, proj=False, head="classifier"), ms=1.0)
+    once = _profile(Net(64, proj=False, head="classifier"), repeat=1)
+    directory = tmp_path_factory.mktemp("diff")
+    paths = {}
+    for name, p in (("a", a), ("b", b), ("once", once)):
+        paths[name] = directory / f"{name}.json"
+        report_text = torch_flops.report.profile_to_json(p)
+        paths[name].write_text(report_text)
+    return {"a": a, "b": b, "once": once, "paths": paths, "dir": directory}
+
+
+# The numbers, batch 8:
+#   block.fc1 Linear(16, 32): 8*16*32 = 4096 MACs, 2*4096 + 8*32 bias = 8448 FLOPs;
+#             widened to Linear(16, 64): 8192 MACs, 16384 + 512 = 16896 FLOPs (+8448, +100%)
+#   block.act ReLU over 8x32 = 256 FLOPs -> 8x64 = 512 (+256)
+#   block.fc2 Linear(32, 16): 4096 MACs, 8192 + 128 = 8320 FLOPs -> Linear(64, 16): 8192 MACs,
+#             16384 + 128 = 16512 FLOPs (+8192)
+#   block:    +8448 + 256 + 8192 = +16896
+#   proj      Linear(16, 16): 2048 MACs, 4096 + 128 = 4224 FLOPs, removed (-4224); 16*16 + 16 = 272 params
+#   head      Linear(16, 4): 512 MACs, 1024 + 32 = 1056 FLOPs, renamed classifier, unchanged
+#   total:    A 8448 + 256 + 8320 + 4224 + 1056 = 22304; B 16896 + 512 + 16512 + 1056 = 34976 (+12672, +56.81%)
+#   params:   A 544 + 528 + 272 + 68 = 1412; B 1088 + 1040 + 68 = 2196 (+784)
+#   time:     A 5 nodes x 0.5 ms = 2.5 ms; B 4 nodes x 1 ms = 4 ms (+60%)
+def test_rows_of_hand_made_changes(pair: dict[str, Any]) -> None:
+    d = torch_flops.diff(pair["a"], pair["b"])
+    total = d.total
+    assert (total.a["flops"], total.b["flops"], total.delta("flops")) == (22304, 34976, 12672)
+    assert total.relative("flops") == pytest.approx(100 * 12672 / 22304)
+    assert (total.a["params"], total.b["params"], total.delta("params")) == (1412, 2196, 784)
+    assert (total.a["time_ms"], total.b["time_ms"]) == (2.5, 4.0)
+    fc1 = d.module("block.fc1")
+    assert fc1 is not None and fc1.status == "changed" and fc1.delta("flops") == 8448 and fc1.relative("flops") == 100
+    assert fc1.delta("macs") == 4096 and fc1.delta("params") == (16 * 64 + 64) - (16 * 32 + 32)
+    assert d.module("block.act").delta("flops") == 256  # type: ignore[union-attr]
+    assert d.module("block.fc2").delta("flops") == 8192  # type: ignore[union-attr]
+    assert d.module("block").delta("flops") == 16896  # type: ignore[union-attr]
+    proj = d.module("proj")
+    assert proj is not None and proj.status == "removed" and proj.delta("flops") == -4224 and proj.b == {}
+    assert proj.delta("params") == -272 and proj.relative("flops") == -100
+    assert d.renamed == {"head": "classifier"}
+    head = d.module("classifier")
+    assert head is not None and head is d.module("head") and head.status == "renamed" and head.old_key == "head"
+    assert head.delta("flops") == 0 and head.a["flops"] == head.b["flops"] == 1056
+    # sorted by absolute change: block (+16896), the model (+12672), Linear (operator), fc1 (+8448), ...
+    keys = [(r.kind, r.key) for r in d.rows]
+    assert keys[:2] == [("module", "block"), ("module", "")]
+    assert keys.index(("module", "block.fc1")) < keys.index(("module", "block.fc2")) < keys.index(("module", "proj"))
+    linear = next(r for r in d.rows if r.kind == "operator" and r.key == "Linear")
+    assert linear.delta("flops") == 8448 + 8192 - 4224  # every Linear's change together
+    assert all(r.status != "unchanged" for r in d.rows)
+    assert len(torch_flops.diff(pair["a"], pair["a"]).rows) == 0
+    assert repr(d) == "ProfileDiff(A -> B: FLOPs +12.7 K (+56.81%), 9 changed rows)"
+
+
+def test_every_format(pair: dict[str, Any], tmp_path: Path) -> None:
+    d = torch_flops.diff(pair["paths"]["a"], pair["paths"]["b"])  # from the JSON files
+    assert d.labels == ("a.json", "b.json") and d.total.delta("flops") == 12672
+    text = d.text()
+    assert "renamed: head -> classifier" in text and "removed: proj (Linear)" in text
+    fc1_line = next(line for line in text.splitlines() if "block.fc1 (Linear)" in line)
+    assert "+8.45 K" in fc1_line and "8.45 K -> 16.9 K (+100.00%)" in fc1_line
+    assert ["FLOPs", "22.3", "K", "35.0", "K", "+12.7", "K", "+56.81%"] in [line.split() for line in text.splitlines()]
+    md = d.markdown(checks=["flops>+1%"])
+    assert md.startswith("**torch_flops diff**: A = `a.json`, B = `b.json`")
+    assert "- renamed: head -> classifier" in md and "| module   | block.fc1 (Linear)" in md
+    assert "❌ FAIL flops>+1%" in md
+    doc = json.loads(d.to_json(checks=["params>0"]))
+    assert doc["schema"] == "torch_flops.diff" and doc["version"] == 1
+    assert doc["totals"]["flops"] == {"a": 22304, "b": 34976, "delta": 12672, "relative": pytest.approx(56.8149, 1e-4)}
+    rows = {(r["kind"], r["key"]): r for r in doc["rows"]}
+    assert rows[("module", "block.fc1")]["delta"]["flops"] == 8448
+    assert rows[("module", "classifier")]["old_key"] == "head"
+    assert rows[("module", "proj")]["status"] == "removed" and rows[("module", "proj")]["b"]["flops"] is None
+    assert [v["expr"] for v in doc["violations"]] == ["params>0"]
+    path = d.to_html(tmp_path / "diff.html", checks=["flops>+1%"])
+    page = Path(path).read_text()
+    assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert '"schema":"torch_flops.diff"' in page
+    assert d.text(top=2).count("\n") < text.count("\n") and "more row(s)" in d.text(top=2)
+    assert "block.fc1" not in d.text(depth=1).split("changes, largest first:")[1]
+
+
+def test_the_gate(pair: dict[str, Any]) -> None:
+    d = torch_flops.diff(pair["a"], pair["b"])
+    assert [v.expr for v in d.check(["flops>+1%", "flops>+60%", "params>0", "macs<0"])] == ["flops>+1%", "params>0"]
+    (fc1,) = d.check(["flops@block.fc1>=+100%"])
+    assert fc1.scope == "block.fc1" and fc1.delta == 8448 and fc1.relative == 100
+    removed = d.check(["flops@*<-50%"])
+    assert [v.scope for v in removed] == ["proj"] and "the module was removed" in removed[0].message
+    assert [v.scope for v in d.check(["params@*>0"])] == ["block", "", "block.fc1", "block.fc2"]
+    (slower,) = d.check(["time>+10%"])  # 2.5 ms -> 4 ms, medians over 3 calls
+    assert slower.relative == pytest.approx(60.0) and "went from 2.50 ms to 4.00 ms (+60.00%)" in slower.message
+    assert d.check(["time>+61%"]) == []
+    with pytest.raises(ValueError, match="repeat=1; time gates compare medians"):
+        torch_flops.diff(pair["a"], pair["once"]).check(["time>+10%"])
+    with pytest.raises(ValueError, match="unknown metric 'flop'"):
+        d.check(["flop>1%"])
+    with pytest.raises(ValueError, match="expected METRIC"):
+        parse_check("flops is bigger")
+    with pytest.raises(ValueError, match="no module 'nowhere'"):
+        d.check(["flops@nowhere>0"])
+    assert parse_check("flops@layers.0 >= -2.5%").value == -2.5
+
+
+@pytest.mark.parametrize(("checks", "code"), [
+    ([], 0), (["flops>+60%"], 0), (["flops>+1%"], 1), (["params>0"], 1), (["flops@*<-50%"], 1),
+    (["time>+10%"], 1), (["time>+61%"], 0), (["flops>+1%", "params>1000"], 1),
+])
+def test_cli_gate_exit_codes(pair: dict[str, Any], capsys: pytest.CaptureFixture[str], checks: list[str],
+                             code: int) -> None:
+    args = ["diff", str(pair["paths"]["a"]), str(pair["paths"]["b"])]
+    for check in checks:
+        args += ["--fail-on", check]
+    assert main(args) == code
+    out, err = capsys.readouterr()
+    assert out.startswith("torch_flops diff: A = a.json")
+    failed = [line for line in err.splitlines() if line.startswith("torch-flops diff: FAIL ")]
+    assert bool(failed) == (code == 1)
+    if checks == ["flops>+1%", "params>1000"]:
+        assert failed == [("torch-flops diff: FAIL flops>+1%: FLOPs of the model went from 22.3 K to 35.0 K "
+                           "(+56.81%); crossed > +1%")]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--fail-on", "time>+10%"], "time gates compare medians and need both profiles timed with repeat >= 3"),
+    (["--fail-on", "speed>1"], "unknown metric 'speed'"),
+    (["--format", "json", "--top", "5"], "--top and --depth shape the text and markdown tables"),
+])
+def test_cli_refuses_with_code_2(pair: dict[str, Any], capsys: pytest.CaptureFixture[str], args: list[str],
+                                 message: str) -> None:
+    assert main(["diff", str(pair["paths"]["a"]), str(pair["paths"]["once"]), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["diff", str(pair["paths"]["a"]), "/no/such.json"]) == 2
+    assert "no such profile: /no/such.json" in capsys.readouterr().err
+
+
+def test_cli_formats_and_files(pair: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    a, b = str(pair["paths"]["a"]), str(pair["paths"]["b"])
+    assert main(["diff", a, b, "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.startswith("**torch_flops diff**")
+    assert main(["diff", a, b, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["flops"]["delta"] == 12672
+    target = tmp_path / "d.html"
+    assert main(["diff", a, b, "--format", "html", "--output", str(target), "--fail-on", "params>0"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and f"torch-flops: wrote {target}" in err and "FAIL params>0" in err
+    assert target.read_text().startswith("<!DOCTYPE html>")
+
+
+# ---------------------------------------------------------------------- in a browser
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = chromium.find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
+    with chromium.Browser(executable) as b:
+        yield b
+
+
+def test_diff_view_in_chromium(pair: dict[str, Any], browser: Any, tmp_path: Path) -> None:
+    d = torch_flops.diff(pair["a"], pair["b"])
+    path = d.to_html(tmp_path / "diff.html", checks=["flops>+1%", "flops>+60%"])
+    page = browser.open(Path(path).as_uri())
+    assert page.evaluate("document.body.dataset.ready") == "1"
+    rows = "[...document.querySelectorAll('#diff tbody tr')]"
+    cell = "r => r.children[1].textContent"
+    assert page.evaluate(f"{rows}.length") == len(d.rows) == 9
+    assert page.evaluate(f"{rows}.map({cell})")[:2] == ["block", "(root)"]  # largest change first
+    assert page.evaluate("[...document.querySelectorAll('#gate li')].map(li => li.className)") == ["fail", "pass"]
+    # sort by the FLOPs change: click once (largest first), twice (smallest first: proj's -4.22 K)
+    page.evaluate("document.querySelector('#diff th[data-key=flops_d]').click()")
+    assert page.evaluate(f"{rows}.map({cell})")[0] == "block"
+    page.evaluate("document.querySelector('#diff th[data-key=flops_d]').click()")
+    assert page.evaluate(f"{rows}.map({cell})")[0] == "proj"
+    assert page.evaluate("document.querySelector('#diff th[data-key=flops_d]').className") == "num asc"
+    # filter: the text box, then the status select
+    page.evaluate("{ const i = document.querySelector('#diff input.filter'); i.value = 'fc'; "
+                  "i.dispatchEvent(new Event('input')); }")
+    assert sorted(page.evaluate(f"{rows}.map({cell})")) == ["block.fc1", "block.fc2"]
+    page.evaluate("{ const i = document.querySelector('#diff input.filter'); i.value = ''; "
+                  "i.dispatchEvent(new Event('input')); const s = document.querySelector('#diff select.select-status');"
+                  "s.value = 'renamed'; s.dispatchEvent(new Event('change')); }")
+    assert page.evaluate(f"{rows}.map({cell})") == ["head \u2192 classifier"]
+    assert page.errors() == []
+    png = page.screenshot()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width == 1280 and height >= 600

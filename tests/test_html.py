@@ -1,0 +1,248 @@
+"""The one-file HTML report (``torch_flops.html``): what it embeds, that it stands alone, and, in
+headless Chromium, a zoo model's report and a training step's (tree rows, a sorted column, a
+filtered table, phase tabs, no console error, a screenshot's size). Chromium tests skip where no
+Chromium is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_flops
+from torch_flops import TorchFLOPsByFX, TrainingProfiler, html, report, zoo
+from torch_flops.records import Status
+
+_spec = importlib.util.spec_from_file_location("torch_flops_tests_chromium", Path(__file__).with_name("_chromium.py"))
+chromium = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(chromium)  # type: ignore[union-attr]
+
+
+def _embedded(page: str) -> dict[str, Any]:
+    found = re.search(r'<script type="application/json" id="tf-data">(.*?)</script>', page, re.DOTALL)
+    assert found is not None
+    return json.loads(found[1])  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def unet() -> TorchFLOPsByFX:
+    torch.manual_seed(0)
+    counter = TorchFLOPsByFX(zoo.get("unet").build().eval(), warmup=1)
+    with torch.no_grad():
+        counter.propagate(torch.randn(1, 3, 32, 32))
+    return counter
+
+
+@pytest.fixture(scope="module")
+def training_step() -> torch_flops.Profile:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    optimizer = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    with TrainingProfiler(model, optimizer) as prof:
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return prof.profiles[0]
+
+
+# ---------------------------------------------------------------------- the file
+def test_the_page_stands_alone_and_embeds_the_profile(unet: TorchFLOPsByFX, tmp_path: Path) -> None:
+    path = unet.save_html(str(tmp_path / "unet.html"), hardware="h100-sxm")
+    page = Path(path).read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<script") == 2 and "<link" not in page
+    assert re.findall(r"(?:src|href)=", page) == []  # nothing loaded from anywhere
+    assert "http" not in page.replace("http://www.w3.org/2000/svg", "")
+    doc = _embedded(page)
+    assert doc["kind"] == "profile" and len(doc["sections"]) == 1
+    section = doc["sections"][0]
+    p = unet.profile
+    assert len(section["nodes"]) == len(p.records) and section["fields"] == list(html.NODE_FIELDS)
+    nodes = [dict(zip(section["fields"], row)) for row in section["nodes"]]
+    assert [n["flops"] for n in nodes] == [r.flops for r in p.records]
+    assert [section["targets"][n["target"]] for n in nodes] == [r.target for r in p.records]
+    paths = section["modules"]["path"]
+    assert paths == list(p.by_module()) and section["modules"]["params"][0] == p.total_params
+    # each node's chain is its module_chain, by index
+    assert [[paths[i] for i in section["chains"][n["chain"]]] for n in nodes] == [list(r.module_chain)
+                                                                                  for r in p.records]
+    assert section["header"]["summary"] == [list(line) for line in report.summary_lines(p)]
+    assert section["header"]["versions"]["torch"] == torch.__version__
+    roof = section["roofline"]
+    assert roof["hardware"] == "h100-sxm" and roof["timed"] is False and len(roof["points"]) > 10
+    assert Path(p.to_html(tmp_path / "again.html")).exists()  # Profile.to_html
+
+
+def test_text_cannot_close_the_script(tmp_path: Path, hand_profile: Any) -> None:
+    p = hand_profile()
+    odd = p.records[5]._replace(note="</script><script>alert(1)</script><!--")
+    weird = torch_flops.Profile(records=(*p.records[:5], odd, *p.records[6:]), module_types=p.module_types,
+                                module_params=p.module_params)
+    page = html.render_html(weird)
+    assert page.count("</script>") == 2 and "<!--" not in page.split('id="tf-data">')[1]
+    assert _embedded(page)["sections"][0]["nodes"][5][html.NODE_FIELDS.index("note")].startswith("</script>")
+
+
+def test_a_nan_is_shown_as_a_dash(hand_profile: Any) -> None:
+    p = hand_profile()
+    odd = torch_flops.Profile(records=(p.records[0]._replace(time_ms=float("nan")), *p.records[1:]),
+                              module_types=p.module_types, module_params=p.module_params)
+    nodes = _embedded(html.render_html(odd))["sections"][0]["nodes"]  # JSON has no NaN: it would not parse
+    assert nodes[0][html.NODE_FIELDS.index("time_ms")] is None
+
+
+def test_sections_and_bad_input(unet: TorchFLOPsByFX, hand_profile: Any, tmp_path: Path) -> None:
+    page = html.render_document([("prefill", unet.profile), ("decode 1", hand_profile())])
+    assert [s["title"] for s in _embedded(page)["sections"]] == ["prefill", "decode 1"]
+    with pytest.raises(ValueError, match="at least one"):
+        html.render_document([])
+    with pytest.raises(TypeError, match="expected a torch_flops Profile"):
+        html.render_document([("x", "not a profile")])  # type: ignore[list-item]
+    json_path = tmp_path / "p.json"
+    report.profile_to_json(hand_profile(), json_path)
+    assert _embedded(Path(html.write_html(json_path, tmp_path / "p.html")).read_text())["sections"][0]["title"] == "Net"
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        html.write_html(hand_profile(), tmp_path / "no" / "p.html")
+
+
+# ---------------------------------------------------------------------- in a browser
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = chromium.find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
+    with chromium.Browser(executable) as b:
+        yield b
+
+
+def _rows(page: Any, table: str, column: int) -> list[str]:
+    return page.evaluate(f"[...document.querySelectorAll('{table} tbody tr')].map(r => r.children[{column}]"
+                         ".textContent)")  # type: ignore[no-any-return]
+
+
+def _click(page: Any, selector: str) -> None:
+    page.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
+
+
+def _set(page: Any, selector: str, value: str, event: str) -> None:
+    page.evaluate(f"{{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)}; "
+                  f"e.dispatchEvent(new Event('{event}')); }}")
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_zoo_model_report_in_chromium(unet: TorchFLOPsByFX, browser: Any, tmp_path: Path) -> None:
+    p = unet.profile
+    modules = p.by_module()
+    children = [path for path, m in modules.items() if m.depth == 1]  # down, pool, bottleneck, up, up_conv, head
+    path = unet.to_html(str(tmp_path / "unet.html"), hardware="h100-sxm")
+    page = browser.open(Path(path).as_uri())
+    assert page.evaluate("document.body.dataset.ready") == "1"
+    assert page.evaluate("document.querySelector('h1').textContent") == "UNet \u2014 torch_flops report"
+    assert page.evaluate("document.querySelector('.phases')") is None  # one phase: no tabs
+    # the tree: collapse, open the root, sort its children by FLOPs, expand everything
+    _click(page, ".collapse-all")  # the root stays open
+    assert [r.split(" ")[0].lstrip("\u25b8\u25be") for r in _rows(page, "#tree", 0)[1:]] == children
+    _click(page, "#tree tbody td.label")  # close the root
+    assert _rows(page, "#tree", 0) == ["\u25b8UNet"]
+    _click(page, "#tree tbody td.label")
+    assert _rows(page, "#tree", 3)[0] == report.format_count(p.total_flops)  # the root's FLOPs
+    _click(page, "#tree th[data-key=flops]")
+    by_flops = sorted(children, key=lambda c: -modules[c].flops)
+    assert [r.split(" ")[0].lstrip("\u25b8\u25be") for r in _rows(page, "#tree", 0)[1:]] == by_flops  # up_conv, down, ...
+    assert page.evaluate("document.querySelector('#tree th[data-key=flops]').className") == "num desc"
+    _click(page, ".expand-all")
+    assert page.evaluate("document.querySelectorAll('#tree tbody tr').length") == len(modules)
+    # the node table: sorted by FLOPs, then filtered
+    _click(page, "#nodes th[data-key=flops]")
+    flops = sorted((r.flops or 0 for r in p.records), reverse=True)
+    assert _rows(page, "#nodes", 5)[:3] == [report.format_count(f) for f in flops[:3]]
+    _set(page, "#nodes input.filter", "conv2d", "input")
+    convs = [r for r in p.records if "conv2d" in f"{r.name} {r.target} {r.module_path} {r.module_type}".lower()]
+    assert len(convs) > 5 and len(_rows(page, "#nodes", 0)) == len(convs)
+    assert set(_rows(page, "#nodes", 2)) == {"Conv2d"}
+    _set(page, "#nodes input.filter", "", "input")
+    _set(page, "#nodes select.select-status", "zero", "change")
+    zero = [r for r in p.records if r.status is Status.ZERO]
+    assert set(_rows(page, "#nodes", 4)) == {"zero"} and len(_rows(page, "#nodes", 0)) == len(zero)
+    # operators: most FLOPs first; the icicle, the memory curve and the roofline drawn
+    assert _rows(page, "#operators", 0)[0] == next(iter(p.by_operator()))
+    assert page.evaluate("document.querySelectorAll('#icicle div').length") > 10
+    _set(page, "select.metric", "params", "change")
+    _click(page, "#icicle div[data-path=up_conv]")
+    assert page.evaluate("document.querySelector('.crumbs').textContent") == "zoom: UNet \u203a up_conv"
+    assert page.evaluate("document.querySelectorAll('#memory polyline').length") == 1
+    roof = _embedded(Path(path).read_text())["sections"][0]["roofline"]
+    assert page.evaluate("document.querySelectorAll('#roofline circle').length") == len(roof["points"])
+    assert page.errors() == []
+    width, height = _png_size(page.screenshot())
+    assert width == 1280 and height > 1500  # the whole page: header, tree, icicle, tables, charts
+
+
+def test_training_step_report_in_chromium(training_step: torch_flops.Profile, browser: Any, tmp_path: Path) -> None:
+    p = training_step
+    page = browser.open(Path(p.to_html(tmp_path / "step.html")).as_uri())
+    tabs = page.evaluate("[...document.querySelectorAll('.phases button')].map(b => b.textContent)")
+    assert tabs == ["forward", "loss", "backward", "optimizer", "all phases"]
+    root_flops = "document.querySelector('#tree tbody tr td:nth-child(4)').textContent"
+    forward = sum(r.flops or 0 for r in p.records if r.phase == "forward")
+    loss = sum(r.flops or 0 for r in p.records if r.phase == "loss")  # the cross entropy, outside the model
+    assert loss > 0 and forward + loss == p.total_flops
+    assert page.evaluate(root_flops) == report.format_count(forward)
+    _click(page, ".phases button[data-view=backward]")
+    backward = sum(r.backward_flops or 0 for r in p.records)
+    assert page.evaluate(root_flops) == report.format_count(backward)
+    _click(page, ".phases button[data-view=optimizer]")
+    optimizer = sum(r.flops or 0 for r in p.records if r.phase == "optimizer")
+    assert optimizer > 0 and page.evaluate(root_flops) == report.format_count(optimizer)
+    # one optimizer record per parameter: two weights and two biases
+    assert len(_rows(page, "#nodes", 0)) == 4 == sum(r.phase == "optimizer" for r in p.records)
+    _click(page, ".phases button[data-view=all]")
+    assert page.evaluate(root_flops) == report.format_count(forward + loss + backward + optimizer)
+    assert page.errors() == []
+    assert _png_size(page.screenshot(full_page=False)) == (1280, 900)
+
+
+def test_unsupported_nodes_highlighted_and_untimed_columns_hidden(hand_profile: Any, browser: Any,
+                                                                  tmp_path: Path) -> None:
+    path = html.write_html(hand_profile(timed=False), tmp_path / "meta.html")
+    page = browser.open(Path(path).as_uri())
+    assert page.evaluate("[...document.querySelectorAll('#nodes tr.st-unsupported')].map(r => r.children[1]"
+                         ".textContent)") == ["mystery"]
+    hidden = "[...document.querySelectorAll('#tree thead th')].filter(t => getComputedStyle(t).display == 'none')"
+    assert page.evaluate(f"{hidden}.map(t => t.textContent)") == ["time", "% time", "FLOP/s"]  # meta: untimed
+    assert page.evaluate("document.getElementById('cold-note')") is None
+    cold = html.write_html(hand_profile(), tmp_path / "cold.html")
+    page = browser.open(Path(cold).as_uri())
+    assert "first (cold) call" in page.evaluate("document.getElementById('cold-note').textContent")
+    assert page.evaluate(f"{hidden}.length") == 0
+    assert page.errors() == []
+
+
+def test_sections_in_chromium(unet: TorchFLOPsByFX, hand_profile: Any, browser: Any, tmp_path: Path) -> None:
+    path = tmp_path / "two.html"
+    path.write_text(html.render_document([("prefill", unet.profile), ("decode step 1", hand_profile())]))
+    page = browser.open(path.as_uri())
+    assert page.evaluate("[...document.querySelectorAll('.sections button')].map(b => b.textContent)") == [
+        "prefill", "decode step 1"]
+    _click(page, ".sections button[data-section='1']")
+    assert page.evaluate("[...document.querySelectorAll('h1')].filter(h => h.offsetParent).map(h => h.textContent)") \
+        == ["decode step 1 \u2014 torch_flops report"]
+    assert page.errors() == []
+
+
+def test_an_empty_profile_draws_without_an_error(browser: Any, tmp_path: Path) -> None:
+    page = browser.open(Path(html.write_html(torch_flops.Profile(records=()), tmp_path / "empty.html")).as_uri())
+    assert page.evaluate("document.body.dataset.ready") == "1" and page.errors() == []
+    assert page.evaluate("document.querySelector('#nodes .info').textContent") == "0 of 0 rows"
