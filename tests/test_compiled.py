@@ -9,6 +9,8 @@ the same model (an independent path: eager modules and our formulas, no Inductor
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import pytest
@@ -35,14 +37,15 @@ _CONFIG_BEFORE = _config()  # before any profile of this file ran
 
 
 def _compile_works() -> bool:
+    """torch.compile with Inductor on CPU needs Dynamo's platform support and a C++ compiler."""
     try:
-        torch.compile(lambda x: x + 1, backend="inductor")(torch.ones(2))
-        return True
-    except Exception:  # noqa: BLE001  (no C++ compiler, an unsupported platform: skip, whatever the cause)
+        supported = torch._dynamo.is_dynamo_supported()
+    except Exception:  # noqa: BLE001  (a torch without Dynamo)
         return False
+    return bool(supported and (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")))
 
 
-pytestmark = pytest.mark.skipif(not _compile_works(), reason="torch.compile (Inductor) is unavailable here")
+pytestmark = pytest.mark.skipif(not _compile_works(), reason="torch.compile (Inductor on CPU) needs Dynamo support and a C++ compiler")
 
 
 class ScaleShiftReLU(nn.Module):
@@ -288,6 +291,28 @@ def test_roofline_of_compiled_regions(chain: Any) -> None:
     roof = roofline(cmp.compiled, "a100-sxm-80gb")
     act = next(r for r in roof.nodes if r.module_path == "act" and r.flops)
     assert act.bytes == 1024 and act.bound == "memory"
+
+
+def test_views_and_json_of_a_compiled_profile(chain: Any) -> None:
+    _, _, cmp = chain
+    profile = cmp.compiled
+    again = torch_flops.Profile.from_json(torch_flops.report.profile_to_json(profile))
+    assert again.total_flops == profile.total_flops and again.settings["compiled"]["frames"][0]["compile_id"]
+    assert "act" in torch_flops.report.model_profile_text(profile)
+
+
+def test_compile_warmup_for_a_session() -> None:
+    """What a session does with a compiled model: count on the original, warm the compiled one up
+    (compile outside any timing), leaving the model as it was."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))  # training mode: forward updates running stats
+    compiled = torch.compile(model, backend="eager")  # Dynamo only: cheap
+    stats = model[1].running_mean.clone()
+    first = C.compile_warmup(compiled, (torch.randn(3, 4),), {}, calls=2)
+    assert first > 0 and torch.equal(model[1].running_mean, stats)
+    with torch.nn.modules.module.register_module_forward_hook(lambda *a: None), \
+            pytest.raises(RuntimeError, match="global module hook"):
+        C.compile_warmup(compiled, (torch.randn(3, 4),), {})
 
 
 def test_already_compiled_model_is_profiled_with_its_options() -> None:

@@ -287,7 +287,7 @@ class CompiledProfile:
     profiled_call_ms: float | None  #: the same under the profiler that timed the regions
     dynamo: DynamoStats  #: Dynamo's counters over the compile and every call
     recompiles: int  #: frames compiled again while profiling (the program's own guard failures)
-    output: Any = field(default=None, repr=False, compare=False)
+    output: Any = field(default=None, repr=False, compare=False)  #: what the last profiled call returned
 
     @property
     def total_flops(self) -> int:
@@ -408,10 +408,19 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
                 loss.backward()
         return out
 
-    def extra_run(marks: bool = False) -> None:
+    def timed(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], marks: bool) -> tuple[Any, float]:
+        _sync(device)
+        t0 = time.perf_counter_ns()
+        out = step(call_args, call_kwargs, marks)
+        _sync(device)
+        return out, (time.perf_counter_ns() - t0) / 1e6
+
+    def extra_run(marks: bool = False) -> float:
+        """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded."""
         extra = ExtraRuns(model)
+        call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
         try:
-            step(copy_inputs(args), copy_inputs(kwargs), marks)
+            return timed(call_args, call_kwargs, marks)[1]
         finally:
             extra.undo()
 
@@ -423,28 +432,16 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         frames_after_compile = backend.calls
         for _ in range(warmup):
             extra_run()
-        plain: list[float] = []
-        for _ in range(repeat):
-            _sync(device)
-            t0 = time.perf_counter_ns()
-            extra_run()
-            _sync(device)
-            plain.append((time.perf_counter_ns() - t0) / 1e6)
+        plain = [extra_run() for _ in range(repeat)]
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         profiled: list[float] = []
-        output: Any = None
         with torch.profiler.profile(activities=activities) as prof:
-            for i in range(repeat):
-                _sync(device)
-                t0 = time.perf_counter_ns()
-                if i < repeat - 1:
-                    extra_run(marks=True)
-                else:  # the one call whose effects stay, on the caller's tensors
-                    output = step(args, kwargs, marks=True)
-                _sync(device)
-                profiled.append((time.perf_counter_ns() - t0) / 1e6)
+            for _ in range(repeat - 1):
+                profiled.append(extra_run(marks=True))
+            output, last = timed(args, kwargs, True)  # the one call whose effects stay, on the caller's tensors
+            profiled.append(last)
     stats = DynamoStats.now() - before
     recompiles = backend.calls - frames_after_compile
     graphs = [g for f in backend.frames for g in f.graphs]
@@ -459,7 +456,8 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
                    if f.graph_break)
     settings = {
         "compiled": {
-            "options": {k: v for k, v in options.items() if k != "options"} | {"options": dict(patches)},
+            "options": {k: _plain(v) for k, v in options.items() if k != "options"}
+            | {"options": {k: _plain(v) for k, v in patches.items()}},
             "compile_s": compile_s, "call_ms": statistics.median(plain),
             "profiled_call_ms": statistics.median(profiled), "warmup": warmup, "repeat": repeat,
             "backward": backward, "recompiles": recompiles,
@@ -481,6 +479,11 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
                            regions=tuple(regions), compile_s=compile_s, call_ms=statistics.median(plain),
                            profiled_call_ms=statistics.median(profiled), dynamo=stats, recompiles=recompiles,
                            output=output)
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as JSON takes it (a config object by its repr)."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
 
 
 def _loss(out: Any, loss_fn: Callable[[Any], Any] | None) -> torch.Tensor:
