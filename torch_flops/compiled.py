@@ -34,13 +34,17 @@ Per frame (``CompiledProfile.frames``): its compile id, compile time, whether it
 break and why and where, and its kernels. Ops no kernel computes (dead code Inductor removed,
 constants folded) are in ``CompiledProfile.eliminated`` with their FLOPs.
 
-Why not simply count under a dispatch mode or module hooks while the compiled model runs: an active
-``TorchDispatchMode`` makes Dynamo run the model eagerly (nothing is compiled), global module hooks
-make ``OptimizedModule`` warn on every call and Dynamo graph-break at every hook that calls
-something it cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
-``torch._dynamo.disable`` is a graph break too. So nothing of ours is installed while the compiled
-model runs: :func:`split_compiled`, :func:`compile_warmup` and :class:`DynamoStats` are the helpers
-a session uses to count on the original module eagerly and time the compiled call on its own.
+Why not simply count under a dispatch mode or module hooks while the compiled model runs (torch
+2.13, measured): an active ``TorchDispatchMode`` makes Dynamo skip the frames (the model runs
+eagerly, nothing is compiled); a ``TorchFunctionMode`` is traced into, and each call in it Dynamo
+cannot trace (``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
+``OptimizedModule`` warn on every call, and Dynamo graph-breaks at every hook calling something it
+cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
+``torch._dynamo.disable`` is a graph break too, and one that returns early under
+``torch.compiler.is_compiling()`` breaks nothing but still gets the warning. So nothing of ours is
+installed while the compiled model runs: :func:`split_compiled`, :func:`compile_warmup`,
+:class:`DynamoStats` and :func:`drop_stale_hook_flags` are the helpers a session uses to count on
+the original module eagerly and time the compiled call on its own.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -90,8 +95,10 @@ _BWD_MARK = "torch_flops.compiled.backward"
 # ---------------------------------------------------------------------------------------------
 
 def is_compiled(model: Any) -> bool:
-    """Whether ``model`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``)."""
-    return isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    """Whether ``model`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``); cheap
+    when Dynamo was never imported (then nothing can be compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
 
 
 def split_compiled(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
