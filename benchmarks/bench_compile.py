@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 import torch_flops
-from torch_flops.compiled import drop_stale_hook_flags, mark, profile_compiled
+from torch_flops.compiled import mark, profile_compiled
 
 
 def _mlp() -> tuple[nn.Module, tuple[Any, ...]]:
@@ -94,7 +94,6 @@ def bench(name: str, calls: int, rounds: int) -> None:
     own = result.compile_s + (1 + 2 * calls) * (result.call_ms or 0) / 1e3
     kernels = sum(1 for r in result.profile.records if r.op in ("kernel", "extern_kernel"))
     eager = torch_flops.profile(model, *args)
-    drop_stale_hook_flags()  # its eager hook leaves a torch flag behind: later compiled calls would warn
     print(f"  profile_compiled: {total:.1f} s in all, of which {result.compile_s:.1f} s compiling its private copy "
           f"and ~{total - own:.2f} s reading events and building {kernels} region records; regions' FLOPs "
           f"{result.profile.total_flops} vs eager's {eager.total_flops}; in it: plain {result.call_ms:.3f} ms, "

@@ -80,7 +80,7 @@ from torch_flops.measure import input_device, tensors_of
 from torch_flops.paths import ancestors, module_chain
 from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.report import format_bytes, format_count, format_time_ms
-from torch_flops.state import ExtraRuns, copy_inputs, model_state_restored
+from torch_flops.state import ExtraRuns, copy_inputs, training_flags_restored
 
 __all__ = ["CompareRow", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated", "FrameInfo",
            "GraphBreak", "Region", "compare_compiled", "compile_warmup", "drop_stale_hook_flags", "is_compiled",
@@ -172,8 +172,9 @@ def drop_stale_hook_flags() -> None:
     """Remove the flags a removed global forward hook leaves behind. torch 2.13's
     ``register_module_forward_hook(..., with_kwargs=True)`` handle does not remove its entry of
     ``_global_forward_hooks_with_kwargs`` (only the ``always_call`` one), so after any such hook
-    (torch_flops' eager recording registers one) ``_has_any_global_hook()`` stays true and every
-    ``OptimizedModule`` call warns about global hooks. Only entries whose hook is gone are dropped."""
+    was removed ``_has_any_global_hook()`` stays true and every ``OptimizedModule`` call warns
+    about global hooks (torch_flops' own recording session removes its entry itself; this cleans
+    up after anyone's). Only entries whose hook is gone are dropped."""
     hooks = nn.modules.module
     for table in (hooks._global_forward_hooks_with_kwargs, hooks._global_forward_hooks_always_called):
         for key in [k for k in table if k not in hooks._global_forward_hooks]:
@@ -205,7 +206,7 @@ def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Ma
     first = 0.0
     model = getattr(compiled, "_orig_mod", compiled)
     for i in range(calls):
-        extra = ExtraRuns(model) if isinstance(model, nn.Module) else None
+        extra = ExtraRuns((), model) if isinstance(model, nn.Module) else None
         start = time.perf_counter()
         compiled(*copy_inputs(tuple(args)), **copy_inputs(dict(kwargs)))
         if i == 0:
@@ -365,7 +366,7 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
     backward = backward or loss_fn is not None
     original, compiled_in = split_compiled(model)
     options = _compile_options(compiled_in, compile_kwargs)
-    with model_state_restored(original):
+    with training_flags_restored(list(original.modules())):
         return _profile(original, args, kwargs, options, warmup, repeat, backward, loss_fn)
 
 
@@ -426,7 +427,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
 
     def extra_run(marks: bool = False) -> float:
         """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded."""
-        extra = ExtraRuns(model)
+        extra = ExtraRuns((), model)
         call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
         try:
             return timed(call_args, call_kwargs, marks)[1]
@@ -1097,7 +1098,7 @@ def _module_scopes(model: nn.Module, mode: _Launches) -> Iterator[None]:
 def _eager_launches(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Counter[str]:
     """One extra eager call (undone), counting the kernels each module launches."""
     mode = _Launches()
-    extra = ExtraRuns(model)
+    extra = ExtraRuns((), model)
     call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
     try:
         with _module_scopes(model, mode), mode:
@@ -1112,7 +1113,7 @@ def _eager_call_ms(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     device = input_device((args, kwargs), model)
     times = []
     for i in range(warmup + repeat):
-        extra = ExtraRuns(model)
+        extra = ExtraRuns((), model)
         call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
         _sync(device)
         t0 = time.perf_counter_ns()

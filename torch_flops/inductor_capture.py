@@ -54,6 +54,7 @@ from torch import fx, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.formulas import FormulaTable
+from torch_flops.formulas.evaluate import evaluate
 
 __all__ = ["CompiledGraph", "FrameCapture", "Kernel", "ModuleResolver", "OpCount", "PostGradNode", "RecordingBackend",
            "compile_config", "count_of", "event_name", "packet_name", "value_bytes"]
@@ -95,17 +96,9 @@ class OpCount:
 
 
 def count_of(formula: Any, out: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> OpCount:
-    """One formula call as an :class:`OpCount` (every return form of a formula); an ``out=``
-    keyword is the op's output, never a formula argument."""
-    kw = {k: v for k, v in kwargs.items() if k != "out"}
-    result = formula(None, out, *args, **kw)
-    if isinstance(result, tuple):
-        flops, macs = int(result[0]), int(result[1])
-        dot = result[2] if len(result) > 2 else None
-        mm = result[3] if len(result) > 3 else None
-        return OpCount(flops=flops, macs=macs, dot_outputs=None if dot is None else int(dot),
-                       mm_macs=None if mm is None else int(mm), calls=1)
-    return OpCount(flops=int(result), calls=1)
+    """One formula call (:func:`torch_flops.formulas.evaluate.evaluate`) as an :class:`OpCount`."""
+    c = evaluate(formula, None, out, tuple(args), dict(kwargs))
+    return OpCount(flops=c.flops, macs=c.macs, dot_outputs=c.dot_outputs, mm_macs=c.mm_macs, calls=1)
 
 
 def packet_name(op: Any) -> str:
