@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("run", frozenset({"backward", "measuring", "state", "runloop", "interpreter", "recorder"})),
     ("records", frozenset({"records", "conventions"})),
     ("views", frozenset({"report", "roofline", "plot", "distributed", "html", "diff"})),
-    ("sessions", frozenset({"session", "calls", "training", "generation", "compiled"})),
+    ("sessions", frozenset({"session", "calls", "training", "generation", "compiled", "inductor_capture"})),
     ("facade", frozenset({"options", "analyzer", "api", "__init__"})),
     ("cli", frozenset({"cli", "__main__"})),
 )

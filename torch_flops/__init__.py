@@ -5,7 +5,15 @@ and in total. See :class:`TorchFLOPsByFX` and the counting convention in
 from torch_flops import hardware
 from torch_flops._version import __version__
 from torch_flops.analyzer import TorchFLOPsByFX
-from torch_flops.api import ActivationCountAnalysis, FlopCountAnalysis, flop_count_table, get_model_profile, profile
+from torch_flops.api import (
+    ActivationCountAnalysis,
+    FlopCountAnalysis,
+    compare_compiled,
+    flop_count_table,
+    get_model_profile,
+    profile,
+)
+from torch_flops.compiled import profile_compiled
 from torch_flops.diff import ProfileDiff, diff
 from torch_flops.errors import (
     DroppedOutputWarning,
@@ -67,12 +75,14 @@ __all__ = [
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
     "__version__",
+    "compare_compiled",
     "diff",
     "flop_count_table",
     "get_model_profile",
     "hardware",
     "optimizer_step_flops",
     "profile",
+    "profile_compiled",
     "register",
     "register_aten",
     "register_function",

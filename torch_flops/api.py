@@ -24,13 +24,23 @@ from torch import nn
 
 from torch_flops import _validate, report
 from torch_flops.analyzer import TorchFLOPsByFX
+from torch_flops.compiled import (
+    CompareRow,
+    CompiledComparison,
+    eager_call_ms,
+    eager_launches,
+    profile_compiled,
+    split_compiled,
+)
 from torch_flops.formulas import Formula
 from torch_flops.formulas import fvcore as fvcore_rules
 from torch_flops.formulas._shapes import prod
 from torch_flops.options import TracerName
 from torch_flops.records import NodeRecord, Profile, is_internal
+from torch_flops.state import copy_inputs
 
-__all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "flop_count_table", "get_model_profile", "profile"]
+__all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "compare_compiled", "flop_count_table", "get_model_profile",
+           "profile"]
 
 
 def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: int = 0, repeat: int = 1,
@@ -459,3 +469,47 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     if max_depth >= 1:
         fill(root, 1)
     return tabulate(rows, headers=["module", *columns], tablefmt="pipe", disable_numparse=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled models
+# ---------------------------------------------------------------------------------------------
+
+def compare_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, Any] | None = None, warmup: int = 1,
+                     repeat: int = 5, **kwargs: Any) -> CompiledComparison:
+    """Profile ``model`` eagerly (:class:`~torch_flops.TorchFLOPsByFX`) and compiled
+    (:func:`profile_compiled`) on the same inputs, forward under ``torch.no_grad()``, and compare
+    them per module: time, speed-up, kernel launches, bytes moved (eager op by op vs after fusion)
+    and FLOPs. ``model`` may be compiled already (its original module is the eager side)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (or what torch.compile returns), got {type(model).__name__}")
+    _validate.check_int("warmup", warmup, 0)
+    _validate.check_int("repeat", repeat, 1)
+    original, _ = split_compiled(model)
+    with torch.no_grad():
+        launches = eager_launches(original, args, kwargs)
+        counter = TorchFLOPsByFX(original, warmup=warmup, repeat=repeat)
+        counter.propagate(*copy_inputs(args), **copy_inputs(kwargs))
+        eager = counter.profile
+        eager_call = eager_call_ms(original, args, kwargs, warmup, repeat)
+    result = profile_compiled(model, *args, compile_kwargs=compile_kwargs, warmup=warmup, repeat=repeat, **kwargs)
+    compiled = result.profile
+    e_mods, c_mods = eager.by_module(), compiled.by_module()
+    c_launch = Counter[str]()
+    for r in compiled.records:
+        if r.op in ("kernel", "extern_kernel"):
+            for p in ("", *r.module_chain):
+                c_launch[p] += 1
+    rows = []
+    for path in dict.fromkeys([*e_mods, *c_mods]):
+        e, c = e_mods.get(path), c_mods.get(path)
+        rows.append(CompareRow(
+            path=path, module_type=(e or c).module_type if (e or c) else "",  # type: ignore[union-attr]
+            eager_ms=e.time_ms if e else None, compiled_ms=c.time_ms if c else None,
+            eager_launches=launches.get(path, 0), compiled_launches=c_launch.get(path, 0),
+            eager_bytes=(e.bytes_read + e.bytes_written) if e else 0,
+            compiled_bytes=(c.bytes_read + c.bytes_written) if c else 0,
+            eager_flops=e.flops if e else 0, compiled_flops=c.flops if c else 0))
+    unaccounted = eager.total_flops - compiled.total_flops - result.eliminated_flops
+    return CompiledComparison(rows=tuple(rows), eager=eager, compiled=compiled, result=result,
+                              eager_call_ms=eager_call, unaccounted_flops=unaccounted)

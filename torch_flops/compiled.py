@@ -1,0 +1,1089 @@
+"""torch.compile'd models: the compiled program region by region, as it runs, against eager.
+
+:func:`profile_compiled` compiles the model (with Inductor, default options or ``compile_kwargs``;
+an already compiled ``OptimizedModule`` is compiled again, privately, with the options it was
+given), calls the compiled model once to compile it (untimed), and then profiles it. Its
+:class:`Profile` has one record per kernel call Inductor's code makes:
+
+* ``op``: ``"kernel"`` (a kernel Inductor generated: ``cpp_fused_*`` on CPU, ``triton_*`` on GPU),
+  ``"extern_kernel"`` (an ATen kernel Inductor calls: its ``target`` is the op, ``aten.addmm``,
+  ``aten._scaled_dot_product_flash_attention_for_cpu``), ``"eager"`` (an op that ran outside the
+  compiled graphs: code between frames after a graph break, autograd's own nodes) and
+  ``"overhead"`` (per phase, the call's time in no kernel: guards, Python wrappers, allocation).
+* ``time_ms`` **measured**: the median over ``repeat`` calls of the kernel's profiler event
+  (``torch.profiler``; on CPU the wall time of the call, with ``cpp.enable_kernel_profile`` making
+  each generated C++ kernel an event; on CUDA the device time of the kernels it launched).
+* ``flops``/``macs`` **counted**: the work of the original aten ops whose post-grad nodes the kernel
+  computes, by our formula table, in the ``torch_flops`` convention, so that the regions add up to
+  eager's count (see :mod:`torch_flops.inductor_capture`). An op whose nodes Inductor split over
+  several kernels gives each kernel its own nodes' count, the rest of the op's count going to the
+  kernel that computes its output. Work a kernel computes again (an elementwise producer Inductor
+  inlines into several consumers, the partitioner's recomputation in the backward) is in
+  ``recompute_flops``, never in ``flops``.
+* ``bytes_read``/``bytes_written`` **estimated** from the post-grad graph after fusion: the tensors
+  entering a kernel from outside it (graph inputs, other kernels' outputs) read once, the tensors it
+  produces that something outside it uses written once, sizes from the nodes' fake values. Values
+  that stay inside a fused kernel never reach memory. Caches and Inductor's buffer reuse are not
+  modelled; an extern kernel reading part of a tensor is counted for the whole tensor.
+* ``module_path``: the original model's module of the kernel's nodes (``nn_module_stack``); a
+  kernel fusing nodes of several modules goes to their deepest common ancestor (views and work it
+  recomputes do not widen it). Never spread.
+* ``phase``: ``"forward"`` or ``"backward"`` (the AOTAutograd backward graph, with ``backward=True``).
+
+Per frame (``CompiledProfile.frames``): its compile id, compile time, whether it ends at a graph
+break and why and where, and its kernels. Ops no kernel computes (dead code Inductor removed,
+constants folded) are in ``CompiledProfile.eliminated`` with their FLOPs.
+
+Why not simply count under a dispatch mode or module hooks while the compiled model runs (torch
+2.13, measured): an active ``TorchDispatchMode`` makes Dynamo skip the frames (the model runs
+eagerly, nothing is compiled); a ``TorchFunctionMode`` is traced into, and each call in it Dynamo
+cannot trace (``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
+``OptimizedModule`` warn on every call, and Dynamo graph-breaks at every hook calling something it
+cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
+``torch._dynamo.disable`` is a graph break too, and one that returns early under
+``torch.compiler.is_compiling()`` breaks nothing but still gets the warning. So nothing of ours is
+installed while the compiled model runs: :func:`split_compiled`, :func:`compile_warmup`,
+:class:`DynamoStats` and :func:`drop_stale_hook_flags` are the helpers a session uses to count on
+the original module eagerly and time the compiled call on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_flops import _validate
+from torch_flops.formulas import FORMULAS, zero_flops
+from torch_flops.inductor_capture import (
+    CompiledGraph,
+    FrameCapture,
+    GroupKey,
+    Kernel,
+    OpCount,
+    PostGradNode,
+    RecordingBackend,
+    compile_config,
+    event_name,
+)
+from torch_flops.measure import input_device, tensors_of
+from torch_flops.paths import ancestors, module_chain
+from torch_flops.records import NodeRecord, Profile, Status
+from torch_flops.report import format_bytes, format_count, format_time_ms
+from torch_flops.state import ExtraRuns, copy_inputs, training_flags_restored
+
+__all__ = ["CompareRow", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated", "FrameInfo",
+           "GraphBreak", "Region", "compile_warmup", "drop_stale_hook_flags", "eager_call_ms", "eager_launches",
+           "is_compiled", "mark", "profile_compiled", "split_compiled"]
+
+_FWD_MARK = "torch_flops.compiled.forward"
+_BWD_MARK = "torch_flops.compiled.backward"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers a session uses around a compiled model (see the module docstring)
+# ---------------------------------------------------------------------------------------------
+
+def is_compiled(model: Any) -> bool:
+    """Whether ``model`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``); cheap
+    when Dynamo was never imported (then nothing can be compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return eval_frame is not None and isinstance(model, eval_frame.OptimizedModule)
+
+
+def split_compiled(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """``(original module, compiled module or None)``: count on the first (eager, module paths
+    without ``_orig_mod.``), time the second with nothing of ours installed."""
+    if is_compiled(model):
+        return model._orig_mod, model  # type: ignore[return-value]
+    return model, None
+
+
+def _compile_kwargs_of(compiled: nn.Module) -> dict[str, Any]:
+    """The options an ``OptimizedModule`` was compiled with (Inductor's config patches, dynamic,
+    fullgraph); ``ValueError`` for another backend (its regions are not Inductor kernels)."""
+    ctx = getattr(compiled, "dynamo_ctx", None)
+    backend: Any = getattr(getattr(ctx, "callback", None), "_torchdynamo_orig_backend", None)
+    for _ in range(8):  # unwrap Dynamo's debug wrappers down to torch.compile's backend object
+        inner = getattr(backend, "_torchdynamo_orig_backend", None)
+        if inner is None or inner is backend:
+            break
+        backend = inner
+    name = getattr(backend, "compiler_name", None) or type(backend).__name__
+    if name != "inductor" and type(backend).__name__ != "_TorchCompileInductorWrapper":
+        raise ValueError(f"model was compiled with backend {name!r}: profile_compiled reads Inductor's kernels, "
+                         "so it needs backend='inductor' (the default)")
+    kwargs: dict[str, Any] = {"options": dict(getattr(backend, "config", {}) or {})}
+    if getattr(ctx, "_dynamic", None) is not None:
+        kwargs["dynamic"] = ctx._dynamic  # type: ignore[union-attr]
+    if getattr(ctx, "fullgraph", False):
+        kwargs["fullgraph"] = True
+    return kwargs
+
+
+@dataclass(frozen=True)
+class DynamoStats:
+    """A snapshot of Dynamo's counters (``torch._dynamo.utils.counters``) and compile metrics;
+    ``after - before`` is what happened in between."""
+
+    frames_total: int = 0  #: frames Dynamo was asked to convert
+    frames_ok: int = 0  #: of which it compiled
+    unique_graphs: int = 0  #: graphs it handed to a backend
+    graph_breaks: Mapping[str, int] = field(default_factory=dict)  #: reason -> count
+    compiles: int = 0  #: compile metrics recorded (one per frame compiled or recompiled)
+    recompile_reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def now(cls) -> DynamoStats:
+        from torch._dynamo.utils import counters, get_compilation_metrics
+
+        metrics = list(get_compilation_metrics())
+        return cls(frames_total=int(counters["frames"]["total"]), frames_ok=int(counters["frames"]["ok"]),
+                   unique_graphs=int(counters["stats"]["unique_graphs"]),
+                   graph_breaks=dict(counters["graph_break"]), compiles=len(metrics),
+                   recompile_reasons=tuple(str(m.recompile_reason) for m in metrics if m.recompile_reason))
+
+    def __sub__(self, before: DynamoStats) -> DynamoStats:
+        breaks = Counter(self.graph_breaks)
+        breaks.subtract(before.graph_breaks)
+        return DynamoStats(frames_total=self.frames_total - before.frames_total,
+                           frames_ok=self.frames_ok - before.frames_ok,
+                           unique_graphs=self.unique_graphs - before.unique_graphs,
+                           graph_breaks={k: v for k, v in breaks.items() if v},
+                           compiles=self.compiles - before.compiles,
+                           recompile_reasons=self.recompile_reasons[len(before.recompile_reasons):])
+
+    @property
+    def total_graph_breaks(self) -> int:
+        return sum(self.graph_breaks.values())
+
+
+def drop_stale_hook_flags() -> None:
+    """Remove the flags a removed global forward hook leaves behind. torch 2.13's
+    ``register_module_forward_hook(..., with_kwargs=True)`` handle does not remove its entry of
+    ``_global_forward_hooks_with_kwargs`` (only the ``always_call`` one), so after any such hook
+    was removed ``_has_any_global_hook()`` stays true and every ``OptimizedModule`` call warns
+    about global hooks (torch_flops' own recording session removes its entry itself; this cleans
+    up after anyone's). Only entries whose hook is gone are dropped."""
+    hooks = nn.modules.module
+    for table in (hooks._global_forward_hooks_with_kwargs, hooks._global_forward_hooks_always_called):
+        for key in [k for k in table if k not in hooks._global_forward_hooks]:
+            del table[key]
+
+
+def _check_nothing_installed() -> None:
+    """Raise when something would make the compiled call differ from the user's: a dispatch or
+    function mode (Dynamo would not compile), a global module hook (a warning and graph breaks)."""
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    if _get_current_dispatch_mode_stack() or _get_current_function_mode_stack():
+        raise RuntimeError("a TorchDispatchMode/TorchFunctionMode is active: Dynamo would run the compiled model "
+                           "eagerly; call the compiled model outside any mode (FlopCounterMode included)")
+    drop_stale_hook_flags()
+    if nn.modules.module._has_any_global_hook():
+        raise RuntimeError("a global module hook is registered (register_module_forward_hook & co.): "
+                           "OptimizedModule warns on every call and Dynamo breaks graphs at hooks it cannot trace; "
+                           "remove it before calling the compiled model")
+
+
+def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+                   calls: int = 1) -> float:
+    """Call a compiled model ``calls`` times, untimed for the profile (the first call compiles), on
+    copies of the inputs, with nothing of ours installed, leaving the model's buffers, gradients
+    and RNG as they were; returns the first call's wall time in seconds (compile included)."""
+    _check_nothing_installed()
+    first = 0.0
+    model = getattr(compiled, "_orig_mod", compiled)
+    for i in range(calls):
+        extra = ExtraRuns((), model) if isinstance(model, nn.Module) else None
+        start = time.perf_counter()
+        compiled(*copy_inputs(tuple(args)), **copy_inputs(dict(kwargs)))
+        if i == 0:
+            first = time.perf_counter() - start
+        if extra is not None:
+            extra.undo()
+    return first
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """Where Dynamo ended a frame before the end of the code, and why."""
+
+    frame: str  #: compile id of the frame the break ends
+    reason: str
+    where: str  #: ``file:line in function`` of the user's code
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Eliminated:
+    """An original aten op of a frame that no kernel computes (dead code Inductor removed, a
+    constant it folded), with the FLOPs eager would spend on it."""
+
+    frame: str
+    node: str  #: the pre-grad (Dynamo) graph node it came from
+    op: str
+    phase: str
+    flops: int
+    macs: int
+    module_path: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class FrameInfo:
+    """One Dynamo frame of the compiled program."""
+
+    compile_id: str  #: ``frame/recompile`` (``Torch-Compiled Region: F/C`` in a profiler trace)
+    graph_break: bool  #: the frame ends at a graph break (see ``reason``/``where``)
+    reason: str
+    where: str
+    compile_s: float  #: AOTAutograd + Inductor for its forward, plus its backward's when compiled
+    kernels: int  #: kernel call sites of its graphs
+    graphs: tuple[str, ...]  #: the phases compiled ("forward", "backward")
+    #: what could not be done as usual: its forward counted on Inductor's decomposed nodes (the
+    #: pre-grad graph failed on fake tensors), a graph without kernel provenance
+    count_note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A kernel of the compiled program as :func:`profile_compiled` built its record (what the
+    record has no field for: the post-grad nodes, the bytes before fusion)."""
+
+    name: str  #: the record's name
+    kernel: str
+    frame: str
+    phase: str
+    nodes: tuple[str, ...]  #: the post-grad nodes it computes
+    ops: tuple[str, ...]  #: the original aten ops whose work it does
+    unfused_bytes: int  #: its nodes' bytes counted op by op (each reading its inputs, writing its output)
+    modules: tuple[str, ...]  #: the modules of its nodes (the record holds their common ancestor)
+
+
+@dataclass(frozen=True)
+class CompiledProfile:
+    """What :func:`profile_compiled` measured (``profile`` is the data every view takes)."""
+
+    profile: Profile
+    frames: tuple[FrameInfo, ...]
+    graph_breaks: tuple[GraphBreak, ...]
+    eliminated: tuple[Eliminated, ...]
+    regions: tuple[Region, ...]
+    compile_s: float  #: the first call's wall time (Dynamo + AOTAutograd + Inductor + one run)
+    call_ms: float | None  #: median wall time of the compiled call alone (no profiler)
+    profiled_call_ms: float | None  #: the same under the profiler that timed the regions
+    dynamo: DynamoStats  #: Dynamo's counters over the compile and every call
+    recompiles: int  #: frames compiled again while profiling (the program's own guard failures)
+    output: Any = field(default=None, repr=False, compare=False)  #: what the last profiled call returned
+
+    @property
+    def total_flops(self) -> int:
+        return self.profile.total_flops
+
+    @property
+    def eliminated_flops(self) -> int:
+        return sum(e.flops for e in self.eliminated)
+
+    def text(self, top: int = 15) -> str:
+        """Frames, graph breaks, the regions taking most time, and eliminated ops."""
+        p = self.profile
+        lines = [(f"compiled program: {len(self.frames)} frame(s), {len(self.graph_breaks)} graph break(s), "
+                  f"{self.recompiles} recompile(s); compile {self.compile_s:.2f} s; call "
+                  f"{format_time_ms(self.call_ms)} (profiled {format_time_ms(self.profiled_call_ms)}); "
+                  f"{format_count(p.total_flops, 'FLOPs')}")]
+        for f in self.frames:
+            end = f"graph break at {f.where}: {_first_line(f.reason)}" if f.graph_break else "ends at return"
+            lines.append(f"  frame {f.compile_id}: {f.kernels} kernels ({', '.join(f.graphs)}), compiled in "
+                         f"{f.compile_s:.2f} s; {end}")
+        rows = sorted((r for r in p.records if r.op in ("kernel", "extern_kernel", "eager")),
+                      key=lambda r: -(r.time_ms or 0.0))[:top]
+        if rows:
+            lines.append(_table(["region", "phase", "module", "FLOPs", "read", "written", "time"],
+                                [[r.target, r.phase, r.module_path or "(root)", format_count(r.flops),
+                                  format_bytes(r.bytes_read), format_bytes(r.bytes_written),
+                                  format_time_ms(r.time_ms)] for r in rows]))
+        if self.eliminated:
+            lines.append("eliminated by Inductor: " + ", ".join(
+                f"{e.op} ({e.node}, {format_count(e.flops, 'FLOPs')})" for e in self.eliminated))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# profile_compiled
+# ---------------------------------------------------------------------------------------------
+
+_COMPILE_KEYS = ("mode", "options", "dynamic", "fullgraph", "backend")
+
+
+def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, Any] | None = None,
+                     warmup: int = 1, repeat: int = 5, backward: bool = False,
+                     loss_fn: Callable[[Any], Any] | None = None, **kwargs: Any) -> CompiledProfile:
+    """Compile ``model`` with Inductor and profile ``model(*args, **kwargs)`` region by region.
+
+    ``model``: an ``nn.Module`` (compiled here with ``torch.compile(model, **compile_kwargs)``:
+    ``mode``, ``options``, ``dynamic``, ``fullgraph``) or what ``torch.compile`` returned (compiled
+    again here, privately, with its own options; the caller's compiled object is not touched).
+    ``warmup``: untimed calls after the first one (which compiles, untimed); ``repeat``: calls timed
+    without the profiler, then the same number under it (medians). ``backward=True`` (implied by
+    ``loss_fn``) profiles a training step: ``loss_fn(output)`` (or the output, when a scalar tensor)
+    and ``loss.backward()``; the backward graph's kernels get ``phase="backward"``. Forward-only
+    profiles run under ``torch.no_grad()``, as :func:`torch_flops.profile` does.
+
+    The last profiled call uses the caller's tensors and is the one call whose effects stay
+    (buffers, gradients, RNG); every other call gets copies and is undone. Nothing of ours stays
+    installed in torch (configs are restored; the private compile's cache entries are isolated).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (or what torch.compile returns), got {type(model).__name__}")
+    _validate.check_int("warmup", warmup, 0)
+    _validate.check_int("repeat", repeat, 1)
+    _validate.check_bool("backward", backward)
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    backward = backward or loss_fn is not None
+    original, compiled_in = split_compiled(model)
+    options = _compile_options(compiled_in, compile_kwargs)
+    with training_flags_restored(list(original.modules())):
+        return _profile(original, args, kwargs, options, warmup, repeat, backward, loss_fn)
+
+
+def _compile_options(compiled: nn.Module | None, compile_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    given = dict(compile_kwargs or {})
+    unknown = sorted(set(given) - set(_COMPILE_KEYS))
+    if unknown:
+        raise ValueError(f"compile_kwargs: unknown key(s) {unknown}; give any of {list(_COMPILE_KEYS)}")
+    backend = given.pop("backend", "inductor")
+    if backend != "inductor":
+        raise ValueError(f"compile_kwargs: backend must be 'inductor' (its kernels are what is profiled), got {backend!r}")
+    options = _compile_kwargs_of(compiled) if compiled is not None else {}
+    options.update(given)
+    return options
+
+
+def _config_patches(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Inductor's config patches for ``mode`` and ``options``, as ``torch.compile`` makes them."""
+    from torch._inductor import list_mode_options
+
+    patches: dict[str, Any] = {}
+    mode = options.get("mode")
+    if mode is not None:
+        patches.update(list_mode_options(mode, options.get("dynamic")))
+    patches.update(options.get("options") or {})
+    return patches
+
+
+def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any],
+             warmup: int, repeat: int, backward: bool, loss_fn: Callable[[Any], Any] | None) -> CompiledProfile:
+    device = input_device((args, kwargs), model)
+    patches = _config_patches(options)
+    backend = RecordingBackend(model, FORMULAS.copy(), patches)
+    # isolate_recompiles (torch >= 2.13; not in torch.compile's typed overloads): our cache entries
+    # never count against the recompile limit of the user's own compiled model
+    private: dict[str, Any] = {"backend": backend, "dynamic": options.get("dynamic"),
+                               "fullgraph": bool(options.get("fullgraph", False)), "isolate_recompiles": True}
+    compiled = torch.compile(model, **private)
+    cudagraphs = bool(patches.get("triton.cudagraphs")) and device.type == "cuda"
+    grad = torch.enable_grad() if backward else torch.no_grad()
+    before = DynamoStats.now()
+
+    def step(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], marks: bool = False) -> Any:
+        with mark(_FWD_MARK) if marks else contextlib.nullcontext():
+            out = compiled(*call_args, **call_kwargs)
+        if backward:
+            loss = _loss(out, loss_fn)
+            with mark(_BWD_MARK) if marks else contextlib.nullcontext():
+                loss.backward()
+        return out
+
+    def timed(call_args: tuple[Any, ...], call_kwargs: dict[str, Any], marks: bool) -> tuple[Any, float]:
+        _sync(device)
+        t0 = time.perf_counter_ns()
+        out = step(call_args, call_kwargs, marks)
+        _sync(device)
+        return out, (time.perf_counter_ns() - t0) / 1e6
+
+    def extra_run(marks: bool = False) -> float:
+        """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded."""
+        extra = ExtraRuns((), model)
+        call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+        try:
+            return timed(call_args, call_kwargs, marks)[1]
+        finally:
+            extra.undo()
+
+    _check_nothing_installed()
+    with compile_config(), grad:
+        start = time.perf_counter()
+        extra_run()  # compiles (forward; the backward compiles in its first backward)
+        compile_s = time.perf_counter() - start
+        frames_after_compile = backend.calls
+        for _ in range(warmup):
+            extra_run()
+        plain = [extra_run() for _ in range(repeat)]
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiled: list[float] = []
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(repeat - 1):
+                profiled.append(extra_run(marks=True))
+            output, last = timed(args, kwargs, True)  # the one call whose effects stay, on the caller's tensors
+            profiled.append(last)
+    stats = DynamoStats.now() - before
+    recompiles = backend.calls - frames_after_compile
+    graphs = [g for f in backend.frames for g in f.graphs]
+    timings = _timings(prof.events(), graphs, device.type == "cuda")
+    records, regions, eliminated = _build(backend, graphs, timings, cudagraphs)
+    frames = tuple(FrameInfo(
+        compile_id=f.compile_id, graph_break=f.graph_break, reason=f.reason, where=f.where,
+        compile_s=f.backend_s + sum(g.compile_s for g in f.graphs if g.phase == "backward"),
+        kernels=sum(len(g.kernels) for g in f.graphs), graphs=tuple(g.phase for g in f.graphs),
+        count_note="; ".join(filter(None, [f.count_error, *(
+            f"Inductor recorded no kernel provenance for the {g.phase} graph: its work is in no region"
+            for g in f.graphs if not g.provenance and g.nodes)]))) for f in backend.frames)
+    breaks = tuple(GraphBreak(frame=f.compile_id, reason=f.reason, where=f.where) for f in backend.frames
+                   if f.graph_break)
+    settings = {
+        "compiled": {
+            "options": {k: _plain(v) for k, v in options.items() if k != "options"}
+            | {"options": {k: _plain(v) for k, v in patches.items()}},
+            "compile_s": compile_s, "call_ms": statistics.median(plain),
+            "profiled_call_ms": statistics.median(profiled), "warmup": warmup, "repeat": repeat,
+            "backward": backward, "recompiles": recompiles,
+            "frames": [f.as_dict() for f in frames], "graph_breaks": [b.as_dict() for b in breaks],
+            "dynamo_graph_breaks": dict(stats.graph_breaks),
+            "eliminated": [e.as_dict() for e in eliminated],
+            "time": "torch.profiler events, median of the profiled calls"
+                    + (" (device time)" if device.type == "cuda" else " (CPU wall time)"),
+            "bytes": "estimated from the post-grad graph: tensors entering/leaving each kernel, once each",
+        },
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    }
+    profile = Profile(records=tuple(records), device=str(device), tracer="inductor", memory_source="none",
+                      module_types={p: type(m).__name__ for p, m in model.named_modules()},
+                      module_params={p: sum(t.numel() for t in m.parameters(recurse=False))
+                                     for p, m in model.named_modules()},
+                      batch_size=_batch_size(args), settings=settings)
+    return CompiledProfile(profile=profile, frames=frames, graph_breaks=breaks, eliminated=tuple(eliminated),
+                           regions=tuple(regions), compile_s=compile_s, call_ms=statistics.median(plain),
+                           profiled_call_ms=statistics.median(profiled), dynamo=stats, recompiles=recompiles,
+                           output=output)
+
+
+def mark(name: str) -> contextlib.AbstractContextManager[Any]:
+    """A profiler event around a call: ``_RecordFunctionFast`` (what Inductor's own events use,
+    ~25 us cheaper per call than ``torch.profiler.record_function``), else the public one."""
+    fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    return fast(name) if fast is not None else torch.profiler.record_function(name)
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as JSON takes it (a config object by its repr)."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def _loss(out: Any, loss_fn: Callable[[Any], Any] | None) -> torch.Tensor:
+    loss = loss_fn(out) if loss_fn is not None else out
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise ValueError("backward=True needs a scalar loss: give loss_fn(output) -> scalar tensor (the output "
+                         f"is {type(out).__name__}" + (f" of shape {tuple(out.shape)})" if isinstance(out, torch.Tensor)
+                                                        else ")"))
+    return loss
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batch_size(args: Sequence[Any]) -> int | None:
+    tensors = tensors_of(args)
+    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() > 0 else None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the profiler's events -> each kernel's time
+# ---------------------------------------------------------------------------------------------
+
+#: events of torch.compile's runtime that wrap the compiled graphs (their own ops are framework work)
+_FRAMEWORK = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher", "CompiledFunction",
+              "Torch-Compiled Region")
+_REGION = "Torch-Compiled Region: "
+_GRAPH_CALL = "## Call CompiledFxGraph"
+_ENGINE = "autograd::engine::evaluate_function: "
+
+
+@dataclass
+class _Timings:
+    """Per run, what each item took (microseconds)."""
+
+    kernels: dict[tuple[int, int], list[float]] = field(default_factory=dict)  #: (graph, kernel) -> times
+    eager: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)  #: (phase, name, nth) -> times
+    windows: dict[str, list[float]] = field(default_factory=dict)  #: phase -> the marked window's times
+    seen: dict[str, list[float]] = field(default_factory=dict)  #: phase -> per run, kernel + eager time
+    device: bool = False  #: times are device times (CUDA): the call's overhead is then not derived
+
+
+def _duration(e: Any, device: bool) -> float:
+    if device:
+        return float(getattr(e, "device_time_total", 0.0) or 0.0)
+    return float(e.time_range.end - e.time_range.start)
+
+
+def _timings(events: Iterable[Any], graphs: list[CompiledGraph], device: bool) -> _Timings:
+    t = _Timings(device=device)
+    index = {id(g): i for i, g in enumerate(graphs)}
+    for marker in events:
+        if marker.name not in (_FWD_MARK, _BWD_MARK) or marker.cpu_parent is not None and \
+                marker.cpu_parent.name in (_FWD_MARK, _BWD_MARK):
+            continue
+        phase = "forward" if marker.name == _FWD_MARK else "backward"
+        walk = _Walk(phase, graphs, index, t)
+        for child in marker.cpu_children:
+            walk.visit(child, False, None)
+        t.windows.setdefault(phase, []).append(_duration(marker, False))
+        t.seen.setdefault(phase, []).append(walk.seen)
+    return t
+
+
+class _Walk:
+    """One marked call's events: compiled graph calls (their kernels), and the ops that ran eagerly."""
+
+    def __init__(self, phase: str, graphs: list[CompiledGraph], index: dict[int, int], t: _Timings) -> None:
+        self.phase, self.graphs, self.index, self.t = phase, graphs, index, t
+        self.seen = 0.0  #: kernel + eager op time found so far
+        self.nth: Counter[str] = Counter()  #: occurrences of each eager op so far
+        self.used: set[int] = set()  #: graphs matched in this call
+
+    def eager(self, label: str, e: Any) -> None:
+        d = _duration(e, self.t.device)
+        self.t.eager.setdefault((self.phase, label, self.nth[label]), []).append(d)
+        self.nth[label] += 1
+        self.seen += d
+
+    def visit(self, e: Any, framework: bool, region: str | None) -> None:
+        name = e.name
+        if name.startswith(_GRAPH_CALL):
+            self.seen += _graph_call(e, self.phase, region, self.graphs, self.index, self.used, self.t)
+            return
+        if name.startswith(_REGION):
+            region = name[len(_REGION):].strip()
+            framework = False
+        elif name.startswith(_FRAMEWORK) or name.startswith(_ENGINE + "CompiledFunctionBackward") \
+                or name == "CompiledFunctionBackward":
+            framework = True
+        elif name.startswith(_ENGINE) and not framework:  # an eager autograd node (AccumulateGrad, the loss's)
+            self.eager(name[len(_ENGINE):], e)
+            return
+        elif not framework:  # an op the model ran eagerly (graph-break code, autograd's seed)
+            self.eager(name, e)
+            return
+        for child in e.cpu_children:
+            self.visit(child, framework, region)
+
+
+def _graph_call(e: Any, phase: str, region: str | None, graphs: list[CompiledGraph], index: dict[int, int],
+                used: set[int], t: _Timings) -> float:
+    """Match one compiled graph call's kernel events to a graph's kernels; their time, summed."""
+    children = list(e.cpu_children)
+    candidates = [g for g in graphs if g.phase == phase and (region is None or g.frame.compile_id == region)]
+    if not candidates:
+        candidates = [g for g in graphs if g.phase == phase]
+    best: CompiledGraph | None = None
+    best_score = -1
+    for g in candidates:
+        score = sum(1 for k in g.kernels if any(c.name == event_name(k, g.graph_id) for c in children))
+        if score > best_score or score == best_score and best is not None and id(best) in used and id(g) not in used:
+            best, best_score = g, score
+    if best is None:
+        return 0.0
+    used.add(id(best))
+    total = 0.0
+    position = 0
+    gi = index[id(best)]
+    for child in children:
+        matched = None
+        for j in range(position, len(best.kernels)):
+            expected = event_name(best.kernels[j], best.graph_id)
+            if child.name == expected or expected is None and child.name.startswith("aten::"):
+                matched = j
+                break
+        if matched is None:  # a wrapper op no kernel claims (a copy into a mutated input): in the overhead
+            continue
+        d = _duration(child, t.device)
+        t.kernels.setdefault((gi, matched), []).append(d)
+        total += d
+        position = matched + 1
+    return total
+
+
+def _median_ms(values: list[float] | None) -> float | None:
+    return statistics.median(values) / 1e3 if values else None
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels -> records
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Work:
+    """What one kernel call site does, gathered before its record is made."""
+
+    graph: CompiledGraph
+    kernel: Kernel
+    count: OpCount = field(default_factory=OpCount)
+    recompute: OpCount = field(default_factory=OpCount)
+    ops: dict[str, None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    uncounted: set[str] = field(default_factory=set)
+
+
+def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Timings, cudagraphs: bool
+           ) -> tuple[list[NodeRecord], list[Region], list[Eliminated]]:
+    works: dict[tuple[int, int], _Work] = {}
+    eliminated: list[Eliminated] = []
+    for gi, g in enumerate(graphs):
+        for ki, k in enumerate(g.kernels):
+            works[(gi, ki)] = _Work(graph=g, kernel=k)
+    index = {id(g): i for i, g in enumerate(graphs)}
+    for frame in backend.frames:
+        eliminated.extend(_assign(frame, [g for g in graphs if g.frame is frame], index, works))
+    records: list[NodeRecord] = []
+    regions: list[Region] = []
+    frame_order = {id(f): i for i, f in enumerate(backend.frames)}
+    order_keys: list[tuple[int, int, int]] = []
+    for (gi, ki), w in works.items():
+        g, k = w.graph, w.kernel
+        times = timings.kernels.get((gi, ki))
+        note = "; ".join(w.notes)
+        if times is None:
+            note = "; ".join(filter(None, [note, "not seen by the profiler" + (
+                " (CUDA graph replay: not measurable per region)" if cudagraphs else "")]))
+        paths = _kernel_paths(g, k)
+        path = _common_ancestor(paths)
+        reads, writes = _kernel_bytes(g, k)
+        main = _main_node(g, k)
+        counted = w.count.calls > 0 or not w.uncounted
+        if w.uncounted:
+            note = "; ".join(filter(None, [note, "no formula for " + ", ".join(sorted(w.uncounted))]))
+        name = f"{g.frame.compile_id}:{g.phase[0]}:{k.key}"
+        records.append(NodeRecord(
+            index=len(records), name=name, op="extern_kernel" if k.extern else "kernel", target=k.target,
+            module_path=path, module_type=backend.resolver.types[path].__name__ if path in backend.resolver.types else "",
+            flops=w.count.flops if counted else None, macs=w.count.macs if counted else None,
+            status=Status.COUNTED if counted else Status.UNSUPPORTED, time_ms=_median_ms(times), mem_before=None,
+            mem_after=None, mem_delta=None, output_shape=None if main is None else main.shape,
+            module_stack=module_chain((path,)), note=note, phase=g.phase, dtype=None if main is None else main.dtype,
+            graph=gi, dot_outputs=w.count.dot_outputs, mm_macs=w.count.mm_macs, bytes_read=reads, bytes_written=writes,
+            recompute_flops=w.recompute.flops or None, recompute_macs=w.recompute.macs or None))
+        regions.append(Region(name=name, kernel=k.name, frame=g.frame.compile_id, phase=g.phase, nodes=k.nodes,
+                              ops=tuple(w.ops), unfused_bytes=_unfused_bytes(g, k),
+                              modules=tuple(sorted(p for p in set(paths) if p is not None))))
+        backward = g.phase == "backward"
+        f = frame_order[id(g.frame)]
+        order_keys.append((int(backward), -f if backward else f, ki))
+    # execution order: the forward graphs' kernels frame by frame, then the backward's (last frame first)
+    order = sorted(range(len(records)), key=order_keys.__getitem__)
+    records = [records[i]._replace(index=n) for n, i in enumerate(order)]
+    regions = [regions[i] for i in order]
+    records.extend(_eager_records(timings, len(records)))
+    return records, regions, eliminated
+
+
+def _eager_records(t: _Timings, start: int) -> list[NodeRecord]:
+    """The ops that ran outside the compiled graphs, and each phase's time in no kernel."""
+    records: list[NodeRecord] = []
+    for (phase, name, nth), times in t.eager.items():
+        target = name.replace("::", ".", 1) if name.startswith("aten::") else name
+        zero = target.startswith("aten.") and _is_zero(target)
+        records.append(NodeRecord(
+            index=start + len(records), name=f"eager:{phase[0]}:{name}#{nth}", op="eager", target=target,
+            module_path="", module_type="", flops=0 if zero else None, macs=0 if zero else None,
+            status=Status.ZERO if zero else Status.UNSUPPORTED, time_ms=_median_ms(times), mem_before=None,
+            mem_after=None, mem_delta=None, output_shape=None,
+            note="" if zero else "ran eagerly outside the compiled graphs (timed; its FLOPs are not counted here)",
+            phase=phase, bytes_read=0, bytes_written=0))
+    for phase, windows in t.windows.items():
+        seen = t.seen.get(phase, [])
+        rest = [w - s for w, s in zip(windows, seen)]
+        records.append(NodeRecord(
+            index=start + len(records), name=f"overhead:{phase}", op="overhead", target="compiled call overhead",
+            module_path="", module_type="", flops=0, macs=0, status=Status.ZERO,
+            time_ms=None if t.device else _median_ms(rest), mem_before=None, mem_after=None, mem_delta=None,
+            output_shape=None, phase=phase, bytes_read=0, bytes_written=0,
+            note="the call's time in no kernel: Dynamo's guards, AOTAutograd's and Inductor's Python wrappers, "
+                 "allocation" + (" (not derived from device times)" if t.device else "")))
+    return records
+
+
+def _is_zero(target: str) -> bool:
+    packet = getattr(torch.ops.aten, target.removeprefix("aten."), None)
+    return packet is not None and FORMULAS.resolve_aten(packet) is zero_flops
+
+
+def _primary(graph: CompiledGraph) -> dict[str, int]:
+    """Post-grad node -> the kernel that computes it: the extern kernel made for it, else the first
+    generated kernel (in call order) that computes it. A generated kernel listing a node an extern
+    kernel computes only prepares that kernel's operands (a layout copy for a convolution)."""
+    first: dict[str, int] = {}
+    for ki, k in enumerate(graph.kernels):
+        for n in k.nodes:
+            if k.extern:
+                node = graph.nodes.get(n)
+                if node is not None and not node.is_view:
+                    first[n] = ki
+                    continue
+            first.setdefault(n, ki)
+    return first
+
+
+def _assign(frame: FrameCapture, graphs: list[CompiledGraph], index: Mapping[int, int],
+            works: Mapping[tuple[int, int], _Work]) -> list[Eliminated]:
+    """Give every kernel of the frame its share of the frame's work (see the module docstring);
+    returns the original ops no kernel computes."""
+    primaries = {id(g): _primary(g) for g in graphs}
+    groups: dict[GroupKey, list[tuple[CompiledGraph, PostGradNode]]] = {}
+    decomposed: list[tuple[CompiledGraph, PostGradNode]] = []
+    for g in graphs:
+        prim = primaries[id(g)]
+        for n in g.nodes.values():
+            home = prim.get(n.name)
+            for ki, k in enumerate(g.kernels):  # work done again: in a generated kernel that is not its home
+                if n.name in k.nodes and n.count is not None and not k.extern and (
+                        n.recompute or home != ki and (home is None or not g.kernels[home].extern)):
+                    works[(index[id(g)], ki)].recompute.add(n.count)
+            if n.recompute:
+                continue
+            if n.phase == "forward" and frame.counts:
+                groups.setdefault((n.pre, n.original, n.phase), []).append((g, n))
+            else:  # the backward's own ops (and a frame whose forward could not be counted): as decomposed
+                decomposed.append((g, n))
+    for g, n in decomposed:
+        _place(None, [(g, n)], n.original, primaries, index, works)
+    counts = dict(frame.counts)
+    matched: list[tuple[OpCount | None, list[tuple[CompiledGraph, PostGradNode]], str]] = []
+    leftovers: dict[tuple[str | None, str], list[tuple[CompiledGraph, PostGradNode]]] = {}
+    for key, members in groups.items():
+        if key in counts and key[0] is not None:
+            matched.append((counts.pop(key), members, key[1]))
+        else:
+            leftovers.setdefault((key[0], key[2]), []).extend(members)
+    # the same pre-grad node, ops named differently on the two sides (a decomposition's original_aten)
+    for (pre, phase), members in leftovers.items():
+        rest = [key for key in counts if key[0] == pre and key[2] == phase and pre is not None]
+        if rest:
+            merged = OpCount()
+            for key in rest:
+                merged.add(counts.pop(key))
+            matched.append((merged, members, "+".join(sorted({key[1] for key in rest}))))
+        else:
+            matched.append((None, members, ""))
+    for total, members, op in matched:
+        _place(total, members, op, primaries, index, works)
+    eliminated = []
+    for (pre, op, phase), c in counts.items():  # zero-FLOP leftovers (prim.device, views) are not listed
+        if c.flops:
+            eliminated.append(Eliminated(frame=frame.compile_id, node=str(pre), op=op, phase=phase, flops=c.flops,
+                                         macs=c.macs, module_path=frame.pre_nodes.get(pre) if pre else None))
+    for total, members, op in matched:
+        if total is not None and total.flops and not any(n.name in primaries[id(g)] for g, n in members):
+            eliminated.append(Eliminated(frame=frame.compile_id, node=str(members[0][1].pre), op=op,
+                                         phase=members[0][1].phase, flops=total.flops, macs=total.macs,
+                                         module_path=members[0][1].module_path))
+    return eliminated
+
+
+def _place(total: OpCount | None, members: list[tuple[CompiledGraph, PostGradNode]], op: str,
+           primaries: Mapping[int, Mapping[str, int]], index: Mapping[int, int],
+           works: Mapping[tuple[int, int], _Work]) -> None:
+    """Put one original op's work (``total``; None: count its post-grad nodes) on its kernels."""
+    placed = [(g, n, primaries[id(g)].get(n.name)) for g, n in members]
+    kernels = {(index[id(g)], ki) for g, _, ki in placed if ki is not None}
+    if not kernels:
+        return
+    label = op or members[0][1].original
+    for key in kernels:
+        works[key].ops[label] = None
+    if total is not None and len(kernels) == 1:
+        works[next(iter(kernels))].count.add(total)
+        return
+    # split over kernels: each gets its own nodes' count, never more than the op's count left; the
+    # rest goes to the kernel computing the op's last node (its output)
+    rest = total
+    last: tuple[int, int] | None = None
+    for g, n, ki in placed:
+        if ki is None:
+            continue
+        key = (index[id(g)], ki)
+        last = key
+        if n.count is None:
+            if not n.is_view and total is None:
+                works[key].uncounted.add(n.target)
+            continue
+        part = n.count if rest is None else _take(rest, n.count)
+        works[key].count.add(part)
+        if rest is not None:
+            rest = rest.minus(part)
+    if rest is not None and last is not None and (rest.flops or rest.macs):
+        works[last].count.add(rest)
+        works[last].notes.append(f"with the rest of {label}'s count, split over {len(kernels)} kernels")
+
+
+def _take(rest: OpCount, count: OpCount) -> OpCount:
+    """``count``, capped at what is ``rest`` of an op's count."""
+    flops, macs = min(count.flops, rest.flops), min(count.macs, rest.macs)
+    mm = None if count.mm_macs is None and rest.mm_macs is None else min(
+        count.mm_macs if count.mm_macs is not None else count.macs, rest.mm_macs if rest.mm_macs is not None
+        else rest.macs, macs)
+    return OpCount(flops=max(flops, 0), macs=max(macs, 0), mm_macs=mm, calls=1)
+
+
+def _kernel_paths(g: CompiledGraph, k: Kernel) -> list[str | None]:
+    """The modules a kernel's own work comes from (views and recomputed nodes left out, unless
+    they are all it has)."""
+    prim = _primary(g)
+    ki = g.kernels.index(k)
+    own = [g.nodes[n] for n in k.nodes if n in g.nodes and prim.get(n) == ki and not g.nodes[n].recompute]
+    work = [n for n in own if not n.is_view] or own or [g.nodes[n] for n in k.nodes if n in g.nodes]
+    return [n.module_path for n in work]
+
+
+def _common_ancestor(paths: Sequence[str | None]) -> str:
+    """The deepest module containing every path ("" when they share none, or one is unknown)."""
+    if not paths or any(p is None for p in paths):
+        return ""
+    common = ancestors(paths[0])  # type: ignore[arg-type]
+    for p in paths[1:]:
+        chain = set(ancestors(p))  # type: ignore[arg-type]
+        common = tuple(a for a in common if a in chain)
+    return common[-1] if common else ""
+
+
+def _kernel_bytes(g: CompiledGraph, k: Kernel) -> tuple[int, int]:
+    """Bytes a kernel reads (tensors entering it) and writes (tensors it makes that are used
+    outside it), each once; a view read or written counts its base tensor's span."""
+    inside = set(k.nodes)
+    reads: dict[str, int] = {}
+    writes: dict[str, int] = {}
+    for name in k.nodes:
+        n = g.nodes.get(name)
+        if n is None:
+            continue
+        for a in n.inputs:
+            if a not in inside:
+                reads[a] = g.nodes[a].out_bytes if a in g.nodes else g.input_bytes.get(a, 0)
+        if any(u not in inside for u in n.users):
+            base = n
+            while base.is_view and base.inputs and base.inputs[0] in inside and base.inputs[0] in g.nodes:
+                base = g.nodes[base.inputs[0]]
+            if not base.is_view:
+                writes[base.name] = base.out_bytes
+    return sum(reads.values()), sum(writes.values())
+
+
+def _unfused_bytes(g: CompiledGraph, k: Kernel) -> int:
+    """The kernel's own nodes' bytes as eager would move them: each op reading its inputs and
+    writing its output (views move none)."""
+    prim = _primary(g)
+    ki = g.kernels.index(k)
+    total = 0
+    for name in k.nodes:
+        n = g.nodes.get(name)
+        if n is None or n.is_view or prim.get(name) != ki:
+            continue
+        total += n.out_bytes + sum(g.nodes[a].out_bytes if a in g.nodes else g.input_bytes.get(a, 0)
+                                   for a in dict.fromkeys(n.inputs))
+    return total
+
+
+def _main_node(g: CompiledGraph, k: Kernel) -> PostGradNode | None:
+    nodes = [g.nodes[n] for n in k.nodes if n in g.nodes and not g.nodes[n].is_view]
+    if not nodes:
+        return None
+    return max(nodes, key=lambda n: (n.count.flops if n.count else -1, n.out_bytes))
+
+
+# ---------------------------------------------------------------------------------------------
+# compare_compiled
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One module, eager vs compiled (forward)."""
+
+    path: str  #: "" = the whole model
+    module_type: str
+    eager_ms: float | None
+    compiled_ms: float | None
+    eager_launches: int  #: kernels eager runs in it (ATen ops that are not views)
+    compiled_launches: int  #: kernel calls of the compiled program attributed to it (or below)
+    eager_bytes: int  #: read + written, op by op
+    compiled_bytes: int  #: read + written after fusion
+    eager_flops: int
+    compiled_flops: int
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.eager_ms or not self.compiled_ms:
+            return None
+        return self.eager_ms / self.compiled_ms
+
+    @property
+    def bytes_saved(self) -> int:
+        """Bytes fusion saved: eager's traffic minus the compiled kernels'."""
+        return self.eager_bytes - self.compiled_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["speedup"] = self.speedup
+        d["bytes_saved"] = self.bytes_saved
+        return d
+
+
+@dataclass(frozen=True)
+class CompiledComparison:
+    """:func:`torch_flops.api.compare_compiled`'s result: ``rows`` per module, and both profiles."""
+
+    rows: tuple[CompareRow, ...]
+    eager: Profile
+    compiled: Profile
+    result: CompiledProfile
+    eager_call_ms: float | None  #: median wall time of one plain eager call
+    unaccounted_flops: int  #: eager's FLOPs no region nor eliminated op accounts for (code Dynamo dropped)
+
+    def row(self, path: str) -> CompareRow:
+        for r in self.rows:
+            if r.path == path:
+                return r
+        raise KeyError(path)
+
+    def text(self, depth: int = -1) -> str:
+        c = self.result
+        whole = self.row("")
+        speed = f"{whole.speedup:.2f}x" if whole.speedup else "-"
+        call_speed = (f"{self.eager_call_ms / c.call_ms:.2f}x" if self.eager_call_ms and c.call_ms else "-")
+        head = (f"eager {format_time_ms(self.eager_call_ms)} per call vs compiled {format_time_ms(c.call_ms)} "
+                f"({call_speed}); compile {c.compile_s:.2f} s; {len(c.frames)} frame(s), {len(c.graph_breaks)} graph "
+                f"break(s), {c.recompiles} recompile(s); kernels {whole.eager_launches} -> {whole.compiled_launches}; "
+                f"bytes {format_bytes(whole.eager_bytes)} -> {format_bytes(whole.compiled_bytes)} (saved by fusion "
+                f"{format_bytes(whole.bytes_saved)}); FLOPs {format_count(whole.eager_flops)} eager, "
+                f"{format_count(whole.compiled_flops)} compiled"
+                + (f" + {format_count(c.eliminated_flops)} eliminated" if c.eliminated else "")
+                + (f" ({format_count(self.unaccounted_flops)} not in any region)" if self.unaccounted_flops else ""))
+        rows = [r for r in self.rows if depth < 0 or (r.path.count(".") + 1 if r.path else 0) <= depth]
+        table = _table(
+            ["module", "type", "eager", "compiled", "speed-up", "kernels", "bytes eager", "bytes compiled",
+             "saved by fusion", "FLOPs eager", "FLOPs compiled"],
+            [["  " * (r.path.count(".") + 1 if r.path else 0) + (r.path.rpartition(".")[2] or "(model)"),
+              r.module_type, format_time_ms(r.eager_ms), format_time_ms(r.compiled_ms),
+              f"{r.speedup:.2f}x" if r.speedup else "-", f"{r.eager_launches} -> {r.compiled_launches}",
+              format_bytes(r.eager_bytes), format_bytes(r.compiled_bytes), format_bytes(r.bytes_saved),
+              format_count(r.eager_flops), format_count(r.compiled_flops)] for r in rows])
+        lines = [head, ("module times: eager = its nodes' times in torch_flops' eager profile; compiled = its kernels' "
+                        f"times (the model row adds the call's overhead): {speed} for the model"), table]
+        for b in c.graph_breaks:
+            lines.append(f"graph break ({b.frame}) at {b.where}: {_first_line(b.reason)}")
+        return "\n".join(lines)
+
+
+class _Launches(TorchDispatchMode):
+    """Counts the ATen ops (views excluded: they launch nothing) run under each module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = [""]
+        self.counts: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not func.is_view and func not in _NO_KERNEL:
+            for p in ancestors(self.stack[-1]):
+                self.counts[p] += 1
+        return func(*args, **(kwargs or {}))
+
+
+#: ops that are no view by schema but launch no kernel either
+_NO_KERNEL = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default})
+
+
+@contextlib.contextmanager
+def _module_scopes(model: nn.Module, mode: _Launches) -> Iterator[None]:
+    def enter(path: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            mode.stack.append(path)
+        return hook
+
+    def leave(*_: Any) -> None:
+        mode.stack.pop()
+
+    handles = []
+    for path, m in model.named_modules():
+        handles.append(m.register_forward_pre_hook(enter(path)))
+        handles.append(m.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def eager_launches(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Counter[str]:
+    """One extra eager call (undone), counting the kernels each module launches."""
+    mode = _Launches()
+    extra = ExtraRuns((), model)
+    call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+    try:
+        with _module_scopes(model, mode), mode:
+            model(*call_args, **call_kwargs)
+    finally:
+        extra.undo()
+    return mode.counts
+
+
+def eager_call_ms(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], warmup: int, repeat: int
+                   ) -> float:
+    device = input_device((args, kwargs), model)
+    times = []
+    for i in range(warmup + repeat):
+        extra = ExtraRuns((), model)
+        call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+        _sync(device)
+        t0 = time.perf_counter_ns()
+        model(*call_args, **call_kwargs)
+        _sync(device)
+        if i >= warmup:
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+        extra.undo()
+    return statistics.median(times)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
