@@ -16,7 +16,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops import formulas, report
-from torch_flops.calls import EagerFront, GraphFront
+from torch_flops.calls import EagerFront, GraphFront, Result
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
@@ -84,7 +84,7 @@ class TorchFLOPsByFX:
                             "has none: profile the nn.Module before scripting it")
         self.model = model
         self.tables = self.options.formula_table(formulas.FORMULAS)  # this counter's own: later edits do not leak in
-        self._measured: tuple[Callable[[], Capture], Measurements, int | None] | None = None
+        self._measured: tuple[Result, int | None] | None = None
         self._profile: Profile | None = None
         self._warned: set[str] = set()  # unsupported targets already warned about (once per counter)
         self._distributed: dict[str, int] = {}  # rank and world size of the last propagate (none: {})
@@ -121,7 +121,7 @@ class TorchFLOPsByFX:
     def capture(self) -> Capture | None:
         """The graph(s) of the last ``propagate`` (fx: the traced graph, also before any call)."""
         if self._measured is not None:
-            return self._measured[0]()
+            return self._measured[0].capture()
         return self._front.capture if isinstance(self._front, GraphFront) else None
 
     @property
@@ -131,6 +131,8 @@ class TorchFLOPsByFX:
 
     @property
     def tracer_used(self) -> str | None:
+        if self._measured is not None:
+            return self._measured[0].front_end
         capture = self.capture
         return capture.front_end if capture is not None else None
 
@@ -161,16 +163,16 @@ class TorchFLOPsByFX:
                              f"(tracer='auto' or 'eager'), not tracer={self.options.tracer!r}")
         progress = Progress(self.options.progress)
         try:
-            output, capture, measurements = self._call(args, kwargs, loss_fn, backward, progress)
+            result = self._call(args, kwargs, loss_fn, backward, progress)
         finally:
             progress.done()
-        self._measured, self._profile = (capture, measurements, _batch_size((args, kwargs))), None
+        self._measured, self._profile = (result, _batch_size((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up
-        self._warn_unsupported(measurements)
-        return output
+        self._warn_unsupported(result.measurements)
+        return result.output
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], loss_fn: Callable[[Any], Any] | None,
-              backward: bool, progress: Progress) -> tuple[Any, Callable[[], Capture], Measurements]:
+              backward: bool, progress: Progress) -> Result:
         """The front end for these inputs; meta inputs that the model reads values of (which no run
         can give) go through the graph torch.export traces, with one warning."""
         front = self._front
@@ -214,11 +216,11 @@ class TorchFLOPsByFX:
         if self._profile is None:
             if self._measured is None:
                 raise RuntimeError("no results yet: call propagate(*inputs) first")
-            capture_of, measurements, batch_size = self._measured
-            capture = capture_of()
+            result, batch_size = self._measured
+            measurements = result.measurements
             self._profile = Profile.from_measurements(
-                measurements, tracer=capture.front_end, module_types=capture.module_types,
-                module_params=capture.module_params, batch_size=batch_size,
+                measurements, tracer=result.front_end, module_types=result.module_types,
+                module_params=result.module_params, batch_size=batch_size,
                 settings={**self.options.settings(), "memory_source": measurements.memory_source,
                           **({"device_name": measurements.device_name} if measurements.device_name else {}),
                           **self._distributed})

@@ -16,9 +16,9 @@ asked for) and the :class:`~torch_flops.measuring.Measurements`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx, nn
@@ -48,7 +48,16 @@ from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
 
 __all__ = ["CallSettings", "EagerFront", "GraphFront", "checked_loss"]
 
-Result = tuple[Any, Callable[[], Capture], Measurements]
+class Result(NamedTuple):
+    """One profiled call: the model's output, its measurements, the module facts the records need,
+    and the capture (a function: the fx graph of an eager recording is built only when asked for)."""
+
+    output: Any
+    measurements: Measurements
+    front_end: str  #: "eager", "fx", "export" or "graph_module"
+    module_types: Mapping[str, str]
+    module_params: Mapping[str, int]
+    capture: Callable[[], Capture]
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,7 @@ class EagerFront:
         assert step is not None
         if s.strict:
             step.graph.check_strict()
-        return output, step.graph.capture, measurements
+        return Result(output, measurements, "eager", index.types, index.params, step.graph.capture)
 
 
 class _EagerRunner:
@@ -221,7 +230,8 @@ class GraphFront:
                 assert recording.backward_run is not None
                 graph_run = measurements.runs[0].with_backward(recording.backward_run, recording.timer)
                 measurements = Measurements.of([graph_run], device, measurements.memory_source)
-        return output, lambda: capture, measurements
+        return Result(output, measurements, capture.front_end, capture.module_types, capture.module_params,
+                      lambda: capture)
 
     def _capture_fx(self, progress: Progress) -> Capture:
         progress.step("capturing (torch.fx)")

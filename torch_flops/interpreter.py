@@ -36,6 +36,7 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
     """
 
     def __init__(self, plan: Plan) -> None:
+        assert plan.graph is not None, "a captured graph's plan"
         super().__init__(plan.graph.graph_module, garbage_collect_values=True)
         self.extra_traceback = False  # our own note names the node
         self._plans = plan.by_node

@@ -34,7 +34,7 @@ from torch_flops.measure import (
     tensor_nbytes,
     tensors_of,
 )
-from torch_flops.plan import NodeKind, Plan, Traffic
+from torch_flops.plan import NodeKind, NodeRef, Plan, Traffic
 
 __all__ = ["GraphRun", "Measurements", "NodeMeasurer", "add_note", "describe_inputs", "median", "node_traffic", "output_shape",
            "traffic_table"]
@@ -100,6 +100,9 @@ class GraphRun:
     #: per node, the phase it ran in ("forward", "loss", "optimizer": torch_flops.session); None:
     #: every node is the forward's
     phases: Sequence[str] | None = None
+    #: whether a node may lack a count (no formula, or one failed): when False, finding the
+    #: unsupported nodes needs no plan (an eager recording builds its plan when first read)
+    maybe_unsupported: bool = True
 
     @functools.cached_property
     def plan(self) -> Plan:
@@ -162,6 +165,8 @@ class Measurements:
         found: dict[str, list[tuple[str, str]]] = {}
         for graph_run in self.runs:
             errors = graph_run.errors
+            if not (graph_run.maybe_unsupported or errors):
+                continue
             for p in graph_run.plan.nodes:
                 if p.kind is _UNSUPPORTED:
                     found.setdefault(p.target, []).append((p.node.name, f"no formula for {p.key!r}"))
@@ -254,7 +259,7 @@ class NodeMeasurer:
 
     def graph_run(self, plan: Callable[[], Plan], graph: int, times: Sequence[float | None],
                   table: Callable[[], _TrafficTable], frees: Sequence[Sequence[int]] | Callable[[], Any],
-                  phases: Sequence[str] | None = None) -> GraphRun:
+                  phases: Sequence[str] | None = None, maybe_unsupported: bool = True) -> GraphRun:
         """What the counting run measured, frozen (``times``: the medians over the timed runs)."""
         n = len(self.flops)
         dots = self._dots
@@ -267,6 +272,7 @@ class NodeMeasurer:
             filled=self.filled, comm_bytes=_sparse(self._comm, n),
             global_flops=_sparse({k: v[0] for k, v in self._global.items()}, n),
             global_macs=_sparse({k: v[1] for k, v in self._global.items()}, n), phases=phases,
+            maybe_unsupported=maybe_unsupported,
         )
 
     def measure(self, i: int, plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -371,9 +377,12 @@ def traffic_table(plan: Plan) -> _TrafficTable:
             table.plain.append((p.position, p.inputs, p.param_bytes, p.inputs[0] if p.inputs else -1))
             continue
         value = p.node.args[-1] if p.node.args else None
+        if isinstance(value, NodeRef):  # a recorded graph's reference to another node's value
+            source = value.position
+        else:
+            source = by_node[value].position if isinstance(value, fx.Node) and value in by_node else -1
         table.other.append((p.position, _TRAFFIC_MODES[traffic], p.inputs, p.param_bytes,
-                            traffic is not Traffic.INPLACE and p.kind is not _COUNTED,
-                            by_node[value].position if isinstance(value, fx.Node) and value in by_node else -1))
+                            traffic is not Traffic.INPLACE and p.kind is not _COUNTED, source))
     return table
 
 

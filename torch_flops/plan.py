@@ -29,7 +29,8 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 
-__all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "OpPlan", "Plan", "RecordColumns", "Status",
+__all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "NodeRef", "OpPlan", "Plan", "RecordColumns",
+           "RecordedNode", "Status",
            "Traffic", "last_uses", "make_plan", "needed_nodes", "node_plan", "plan_op", "readable_op", "readable_target",
            "table_key", "traffic_of"]
 
@@ -103,6 +104,29 @@ class FlatArgs(enum.Enum):
     NESTED = "nested"  #: keywords, containers, slices...: fx's own fetch
 
 
+class NodeRef:
+    """A reference to the value of the node at ``position``, inside a recorded node's arguments."""
+
+    __slots__ = ("position",)
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+
+class RecordedNode:
+    """A node of a graph recorded as it ran (the eager front end): what a plan and the records read
+    of an ``fx.Node`` (its name, op, target and arguments, other nodes' values as
+    :class:`NodeRef` s), without building one; the fx graph is built only when asked for."""
+
+    __slots__ = ("args", "kwargs", "name", "op", "target")
+
+    def __init__(self, name: str, op: str, target: Any, args: Any, kwargs: Any) -> None:
+        self.name, self.op, self.target, self.args, self.kwargs = name, op, target, args, kwargs or {}
+
+    def format_node(self) -> str:
+        return f"%{self.name} : {self.op}[target={self.target}]"
+
+
 class OpPlan(NamedTuple):
     """What a call target decides, the same for every node calling it (and, for a module, for
     every call of that module instance): the eager recorder plans each target once and measures
@@ -132,7 +156,7 @@ class NodePlan(NamedTuple):
     """Everything about one node that does not change from run to run (its target's
     :class:`OpPlan`, with the node and its place in the graph)."""
 
-    node: fx.Node
+    node: fx.Node | RecordedNode
     position: int  #: the node's place in the graph (index into a run's per-node values)
     kind: NodeKind
     formula: Formula | None
@@ -181,9 +205,10 @@ class RecordColumns(NamedTuple):
 class Plan:
     """The plan of one captured graph: one :class:`NodePlan` per node, in graph order."""
 
-    graph: CapturedGraph
+    #: the captured graph (None for a graph recorded as it ran, which is never run again)
+    graph: CapturedGraph | None
     nodes: tuple[NodePlan, ...]
-    by_node: Mapping[fx.Node, NodePlan]
+    by_node: Mapping[fx.Node | RecordedNode, NodePlan]
     #: ``NodePlan.frees`` of every node, by position (what the live-tensor replay walks)
     frees: tuple[tuple[int, ...], ...]
 
@@ -232,7 +257,7 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
     return Plan(graph=graph, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
 
 
-def node_plan(op: OpPlan, node: fx.Node, position: int, location: NodeLocation, inputs: tuple[int, ...],
+def node_plan(op: OpPlan, node: fx.Node | RecordedNode, position: int, location: NodeLocation, inputs: tuple[int, ...],
               needed: bool, frees: tuple[int, ...], flat_args: FlatArgs = FlatArgs.NESTED) -> NodePlan:
     """A node's plan: its target's :class:`OpPlan` at its place in the graph."""
     return NodePlan(node, position, op.kind, op.formula, op.module, op.target, op.key, op.call_target, location,

@@ -35,18 +35,19 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import MemoryProbe, Timer
 from torch_flops.measuring import GraphRun, NodeMeasurer, traffic_table
-from torch_flops.plan import OpPlan, Plan, last_uses, needed_nodes, node_plan, plan_op, readable_op
+from torch_flops.plan import (
+    NodeRef,
+    OpPlan,
+    Plan,
+    RecordedNode,
+    last_uses,
+    needed_nodes,
+    node_plan,
+    plan_op,
+    readable_op,
+)
 
 __all__ = ["EagerGraph", "check_call", "check_leaves", "named_inputs", "op_name"]
-
-
-class _Ref:
-    """A reference to the value of node ``position`` inside a recorded node's arguments."""
-
-    __slots__ = ("position",)
-
-    def __init__(self, position: int) -> None:
-        self.position = position
 
 
 class EagerGraph(NodeMeasurer):
@@ -70,7 +71,7 @@ class EagerGraph(NodeMeasurer):
         self._entries: list[tuple[str, Any, NodeLocation, Any, Any, tuple[int, ...], str]] = []
         self._ops: list[OpPlan] = []  #: per node, its target's plan
         self.phases: list[str] = []  #: per node, the phase it ran in (see torch_flops.session)
-        self._refs: list[_Ref] = []
+        self._refs: list[NodeRef] = []
         self._planned: dict[tuple[Any, ...], OpPlan] = {}
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
@@ -81,6 +82,7 @@ class EagerGraph(NodeMeasurer):
         self._plan: Plan | None = None
         self._capture: Capture | None = None
         self.output_set = False
+        self._unsupported = False  # a node without a formula was recorded
         self.reset(0, [])
 
     @property
@@ -143,7 +145,7 @@ class EagerGraph(NodeMeasurer):
         self._entries.append((op, target, location, node_args, node_kwargs, inputs, name))
         self._ops.append(planned)
         self.phases.append(phase)
-        self._refs.append(_Ref(i))
+        self._refs.append(NodeRef(i))
         self.flops.append(None)
         self.macs.append(None)
         self._starts.append(None)
@@ -153,7 +155,10 @@ class EagerGraph(NodeMeasurer):
         self._seen.append((None, 0, None, None))
         kind = planned.kind.value
         if kind != "counted":  # the plan's fill: 0 by definition, None for an unsupported node
-            self.flops[i] = self.macs[i] = None if kind == "unsupported" else 0
+            if kind == "unsupported":
+                self._unsupported = True
+            else:
+                self.flops[i] = self.macs[i] = 0
         return i
 
     def _quiet(self, op: str, target: Any, location: NodeLocation, node_args: Any, value: Any, name: str,
@@ -248,15 +253,17 @@ class EagerGraph(NodeMeasurer):
 
     @property
     def plan(self) -> Plan:
-        """The plan of the recorded graph, built (once) from the compact list of nodes."""
+        """The plan of the recorded graph, built (once) from the compact list of nodes, without an
+        fx graph (:meth:`capture` builds that, when asked for)."""
         if self._plan is None:
             self._plan = self._build()
         return self._plan
 
     def capture(self) -> Capture:
-        """The graph of what ran, as a one-graph :class:`Capture` (front end ``"eager"``)."""
+        """The graph of what ran, as a one-graph :class:`Capture` (front end ``"eager"``), with the
+        same node names as the plan's."""
         if self._capture is None:
-            self._capture = Capture(graphs=(self.plan.graph,), front_end="eager", module_types=self._index.types,
+            self._capture = Capture(graphs=(self._fx_graph(),), front_end="eager", module_types=self._index.types,
                                     module_params=self._index.params)
         return self._capture
 
@@ -265,7 +272,8 @@ class EagerGraph(NodeMeasurer):
         this recording's own)."""
         phases = None if all(p == "forward" for p in self.phases) else list(self.phases)
         return self.graph_run(lambda: self.plan, 0, self.times() if times is None else times,
-                              lambda: traffic_table(self.plan), lambda: self.plan.frees, phases)
+                              lambda: traffic_table(self.plan), lambda: self.plan.frees, phases,
+                              maybe_unsupported=self._unsupported)
 
     def check_strict(self) -> None:
         """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula, or the
@@ -278,12 +286,30 @@ class EagerGraph(NodeMeasurer):
     def node_name(self, i: int) -> str:
         return self.plan.nodes[i].node.name
 
+    def _names(self) -> list[str]:
+        """Each node's name, as an fx graph names them (``add``, ``add_1``, ``_0`` for ``0``)."""
+        namespace = fx.graph._Namespace()
+        create = namespace.create_name
+        return [create(entry[6], None) for entry in self._entries]
+
     def _build(self) -> Plan:
+        entries = self._entries
+        nodes = [RecordedNode(name, op, target, node_args, node_kwargs)
+                 for name, (op, target, _, node_args, node_kwargs, _, _) in zip(self._names(), entries)]
+        inputs = [entry[5] for entry in entries]
+        needed = needed_nodes(inputs, len(inputs) - 1) if inputs else []
+        frees = last_uses(inputs)
+        plans = [node_plan(op, node, i, entry[2], entry[5], needed[i], frees[i])
+                 for i, (op, node, entry) in enumerate(zip(self._ops, nodes, entries))]
+        return Plan(graph=None, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
+
+    def _fx_graph(self) -> CapturedGraph:
+        """The fx graph of the recorded nodes (for ``counter.graph_module``)."""
         graph = fx.Graph()
         nodes: list[fx.Node] = []
 
         def resolve(value: Any) -> Any:
-            if type(value) is _Ref:
+            if type(value) is NodeRef:
                 return nodes[value.position]
             if isinstance(value, (tuple, list)):
                 mapped = [resolve(v) for v in value]
@@ -293,7 +319,7 @@ class EagerGraph(NodeMeasurer):
             return value
 
         locations: dict[fx.Node, NodeLocation] = {}
-        for op, target, location, node_args, node_kwargs, _, name in self._entries:
+        for (op, target, location, node_args, node_kwargs, _, _), name in zip(self._entries, self._names()):
             if op == "output":
                 node = graph.output(resolve(node_args[0]))
             else:
@@ -306,13 +332,7 @@ class EagerGraph(NodeMeasurer):
             nodes.append(node)
             locations[node] = location
         gm = _LazyGraphModule(self._owners, graph, self._root_type)
-        captured = CapturedGraph(graph_module=gm, locations=locations, binder=None)
-        inputs = [entry[5] for entry in self._entries]
-        needed = needed_nodes(inputs, len(inputs) - 1) if inputs else []
-        frees = last_uses(inputs)
-        plans = [node_plan(op, node, i, entry[2], entry[5], needed[i], frees[i])
-                 for i, (op, node, entry) in enumerate(zip(self._ops, nodes, self._entries))]
-        return Plan(graph=captured, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
+        return CapturedGraph(graph_module=gm, locations=locations, binder=None)
 
 
 def _variant(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
