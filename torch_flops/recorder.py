@@ -47,6 +47,8 @@ from torch_flops.plan import (
     readable_op,
 )
 
+_NOT_SEEN: tuple[Any, int, Any, Any] = (None, 0, None, None)  # a node measured when it has run
+
 __all__ = ["EagerGraph", "check_call", "check_leaves", "named_inputs", "op_name"]
 
 
@@ -83,6 +85,7 @@ class EagerGraph(NodeMeasurer):
         self._capture: Capture | None = None
         self.output_set = False
         self._unsupported = False  # a node without a formula was recorded
+        self._reads_memory = memory.read is not None
         self.reset(0, [])
 
     @property
@@ -102,21 +105,29 @@ class EagerGraph(NodeMeasurer):
         function or Tensor method, or an aten op, with its real arguments and output, its timer
         marks and (CUDA) the memory before and after it."""
         inputs: list[int] = []
-        node_args = self._arg(args, inputs)  # first: a parameter read or tuple item it needs goes before it
+        # first: a parameter read or tuple item it needs goes before it
+        node_args = self._flat(args, inputs) if type(args) is tuple else self._arg(args, inputs)
         node_kwargs = self._arg(kwargs, inputs) if kwargs else None
         if op == "call_module":  # the graph module holds it under a flat name: no containers to build
             target = self._own(target, module)
-            key: tuple[Any, ...] = (op, id(module), location.path if self._ignored else None)
+            key: Any = (module, location.path) if self._ignored else module
             name = target
         else:
-            key = (op, target, location.path if self._ignored else None, _variant(target, args, kwargs))
+            # what else a node's plan depends on besides its target: a tensor index (x[idx] gathers,
+            # x[0] views) and an inplace= keyword; and, with ignore_ops naming paths, where it runs
+            variant = None
+            if target is operator.getitem or target is operator.setitem:
+                variant = any(isinstance(a, torch.Tensor) for a in _pytree.tree_leaves(args[1:2]))
+            elif kwargs and "inplace" in kwargs:
+                variant = kwargs["inplace"] is True
+            key = target if variant is None and not self._ignored else (op, target, location.path, variant)
             name = target if op == "call_method" else op_name(target)
         planned = self._planned.get(key)
         if planned is None:
             planned = self._planned[key] = plan_op(op, target, module, location, self._table, self._ignored,
                                                    args, kwargs)
-        i = self._append(op, target, location, node_args, node_kwargs, tuple(dict.fromkeys(inputs)), name,
-                         planned, phase)
+        i = self._append(op, target, location, node_args, node_kwargs,
+                         tuple(dict.fromkeys(inputs)) if len(inputs) > 1 else tuple(inputs), name, planned, phase)
         self._starts[i], self._ends[i] = start, end
         if before is not None:
             self._mem_before[i], self._mem_after[i] = before, after
@@ -150,9 +161,10 @@ class EagerGraph(NodeMeasurer):
         self.macs.append(None)
         self._starts.append(None)
         self._ends.append(None)
-        self._mem_before.append(None)
-        self._mem_after.append(None)
-        self._seen.append((None, 0, None, None))
+        if self._reads_memory:  # the allocator's readings (CUDA); else live-tensor memory, replayed later
+            self._mem_before.append(None)
+            self._mem_after.append(None)
+        self._seen.append(_NOT_SEEN)
         kind = planned.kind.value
         if kind != "counted":  # the plan's fill: 0 by definition, None for an unsupported node
             if kind == "unsupported":
@@ -189,6 +201,20 @@ class EagerGraph(NodeMeasurer):
             for k, item in enumerate(value):
                 if isinstance(item, torch.Tensor):
                     self._values[id(item)] = (weakref.ref(item), i, k)
+
+    def _flat(self, args: tuple[Any, ...], inputs: list[int]) -> tuple[Any, ...]:
+        """:meth:`_arg` of a tuple of arguments (most nodes: tensors and plain values)."""
+        mapped = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                i = self._node_of(a)
+                inputs.append(i)
+                mapped.append(self._refs[i])
+            elif isinstance(a, (tuple, list, dict)):
+                mapped.append(self._arg(a, inputs))
+            else:
+                mapped.append(a)
+        return tuple(mapped)
 
     def _arg(self, value: Any, inputs: list[int]) -> Any:
         """``value`` with every tensor replaced by a reference to the node it comes from (whose
@@ -333,16 +359,6 @@ class EagerGraph(NodeMeasurer):
             locations[node] = location
         gm = _LazyGraphModule(self._owners, graph, self._root_type)
         return CapturedGraph(graph_module=gm, locations=locations, binder=None)
-
-
-def _variant(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """What else a node's plan depends on besides its target: a tensor index (``x[idx]`` gathers,
-    ``x[0]`` is a view) and an ``inplace=`` keyword."""
-    if target is operator.getitem or target is operator.setitem:
-        return any(isinstance(a, torch.Tensor) for a in _pytree.tree_leaves(args[1:2]))
-    if kwargs and "inplace" in kwargs:
-        return kwargs["inplace"] is True
-    return None
 
 
 def op_name(target: Any) -> str:
