@@ -111,8 +111,79 @@ def main() -> None:
           f"(d)/(b) = {statistics.median(d_b):.3f} [{d_b[0]:.3f} .. {d_b[-1]:.3f}] (target <= 1.1)   "
           f"(d)/(b') = {statistics.median(d_b2):.3f} [{d_b2[0]:.3f} .. {d_b2[-1]:.3f}]   "
           f"(c)/(a) = {last['propagate'] / last['eager']:.3f}   (e)/(a) = {last['eager_full'] / last['eager']:.2f}")
+    compare_peers(model, x, args.runs, args.rounds)
     if args.resnet_runs > 0:
         compare_resnet(args.resnet_runs)
+
+
+def compare_peers(model: nn.Module, x: torch.Tensor, runs: int, rounds: int) -> None:
+    """The default front end (tracer="auto": the model run as it is, recorded) against the counters
+    that also follow an eager call: torch's FlopCounterMode (a dispatch mode and module tracker,
+    FLOPs only) and, when installed, ptflops' aten backend (a dispatch mode counting FLOPs, no time
+    or memory). One thread; rounds of interleaved calls; medians per node."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        from ptflops import get_model_complexity_info
+    except ImportError:
+        get_model_complexity_info = None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    counter = TorchFLOPsByFX(model)
+
+    def flop_counter() -> None:
+        with FlopCounterMode(display=False) as mode:
+            model(x)
+        mode.get_total_flops()
+
+    def ours_new() -> None:
+        c = TorchFLOPsByFX(model)
+        c.propagate(x)
+        _ = c.total_flops
+
+    paths: dict[str, Callable[[], object]] = {
+        "eager": lambda: model(x),
+        "flop_counter": flop_counter,
+        "ours": lambda: counter.propagate(x),
+        "ours_records": lambda: (counter.propagate(x), counter.records, counter.total_flops),
+        "ours_new_counter": ours_new,
+    }
+    if get_model_complexity_info is not None:
+        paths["ptflops_aten"] = lambda: get_model_complexity_info(
+            model, tuple(x.shape), input_constructor=lambda _: {"input": x}, backend="aten",
+            print_per_layer_stat=False, as_strings=False, verbose=False)
+    nodes = 3 * len(model)
+    per_round: list[dict[str, float]] = []
+    try:
+        with torch.no_grad():
+            for fn in paths.values():
+                fn()
+            for _ in range(rounds):
+                samples: dict[str, list[float]] = {name: [] for name in paths}
+                for _ in range(runs):
+                    for name, fn in paths.items():
+                        samples[name].append(median_seconds(fn, 1))
+                per_round.append({name: statistics.median(v) / nodes * 1e6 for name, v in samples.items()})
+                gc.collect()
+    finally:
+        torch.set_num_threads(threads)
+    mid = per_round[len(per_round) // 2]
+
+    def ratio(a: str, b: str) -> str:
+        values = sorted(r[a] / r[b] for r in per_round)
+        return f"{statistics.median(values):.2f} [{values[0]:.2f} .. {values[-1]:.2f}]"
+
+    print(f"Following the eager call, 1 thread, {nodes} nodes ({rounds} rounds of {runs} interleaved calls), "
+          "us per node in the middle round:")
+    for name in paths:
+        print(f"  {name:18s} {mid[name]:8.2f}")
+    print(f"  default front end / FlopCounterMode: propagate {ratio('ours', 'flop_counter')}, with its records "
+          f"{ratio('ours_records', 'flop_counter')}, a new counter each call {ratio('ours_new_counter', 'flop_counter')}"
+          " (target <= 1)")
+    if "ptflops_aten" in paths:
+        print(f"  default front end / ptflops' aten counter: {ratio('ours', 'ptflops_aten')} (aim: <= 2)")
+    else:
+        print("  (ptflops is not installed: pip install ptflops to compare with its aten counter)")
 
 
 def compare_resnet(runs: int) -> None:

@@ -98,7 +98,7 @@ class OpCount:
 def count_of(formula: Any, out: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> OpCount:
     """One formula call (:func:`torch_flops.formulas.evaluate.evaluate`) as an :class:`OpCount`."""
     c = evaluate(formula, None, out, tuple(args), dict(kwargs))
-    return OpCount(flops=c.flops, macs=c.macs, dot_outputs=c.dot_outputs, mm_macs=c.mm_macs, calls=1)
+    return OpCount(flops=c[0], macs=c[1], dot_outputs=c[2], mm_macs=c[3], calls=1)
 
 
 def packet_name(op: Any) -> str:

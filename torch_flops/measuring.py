@@ -23,7 +23,7 @@ from torch import fx
 from torch_flops.backward import BackwardRun, SequenceMap
 from torch_flops.comm import comm_bytes, is_dtensor_value, local_value
 from torch_flops.errors import UnsupportedOpError
-from torch_flops.formulas import Count, evaluate
+from torch_flops.formulas import evaluate
 from torch_flops.measure import (
     LiveTensors,
     MemoryProbe,
@@ -262,11 +262,12 @@ class NodeMeasurer:
                   phases: Sequence[str] | None = None, maybe_unsupported: bool = True) -> GraphRun:
         """What the counting run measured, frozen (``times``: the medians over the timed runs)."""
         n = len(self.flops)
-        dots = self._dots
+        dot_outputs: list[int | None] = [None] * n
+        mm_macs: list[int | None] = [None] * n
+        for i, (d, m) in self._dots.items():
+            dot_outputs[i], mm_macs[i] = d, m
         return GraphRun(
-            plan_of=plan, graph=graph, flops=self.flops, macs=self.macs,
-            dot_outputs=[None] * n if not dots else [dots.get(i, (None, None))[0] for i in range(n)],
-            mm_macs=[None] * n if not dots else [dots.get(i, (None, None))[1] for i in range(n)],
+            plan_of=plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=dot_outputs, mm_macs=mm_macs,
             time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
             skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(frees),
             filled=self.filled, comm_bytes=_sparse(self._comm, n),
@@ -307,11 +308,11 @@ class NodeMeasurer:
         kind = plan.kind
         if kind is _COUNTED:
             try:
-                count = evaluate(plan.formula, plan.module, out, args, kwargs)
-                self.flops[i], self.macs[i] = count.flops, count.macs
-                if count.dot_outputs is not None or count.mm_macs is not None:
-                    self._dots[i] = (count.dot_outputs, count.mm_macs)
-                if count.macs and type(out) is torch.Tensor:
+                flops, macs, dots, mm = evaluate(plan.formula, plan.module, out, args, kwargs)
+                self.flops[i], self.macs[i] = flops, macs
+                if dots is not None or mm is not None:
+                    self._dots[i] = (dots, mm)
+                if macs and type(out) is torch.Tensor:
                     # a dot product computes in its narrowest float: bf16 under autocast from fp32
                     # inputs (a bf16 output), fp8 for fp8 inputs with a bf16 output
                     od = out.dtype
@@ -329,10 +330,11 @@ class NodeMeasurer:
         """An op on DTensors: what the formula counted on their (global) shapes is the logical
         op's work; this rank's is the same formula on the local shards."""
         self._global[i] = (self.flops[i], self.macs[i])  # type: ignore[assignment]
-        count: Count = evaluate(plan.formula, plan.module, local_value(out), local_value(args), local_value(kwargs))
-        self.flops[i], self.macs[i] = count.flops, count.macs
-        if count.dot_outputs is not None or count.mm_macs is not None:
-            self._dots[i] = (count.dot_outputs, count.mm_macs)
+        flops, macs, dots, mm = evaluate(plan.formula, plan.module, local_value(out), local_value(args),
+                                         local_value(kwargs))
+        self.flops[i], self.macs[i] = flops, macs
+        if dots is not None or mm is not None:
+            self._dots[i] = (dots, mm)
 
     def node_name(self, i: int) -> str:
         """The name of node ``i`` (for messages)."""

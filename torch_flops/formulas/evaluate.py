@@ -12,21 +12,27 @@ from torch_flops.formulas.table import Count, Formula
 __all__ = ["evaluate"]
 
 
-def evaluate(formula: Formula, module: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Count:
-    """``formula(module, out, *args, **kwargs)`` as a :class:`Count`. An ``out=`` keyword is the op's
-    output, never an operand: it is left out of the call. A bare int is ``(flops, 0)``; a pair is
-    ``(flops, macs)`` with nothing known of the dot products; four values (or a ``Count``) say how
-    many outputs the MACs go into and how many a matrix-multiply kernel does."""
+def evaluate(formula: Formula, module: Any, out: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[int, int, int | None, int | None]:
+    """``formula(module, out, *args, **kwargs)`` as ``(flops, macs, dot_outputs, mm_macs)`` (a
+    :class:`Count`, or a plain tuple of the same four: this runs for every counted node). An
+    ``out=`` keyword is the op's output, never an operand: it is left out of the call. A bare int
+    is ``(flops, 0)``; a pair is ``(flops, macs)`` with nothing known of the dot products (None,
+    None); four values say how many outputs the MACs go into and how many a matrix-multiply
+    kernel does."""
     if kwargs and "out" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-    result = formula(module, out, *args, **kwargs)
-    if type(result) is Count:
-        return result
+    result: Any = formula(module, out, *args, **kwargs)
+    kind = type(result)
+    if kind is Count:
+        return result  # type: ignore[no-any-return]
+    if kind is int:
+        return (result, 0, None, None)
     if isinstance(result, tuple):
         flops, macs = result[0], result[1]
         flops = flops if type(flops) is int else int(flops)
         macs = macs if type(macs) is int else int(macs)
         if len(result) > 2:
-            return Count(flops, macs, result[2], result[3])  # type: ignore[misc]
-        return Count(flops, macs)
-    return Count(result if type(result) is int else int(result), 0)
+            return (flops, macs, result[2], result[3])
+        return (flops, macs, None, None)
+    return (int(result), 0, None, None)
