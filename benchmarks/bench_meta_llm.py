@@ -6,9 +6,10 @@ total FLOPs and an analytic estimate. Repeats at 40 and 160 layers to show linea
     python benchmarks/bench_meta_llm.py --layers 80
 
 Then, when transformers is installed, the same shape as a transformers LlamaForCausalLM (80 layers,
-meta, 1 x 2048 tokens): torch_flops' default front end (the model as it runs, with its records)
-against torch.export + FlopCounterMode over the exported graph, each in a fresh process, model
-construction excluded from the timed part (target: at most 0.5x, peak RSS <= 1 GB). And forward +
+meta, 1 x 2048 tokens, its default config, use_cache on): torch_flops' default front end (a new
+counter each call, the model as it runs, with its records) against FlopCounterMode over the same
+eager meta forward, interleaved in one process, model construction excluded (target: at most
+FlopCounterMode's time). And forward +
 loss + backward of the 80-layer shape on the default front end against its forward alone, in one
 process (target: at most 3x).
 
@@ -70,10 +71,17 @@ def run_one(layers: int, tokens: int) -> dict[str, float]:
     }
 
 
-def run_transformers(contender: str, layers: int, tokens: int) -> dict[str, float]:
+def run_transformers(layers: int, tokens: int, runs: int) -> dict[str, float]:
+    """The transformers model on meta with its default config (use_cache on), like for like in one
+    process, interleaved: its eager forward, FlopCounterMode over that eager forward, and
+    torch_flops' default front end (a new counter each call, with its records); medians."""
+    import statistics
+
     import torch
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
+
+    from torch_flops import TorchFLOPsByFX
 
     transformers.logging.set_verbosity_error()
     config = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=layers,
@@ -81,27 +89,35 @@ def run_transformers(contender: str, layers: int, tokens: int) -> dict[str, floa
                                       max_position_embeddings=4096)
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config).eval()
-    if contender == "export":
-        # torch.export cannot return the DynamicCache; without a cache the mask code reads values
-        # (it checks for packed sequences), which the export graph specialises away
-        model.config.use_cache = False
     ids = torch.empty(1, tokens, dtype=torch.long, device="meta")
-    start = time.perf_counter()
-    if contender == "torch_flops":
-        from torch_flops import TorchFLOPsByFX
+    found: dict[str, float] = {}
 
+    def eager() -> None:
+        model(input_ids=ids)
+
+    def flop_counter() -> None:
+        with FlopCounterMode(display=False) as mode:
+            model(input_ids=ids)
+        found["fcm_flops"] = mode.get_total_flops()
+
+    def torch_flops() -> None:
         counter = TorchFLOPsByFX(model)
         counter.propagate(input_ids=ids)
-        flops = 2 * counter.total_macs
         _ = counter.records
-    else:
-        with torch.no_grad():
-            program = torch.export.export(model, (), {"input_ids": ids}, strict=False)
-            with FlopCounterMode(display=False) as mode:
-                program.module()(input_ids=ids)
-        flops = mode.get_total_flops()
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "flops": flops,
+        found["ours_flops"] = counter.profile.with_convention("flop_counter").total_flops
+        found["nodes"] = len(counter.records)
+
+    paths = {"eager": eager, "flop_counter": flop_counter, "torch_flops": torch_flops}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    with torch.no_grad():
+        for fn in paths.values():
+            fn()
+        for _ in range(runs):
+            for name, fn in paths.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {**{name: statistics.median(v) for name, v in times.items()}, **found,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -145,25 +161,23 @@ def compare_training(layers: int, tokens: int) -> None:
           f"{r['saved_gib']:.1f} GiB; backward ops without a formula: {r['unsupported']}")
 
 
-def compare_transformers(layers: int, tokens: int) -> None:
+def compare_transformers(layers: int, tokens: int, runs: int = 3) -> None:
     try:
         import transformers  # noqa: F401
     except ImportError:
         print("transformers comparison: transformers is not installed")
         return
-    results = {}
-    for contender in ("torch_flops", "export"):
-        out = subprocess.run([sys.executable, __file__, "--child-hf", contender, "--layers", str(layers), "--tokens",
-                              str(tokens)], check=True, capture_output=True, text=True).stdout
-        results[contender] = json.loads(out.strip().splitlines()[-1])
-    ours, theirs = results["torch_flops"], results["export"]
-    print(f"transformers LlamaForCausalLM, {layers} layers, meta, 1 x {tokens} tokens (construction excluded):")
-    print(f"  torch_flops (tracer='auto', with its records): {ours['seconds']:.2f} s, peak RSS {ours['peak_rss_mb']:.0f} "
-          f"MB, 2*MACs {ours['flops'] / 1e12:.2f} T")
-    print(f"  torch.export + FlopCounterMode:                {theirs['seconds']:.2f} s, peak RSS "
-          f"{theirs['peak_rss_mb']:.0f} MB, FLOPs {theirs['flops'] / 1e12:.2f} T")
-    print(f"  ratio {ours['seconds'] / theirs['seconds']:.2f} (target <= 0.5); counts equal: "
-          f"{ours['flops'] == theirs['flops']}")
+    out = subprocess.run([sys.executable, __file__, "--child-hf", "--layers", str(layers), "--tokens", str(tokens),
+                          "--runs", str(runs)], check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    print(f"transformers LlamaForCausalLM, {layers} layers, meta, 1 x {tokens} tokens, default config (use_cache on), "
+          f"medians of {runs} interleaved calls in one process:")
+    print(f"  eager forward {r['eager']:.2f} s; FlopCounterMode over it {r['flop_counter']:.2f} s; torch_flops "
+          f"(tracer='auto', a new counter, with its {int(r['nodes'])} records) {r['torch_flops']:.2f} s")
+    print(f"  torch_flops / FlopCounterMode = {r['torch_flops'] / r['flop_counter']:.2f} (target <= 1); overheads "
+          f"over the eager forward: {r['torch_flops'] - r['eager']:.2f} s vs {r['flop_counter'] - r['eager']:.2f} s; "
+          f"counts equal: {r['ours_flops'] == r['fcm_flops']} ({r['fcm_flops'] / 1e12:.2f} TFLOPs); peak RSS "
+          f"{r['peak_rss_mb']:.0f} MB")
 
 
 def main() -> None:
@@ -171,7 +185,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, nargs="*", default=[40, 80, 160])
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--child-hf", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-hf", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=3, help="interleaved calls of the transformers comparison")
     parser.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-training", action="store_true", help="skip the forward + backward comparison")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers comparison")
@@ -183,7 +198,7 @@ def main() -> None:
         print(json.dumps(run_training(args.layers[0], args.tokens)))
         return
     if args.child_hf:
-        print(json.dumps(run_transformers(args.child_hf, args.layers[0], args.tokens)))
+        print(json.dumps(run_transformers(args.layers[0], args.tokens, args.runs)))
         return
     print(f"Llama-2-70B shape on meta, 1 x {args.tokens} tokens (hidden 8192, 64 heads, 8 KV heads, "
           "intermediate 28672, vocab 32000)")

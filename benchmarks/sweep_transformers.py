@@ -206,8 +206,10 @@ def compare(model: torch.nn.Module, inputs: dict[str, Any], reference: int | Non
     except _Timeout:
         raise
     except Exception as e:  # noqa: BLE001 - the sweep reports every failure
-        return Outcome("crash", reference=reference, error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-                       if str(e) else type(e).__name__)
+        advice = [n for n in getattr(e, "__notes__", ()) if n.startswith("torch_flops: ") and "cannot" in n
+                  or "runs in bfloat16" in n or "makes CPU tensors" in n]
+        error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
+        return Outcome("crash", reference=reference, error=error + (f" ({advice[-1][:300]})" if advice else ""))
     ours = profile.with_convention("flop_counter").total_flops
     unsupported = Counter(r.target for r in profile.records if r.status is Status.UNSUPPORTED)
     if unsupported:

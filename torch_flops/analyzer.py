@@ -16,17 +16,17 @@ import torch
 from torch import fx, nn
 
 from torch_flops import formulas, report
-from torch_flops.calls import EagerFront, GraphFront, Result
+from torch_flops.calls import EagerFront, GraphFront, Result, meta_advice, reads_values
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.html import write_html
 from torch_flops.measure import Timer, input_device, tensors_of
-from torch_flops.measuring import Measurements
+from torch_flops.measuring import Measurements, add_note
 from torch_flops.options import Options, TracerName
 from torch_flops.progress import Progress
-from torch_flops.records import NodeRecord, Profile
+from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.roofline import Roofline, roofline
 
 __all__ = ["TorchFLOPsByFX"]
@@ -90,6 +90,7 @@ class TorchFLOPsByFX:
         self._distributed: dict[str, int] = {}  # rank and world size of the last propagate (none: {})
         self._fx_error: TracingError | None = None
         self._meta_graph: GraphFront | None = None  # meta inputs the model reads values of: torch.export
+        self._ignores_checked = False
         settings = self.options.call_settings(self.tables)
         self._settings = settings
         self._front: EagerFront | GraphFront
@@ -169,7 +170,24 @@ class TorchFLOPsByFX:
         self._measured, self._profile = (result, _batch_size((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up
         self._warn_unsupported(result.measurements)
+        if self.options.ignore_ops and not self._ignores_checked:
+            self._warn_unmatched_ignores()
         return result.output
+
+    def _warn_unmatched_ignores(self) -> None:
+        """One warning, after the first call, naming the ``ignore_ops`` entries no node matched
+        (a typo ignores nothing, silently otherwise)."""
+        self._ignores_checked = True
+        names = set(self.options.ignore_ops)
+        matched: set[str] = set()
+        for r in self.profile.records:
+            if r.status is Status.IGNORED:
+                matched |= names & {r.module_type, r.module_path, r.target, r.target.rpartition(".")[2], r.name}
+        unmatched = sorted(names - matched)
+        if unmatched:
+            warnings.warn(f"torch_flops: ignore_ops {unmatched} matched no node of this call: give module class names "
+                          "('ReLU'), module paths ('layer1.0'), function or method names ('relu', 'view') or aten op "
+                          "names ('aten.relu')", UserWarning, stacklevel=3)
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], loss_fn: Callable[[Any], Any] | None,
               backward: bool, progress: Progress) -> Result:
@@ -183,18 +201,38 @@ class TorchFLOPsByFX:
         if isinstance(front, GraphFront):
             return front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         meta = input_device((args, kwargs), self.model).type == "meta"
-        if not (meta and self._meta_graph is not None):
-            try:
-                return front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
-            except Exception:
-                if not (meta and self.options.tracer == "auto" and front.needs_values):
-                    raise
-            self._meta_graph = GraphFront(self.model, self._settings, "export", fx_error=self._fx_error)
-            warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
-                          "tensors do not have, so this meta profile comes from the graph torch.export traces instead "
-                          "of from a run" + (" (its gradients land on the graph's own parameters, not the model's)"
-                                             if backward else "") + ".", TracerFallbackWarning, stacklevel=3)
-        return self._meta_graph.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+        if meta and self._meta_graph is not None:
+            return self._meta_graph.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+        try:
+            return front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+        except Exception as e:
+            if not meta:
+                raise
+            if not ((front.needs_values or reads_values(e)) and self.options.tracer == "auto"):
+                advice = meta_advice(e)
+                if advice:
+                    add_note(e, advice)
+                raise
+            error = e
+        graph = GraphFront(self.model, self._settings, "export", fx_error=self._fx_error)
+        try:
+            result = graph.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+        except Exception as export_error:
+            why = (f"torch.export cannot trace it either ({str(export_error).splitlines()[0]})"
+                   if isinstance(export_error, TracingError) else
+                   f"the graph torch.export traces needs those values too ({type(export_error).__name__}: "
+                   f"{str(export_error).splitlines()[0]})")
+            add_note(error, "torch_flops: the model reads tensor values in Python (.item(), .tolist(), nonzero, a "
+                            f"boolean mask...), which meta tensors do not have, and {why}: this model cannot be "
+                            "profiled on meta. Run it on CPU with small shapes (its counts depend on shapes only), or "
+                            "give it the concrete sizes it reads.")
+            raise error from export_error
+        self._meta_graph = graph
+        warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
+                      "tensors do not have, so this meta profile comes from the graph torch.export traces instead "
+                      "of from a run" + (" (its gradients land on the graph's own parameters, not the model's)"
+                                         if backward else "") + ".", TracerFallbackWarning, stacklevel=3)
+        return result
 
     def _warn_unsupported(self, measurements: Measurements) -> None:
         """One warning per target without a formula, per counter, at the caller's line."""

@@ -46,7 +46,7 @@ from torch_flops.runloop import RunTimes, run_repeated
 from torch_flops.session import Recording, Step
 from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
 
-__all__ = ["CallSettings", "EagerFront", "GraphFront", "checked_loss"]
+__all__ = ["CallSettings", "EagerFront", "GraphFront", "checked_loss", "meta_advice", "reads_values"]
 
 class Result(NamedTuple):
     """One profiled call: the model's output, its measurements, the module facts the records need,
@@ -85,6 +85,33 @@ def checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
         raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
                          "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
     return value
+
+
+#: what torch raises when code reads the value of a meta tensor (which has none)
+_VALUE_READS = ("cannot be called on meta tensors", "Cannot copy out of meta tensor", "data-dependent",
+                "register_meta function for torch.nonzero", "does not have data", "no data!")
+
+
+def reads_values(e: BaseException) -> bool:
+    """Whether ``e`` is meta's refusal to give a value (``.item()``, ``.tolist()``, ``nonzero``,
+    a boolean mask): a model that reads values cannot run on meta, its exported graph may."""
+    text = str(e)
+    return any(marker in text for marker in _VALUE_READS)
+
+
+def meta_advice(e: BaseException) -> str | None:
+    """What to do when a model fails on meta for a reason no front end can remove, or None."""
+    text = str(e)
+    if "is not on the expected device meta" in text or "to be on same device" in text or (
+            "device" in text and "meta" in text and "cpu" in text):
+        return ("torch_flops: the model makes CPU tensors in its forward (torch.arange or torch.tensor without "
+                "device=...), which cannot meet meta tensors: profile it on CPU with small shapes (its counts depend "
+                "on shapes only), or make those tensors on the inputs' device.")
+    if "Expected inputs of BF16 type" in text:
+        return ("torch_flops: the model's grouped matmul (torch._grouped_mm, an MoE's experts) runs in bfloat16 only: "
+                "build the meta model in bfloat16 (torch_dtype=torch.bfloat16, or model.to(torch.bfloat16)); its "
+                "counts depend on shapes only.")
+    return None
 
 
 class EagerFront:

@@ -230,11 +230,14 @@ class Plan:
             fills=[None if p.formula is not None or p.kind is NodeKind.UNSUPPORTED else 0 for p in nodes],
             statuses=[Status(p.kind.value) for p in nodes])
 
-    def check_strict(self) -> None:
-        """``UnsupportedOpError`` listing the nodes without a formula, before anything runs."""
+    def check_strict(self, called_as: Mapping[int, str] | None = None) -> None:
+        """``UnsupportedOpError`` listing the nodes without a formula, before anything runs;
+        ``called_as``: position -> the user's call an aten node ran under (``torch.inverse``)."""
         missing = self.unsupported
         if missing:
-            listed = "; ".join(f"'{p.node.name}' ({p.target})" for p in missing[:10])
+            via = called_as or {}
+            listed = "; ".join(f"'{p.node.name}' ({p.target}{f', called as {via[p.position]}' if p.position in via else ''})"
+                               for p in missing[:10])
             more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
             raise UnsupportedOpError(f"strict=True: {len(missing)} node(s) have no FLOPs formula: {listed}{more}")
 

@@ -85,6 +85,9 @@ class EagerGraph(NodeMeasurer):
         self._capture: Capture | None = None
         self.output_set = False
         self._unsupported = False  # a node without a formula was recorded
+        #: position -> the torch function or Tensor method (without a formula of its own) an aten
+        #: node ran under: the user's call, for messages
+        self.called_as: dict[int, Any] = {}
         self._reads_memory = memory.read is not None
         self.reset(0, [])
 
@@ -302,9 +305,9 @@ class EagerGraph(NodeMeasurer):
                               maybe_unsupported=self._unsupported)
 
     def check_strict(self) -> None:
-        """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula, or the
-        first formula that failed (its exception as the cause)."""
-        self.plan.check_strict()
+        """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula (with the
+        user's call an aten node ran under), or the first formula that failed (its exception as the cause)."""
+        self.plan.check_strict({i: readable_op("call_function", f) for i, f in self.called_as.items()})
         for i, e in self.formula_exceptions.items():
             p = self.plan.nodes[i]
             raise UnsupportedOpError(f"node '{p.node.name}' ({p.target}): {self.errors[i]}") from e

@@ -185,6 +185,7 @@ class Recording:
         self._function_targets: dict[Any, Any] = {}
         self._open: Any = None  # the module (or function) node being timed, or _SELF: the calls inside are its own
         self._failed: tuple[str, Any] | None = None  # the last op that raised, and its arguments (for the note)
+        self._via: Any = None  # the torch function without a formula running now (its aten ops are recorded)
         self._updates: list[OptimizerUpdate] = []
         self._reset_stack()
         self._in_optimizer = False
@@ -516,6 +517,8 @@ class Recording:
         self._failed = None
         after = read() if read is not None else None
         self._add("call_function", func, None, phase, args, kwargs, out, start, end, before, after)
+        if self._via is not None and self._graph is not None:
+            self._graph.called_as[self._graph.n - 1] = self._via
         if func._opname == _AMP_UPDATE and self._steps_rule is Steps.OPTIMIZER and not self._just_stepped:
             # GradScaler.update() with no optimizer step since the forward: it skipped the step
             self._skipped_update = True
@@ -528,6 +531,12 @@ class Recording:
         """Run one torch function or Tensor method: as one node when it has a formula of its own,
         else through (its aten ops are recorded)."""
         target = self._function_target(func) if self._open is None and not self._seeding else None
+        if target is None and self._open is None and self._via is None:  # its aten ops are recorded
+            self._via = func  # (named after this call in messages)
+            try:
+                return func(*args, **kwargs) if inner is None else inner()
+            finally:
+                self._via = None
         phase = self._phase() if target is not None else None
         if phase is None:
             return func(*args, **kwargs) if inner is None else inner()

@@ -1,0 +1,126 @@
+"""Meta without surprises and the front door's small defects: every way a model reads tensor values
+falls back to torch.export on meta (or gets an error that says what to do), failures no front end
+can remove say why, and options that cannot apply are named."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_flops import TorchFLOPsByFX, TracerFallbackWarning, UnsupportedOpError
+
+
+class _Reads(nn.Module):
+    """A Linear(8, 8) whose forward reads a value in one of the ways models do."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.how = how
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if self.how == "item_int":  # an int read with .item() for a check
+            torch._check(lengths.max().item() < 10_000)
+            return y
+        if self.how == "item_bool":  # a bool read as transformers' input checks do (skipped under export)
+            if not torch.compiler.is_exporting() and bool((lengths < 0).any()):
+                raise ValueError("negative lengths")
+            return y
+        if self.how == "tolist":  # a list read for a check
+            torch._check(len(lengths.tolist()) == 3)
+            return y
+        if self.how == "scale":  # an int read that the computation uses
+            return y * lengths.max().item()
+        if self.how == "nonzero":  # a shape from data
+            return y[lengths.nonzero().squeeze(1)]
+        if self.how == "pad":  # a tensor-valued pad width
+            return F.pad(y, (0, int(lengths[0] - 3)))
+        raise AssertionError(self.how)
+
+
+@pytest.mark.parametrize("how", ["item_int", "item_bool", "tolist"])
+def test_every_way_of_reading_values_falls_back_to_export_on_meta(how: str) -> None:
+    torch.manual_seed(0)
+    model = _Reads(how)
+    x, lengths = torch.randn(3, 8), torch.tensor([4, 5, 6])
+    cpu = TorchFLOPsByFX(model)
+    cpu.propagate(x, lengths)
+    meta_model = _Reads(how).to("meta")
+    counter = TorchFLOPsByFX(meta_model)
+    with pytest.warns(TracerFallbackWarning, match="reads tensor values"):
+        counter.propagate(x.to("meta"), lengths.to("meta"))
+    assert counter.tracer_used == "export"
+    # the same work on meta as on CPU: Linear(8, 8) on 3 rows: 3*8*8 = 192 MACs
+    assert counter.total_macs == cpu.total_macs == 192
+
+
+@pytest.mark.parametrize("how", ["scale", "nonzero", "pad"])
+def test_reads_export_cannot_follow_either_get_a_clear_error(how: str) -> None:
+    model = _Reads(how).to("meta")
+    with pytest.raises(Exception) as info:
+        TorchFLOPsByFX(model).propagate(torch.randn(3, 8, device="meta"), torch.ones(3, dtype=torch.long, device="meta"))
+    note = "\n".join(info.value.__notes__)
+    assert "cannot be profiled on meta" in note and "Run it on CPU with small shapes" in note
+    assert "torch_flops: running node" in note  # which op read values (in which module, when in one)
+
+
+def test_cpu_tensors_built_in_forward_say_what_to_do_on_meta() -> None:
+    class MakesCpuTensors(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) + torch.arange(4.0)  # no device=: a CPU tensor
+
+    model = MakesCpuTensors().to("meta")
+    with pytest.raises(RuntimeError) as info:
+        TorchFLOPsByFX(model).propagate(torch.randn(2, 4, device="meta"))
+    assert "makes CPU tensors in its forward" in "\n".join(info.value.__notes__)
+
+
+def test_grouped_matmul_in_float32_on_meta_says_to_use_bfloat16() -> None:
+    class Experts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(2, 16, 8, device="meta"))
+
+        def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+            return torch._grouped_mm(x, self.w, offs=offsets)
+
+    offsets = torch.tensor([16, 32], dtype=torch.int32, device="meta")
+    with pytest.raises(RuntimeError, match="BF16") as info:
+        TorchFLOPsByFX(Experts()).propagate(torch.randn(32, 16, device="meta"), offsets)
+    assert "build the meta model in bfloat16" in "\n".join(info.value.__notes__)
+
+
+def test_options_that_cannot_apply_are_named() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with pytest.warns(UserWarning, match="concrete_args fixes arguments of a symbolic trace"):
+        TorchFLOPsByFX(model, concrete_args={"x": None})
+    counter = TorchFLOPsByFX(model, ignore_ops=("ReLU", "relux", "Linear"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter.propagate(torch.randn(2, 4))
+        counter.propagate(torch.randn(2, 4))  # warned once per counter
+    messages = [str(w.message) for w in caught if "ignore_ops" in str(w.message)]
+    assert messages == [("torch_flops: ignore_ops ['relux'] matched no node of this call: give module class names "
+                        "('ReLU'), module paths ('layer1.0'), function or method names ('relu', 'view') or aten op "
+                        "names ('aten.relu')")]
+    assert counter.total_flops == 0  # both modules ignored: 0 by request
+
+
+def test_strict_names_the_users_call_beside_the_aten_op() -> None:
+    class Inverts(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.inverse(x) + 1
+
+    with pytest.raises(UnsupportedOpError, match=r"'linalg_inv_ex' \(aten.linalg_inv_ex, called as torch.inverse\)"):
+        TorchFLOPsByFX(Inverts(), strict=True).propagate(torch.randn(3, 3) + 3 * torch.eye(3))
+
+
