@@ -333,3 +333,20 @@ def test_twin_models_under_two_counters_give_the_same_profile() -> None:
     first.propagate(x)
     second.propagate(x)
     assert [(r.name, r.flops) for r in first.records] == [(r.name, r.flops) for r in second.records]
+
+
+def test_the_cli_prints_a_training_steps_roofline(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from torch_flops.cli import main
+
+    (tmp_path / "mlp_for_roofline.py").write_text(
+        "from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["mlp_for_roofline:build", "--input-shape", "3,8", "--train", "--optimizer", "adamw", "--loss", "mse",
+                 "--hardware", "h100-sxm", "--roofline", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    # AdamW on Linear(8, 16)'s weight (128 float32 elements): read p, g, m, v = 4*512 = 2048 B; write
+    # p, m, v = 1536 B -> 3584 B = 3.50 KiB, predicted memory-bound, listed among the slowest nodes
+    row = next(line for line in out.splitlines() if line.startswith("adamw_0_weight"))
+    assert "3.50 KiB" in row and "memory" in row
