@@ -131,7 +131,7 @@ class EagerFront:
         index = ModelIndex(model, s.table, s.capture.leaf_types, s.capture.leaf_paths, s.capture.leaf_names)
         if s.strict:
             check_leaves(index, s.table, s.ignored)
-        runner = _EagerRunner(index, s, device, loss_fn, backward)
+        runner = _EagerRunner(index, s, device, loss_fn, backward, progress)
         self.needs_values = False
         try:
             with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
@@ -151,8 +151,8 @@ class _EagerRunner:
     """Each run: one call of the model (and its loss and backward) under a new recording."""
 
     def __init__(self, index: ModelIndex, settings: CallSettings, device: torch.device,
-                 loss_fn: Callable[[Any], Any] | None, backward: bool) -> None:
-        self.index, self.settings, self.device = index, settings, device
+                 loss_fn: Callable[[Any], Any] | None, backward: bool, progress: Progress | None = None) -> None:
+        self.index, self.settings, self.device, self.progress = index, settings, device, progress
         self.loss_fn, self.backward = loss_fn, backward
         self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
         self.memory_source = self.memory.source
@@ -167,7 +167,8 @@ class _EagerRunner:
         s = self.settings
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
         recording = Recording(self.index, s.table, timer=NullTimer() if warmup else s.timer_for(self.device),
-                              memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward)
+                              memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
+                              progress=self.progress)
         grads: LeafGrads | None = None
         recording.start()
         try:
@@ -242,7 +243,7 @@ class GraphFront:
         gm = graph.graph_module
         with TRACE_GATE.running(), training_flags_restored(snapshot.modules), gc_paused(), runner.lock:
             runner.prepare(timer=s.timer_for(device), memory=memory, strict=s.strict, timed=device.type != "meta",
-                           sequences=sequences)
+                           sequences=sequences, progress=progress)
             output, measurements = run_repeated(
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
                 extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm), progress=progress)
