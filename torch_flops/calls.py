@@ -58,6 +58,7 @@ class Result(NamedTuple):
     module_types: Mapping[str, str]
     module_params: Mapping[str, int]
     capture: Callable[[], Capture]
+    param_dtypes: Mapping[str, int]  #: parameter dtype -> elements (ModelIndex.param_dtypes)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class EagerFront:
         assert step is not None
         if s.strict:
             step.graph.check_strict()
-        return Result(output, measurements, "eager", index.types, index.params, step.graph.capture)
+        return Result(output, measurements, "eager", index.types, index.params, step.graph.capture,
+                      index.param_dtypes)
 
 
 class _EagerRunner:
@@ -259,7 +261,7 @@ class GraphFront:
                 graph_run = measurements.runs[0].with_backward(recording.backward_run, recording.timer)
                 measurements = Measurements.of([graph_run], device, measurements.memory_source)
         return Result(output, measurements, capture.front_end, capture.module_types, capture.module_params,
-                      lambda: capture)
+                      lambda: capture, snapshot.index.param_dtypes)
 
     def _capture_fx(self, progress: Progress) -> Capture:
         progress.step("capturing (torch.fx)")

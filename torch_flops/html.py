@@ -90,10 +90,12 @@ def _roofline_data(profile: Profile, line: Roofline) -> dict[str, Any]:
                         ["memory-bound share", f"{100 * line.memory_bound_share:.1f}%"]]}
 
 
-def _versions() -> dict[str, str]:
+def _versions(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The versions that made the profile (its settings), else the ones rendering it."""
     from torch_flops._version import __version__
 
-    return {"torch_flops": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    return {"torch_flops": str(settings.get("torch_flops_version", __version__)),
+            "torch": str(settings.get("torch_version", torch.__version__)), "python": platform.python_version()}
 
 
 def profile_data(profile: Profile, roofline: Roofline | None = None, title: str | None = None) -> dict[str, Any]:
@@ -121,7 +123,7 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
             "model": model, "summary": report.summary_lines(profile), "note": report.timing_note(profile),
             "device": profile.device, "tracer": profile.tracer, "convention": profile.convention,
             "dtypes": Counter(r.dtype for r in profile.records if r.dtype is not None).most_common(),
-            "settings": {k: v for k, v in profile.settings.items()}, "versions": _versions(),
+            "settings": {k: v for k, v in profile.settings.items()}, "versions": _versions(profile.settings),
             "memory_source": profile.memory_source,
         },
         "modules": {"path": paths, "type": [modules[p].module_type for p in paths],

@@ -152,12 +152,17 @@ class Measurements:
     memory_source: str
     #: the accelerator's own name ("NVIDIA H100 80GB HBM3"), for recognising it in hardware specs
     device_name: str = ""
+    #: per timed call, the time of its nodes (the model's own work, forward and backward), summed:
+    #: the spread of the latency over ``repeat`` calls; empty when untimed or timed once
+    run_times_ms: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, runs: Sequence[GraphRun], device: torch.device, memory_source: str) -> Measurements:
+    def of(cls, runs: Sequence[GraphRun], device: torch.device, memory_source: str,
+           run_times_ms: Sequence[float] = ()) -> Measurements:
         """The measurements of ``runs`` on ``device`` (its accelerator's name read here)."""
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-        return cls(runs=tuple(runs), device=str(device), memory_source=memory_source, device_name=name)
+        return cls(runs=tuple(runs), device=str(device), memory_source=memory_source, device_name=name,
+                   run_times_ms=tuple(run_times_ms))
 
     def unsupported(self) -> dict[str, list[tuple[str, str]]]:
         """Readable target -> ``(node name, why)`` for nodes without a count (no formula, or a

@@ -1010,7 +1010,8 @@ class ModelSummary:
     step_flops: int
     phases: str  #: what the latency covers: "forward", "forward + backward", "... + optimizer"
     latency_ms: float | None  #: median over the timed calls (see ``latency_source``); None untimed
-    #: "calls": the median of each timed call's end-to-end time (``settings["run_times_ms"]``);
+    #: "calls": the median over the timed calls of each one's time (its nodes' times summed:
+    #: ``settings["run_times_ms"]``);
     #: "nodes": the sum of each node's median time (the model's own work; no per-call times kept)
     latency_source: str | None
     spread_ms: tuple[float, float] | None  #: (min, max) over the timed calls; None with fewer than 2
@@ -1041,8 +1042,14 @@ def _dtype_bytes(name: str) -> int | None:
 
 
 def _params_by_dtype(profile: Profile) -> dict[str, tuple[int, int | None]]:
-    """Parameters per dtype: each module's own parameters in the dtype its own call computes in
-    (a module call's record: its parameters'), else the commonest dtype of its nodes."""
+    """Parameters per dtype: as the profile recorded them (``settings["param_dtypes"]``, each
+    parameter once); for profiles without (older files), each module's own parameters in the dtype
+    its own call computes in (a module call's record: its parameters'), else the commonest dtype of
+    its nodes."""
+    recorded = profile.settings.get("param_dtypes")
+    if isinstance(recorded, Mapping) and recorded:
+        return {k: (int(n), None if _dtype_bytes(k) is None else int(n) * _dtype_bytes(k))  # type: ignore[operator]
+                for k, n in sorted(recorded.items(), key=lambda kv: -int(kv[1]))}
     seen: dict[str, Counter[str]] = {}
     calls: dict[str, str] = {}
     for r in profile.records:

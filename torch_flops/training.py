@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from torch_flops import formulas, hardware, report
+from torch_flops._version import versions
 from torch_flops.capture import ModelIndex
 from torch_flops.comm import distributed_settings
 from torch_flops.measure import input_device, make_memory_probe, make_timer
@@ -211,7 +212,7 @@ class TrainingProfiler:
             report.write_atomic(output_file, text + "\n")
         else:
             print(text)
-        return text
+        return report.Text(text)
 
     # ------------------------------------------------------------------ the steps
     def _step_done(self, step: Step) -> None:
@@ -221,7 +222,8 @@ class TrainingProfiler:
         profile = Profile.from_measurements(
             measurements, tracer="eager", module_types=index.types, module_params=index.params,
             batch_size=step.batch_size,
-            settings={**distributed_settings(), "training_step": len(self.profiles) + 1,
+            settings={**distributed_settings(), **versions(), "param_dtypes": dict(index.param_dtypes),
+                      "training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
                       **({"skipped_update": True} if step.skipped_update else {})})
         records = optimizer_records(step, self.optimizer, len(profile.records))
