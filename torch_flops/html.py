@@ -31,6 +31,7 @@ import torch
 
 from torch_flops import records, report
 from torch_flops.hardware import HardwareSpec
+from torch_flops.paths import parent
 from torch_flops.records import Profile, is_internal
 from torch_flops.roofline import Roofline
 from torch_flops.roofline import roofline as roofline_of
@@ -49,18 +50,7 @@ Section = tuple[str, Profile] | tuple[str, Profile, Roofline | None]
 def _parents(paths: Sequence[str]) -> list[int]:
     """Each path's parent in the tree: its longest dotted prefix that is a module (-1 for the root)."""
     index = {p: i for i, p in enumerate(paths)}
-    parents = []
-    for path in paths:
-        if path == "":
-            parents.append(-1)
-            continue
-        parent = path
-        while True:
-            parent = parent.rpartition(".")[0]
-            if parent == "" or parent in index:
-                break
-        parents.append(index[parent])
-    return parents
+    return [-1 if path == "" else index[parent(path, index)] for path in paths]
 
 
 def _roofline_data(profile: Profile, line: Roofline) -> dict[str, Any]:

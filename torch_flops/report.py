@@ -155,6 +155,7 @@ from torch_flops import hardware
 from torch_flops._validate import check_choice, check_depth, check_int
 from torch_flops.comm import rank_path
 from torch_flops.hardware import HardwareSpec
+from torch_flops.paths import parent as parent_module
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 from torch_flops.roofline import Roofline
 
@@ -783,13 +784,8 @@ def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]
     for path in modules:
         if path == "":
             continue
-        parent = path
-        while True:
-            parent = parent.rpartition(".")[0]
-            if parent == "" or parent in modules:
-                break
-        parents[path] = parent
-        children.setdefault(parent, []).append(path)
+        up = parents[path] = parent_module(path, modules)
+        children.setdefault(up, []).append(path)
     order: list[tuple[str, str, int]] = []
     stack: list[tuple[str, int]] = [("", 0)]
     while stack:
