@@ -41,7 +41,6 @@ __all__ = ["GraphRun", "Measurements", "NodeMeasurer", "add_note", "describe_inp
 
 _COUNTED = NodeKind.COUNTED
 _COMMUNICATION = NodeKind.COMMUNICATION
-_UNSUPPORTED = NodeKind.UNSUPPORTED
 _FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})  # the usual compute dtypes
 _DEFAULT, _INPLACE, _OVERWRITE, _GATHER, _SCATTER, _CREATE = range(6)
 _TRAFFIC_MODES = {Traffic.DEFAULT: _DEFAULT, Traffic.INPLACE: _INPLACE, Traffic.OVERWRITE: _OVERWRITE,
@@ -172,11 +171,11 @@ class Measurements:
             errors = graph_run.errors
             if not (graph_run.maybe_unsupported or errors):
                 continue
-            for p in graph_run.plan.nodes:
-                if p.kind is _UNSUPPORTED:
-                    found.setdefault(p.target, []).append((p.node.name, f"no formula for {p.key!r}"))
-                elif p.position in errors:
-                    found.setdefault(p.target, []).append((p.node.name, errors[p.position]))
+            nodes = graph_run.plan.nodes
+            missing = [(p.position, f"no formula for {p.key!r}") for p in graph_run.plan.unsupported]
+            for i, why in sorted(missing + list(errors.items())):  # execution order
+                p = nodes[i]
+                found.setdefault(p.target, []).append((p.node.name, why))
         return found
 
 
