@@ -29,6 +29,8 @@ from torch_flops.formulas import (
     register_module,
     zero_flops,
 )
+from torch_flops.generation import GenerationPrediction, GenerationProfile, GenerationStep, profile_generate
+from torch_flops.generation_sweep import GenerationSweep, SweepPoint, sweep_generation
 from torch_flops.hardware import HardwareSpec
 from torch_flops.measure import Timer
 from torch_flops.optim import OPTIMIZER_FLOPs_MAPPING, optimizer_step_flops, register_optimizer
@@ -46,6 +48,10 @@ __all__ = [
     "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",
     "FlopCountAnalysis",
+    "GenerationPrediction",
+    "GenerationProfile",
+    "GenerationStep",
+    "GenerationSweep",
     "HardwareSpec",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
@@ -56,6 +62,7 @@ __all__ = [
     "Roofline",
     "RooflineRow",
     "Status",
+    "SweepPoint",
     "Timer",
     "TorchFLOPsByFX",
     "TorchFlopsError",
@@ -71,6 +78,7 @@ __all__ = [
     "hardware",
     "optimizer_step_flops",
     "profile",
+    "profile_generate",
     "register",
     "register_aten",
     "register_function",
@@ -78,6 +86,7 @@ __all__ = [
     "register_module",
     "register_optimizer",
     "roofline",
+    "sweep_generation",
     "utilization",
     "zero_flops",
 ]

@@ -147,7 +147,8 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
     ``model.generate(*args, **kwargs)``; its totals over every step."""
     generate = getattr(model, "generate", None)
     if not callable(generate):
-        raise TypeError(f"mode='generate' calls model.generate(), and {type(model).__name__} has none")
+        raise ValueError(f"mode must be 'forward' for {type(model).__name__}: mode='generate' calls model.generate(), "
+                         "which it does not have")
     _validate.check_int("warm_up", warm_up, 0)
     for _ in range(warm_up):
         generate(*args, **kwargs)

@@ -105,6 +105,8 @@ def read_cache(cache: Any) -> KVCacheState:
         per_layer.append(total)
     first = next((ts[0] for ts in layers if ts and ts[0].dim() >= 2), None)
     max_length = getattr(cache, "max_cache_len", None)
+    if max_length is None:  # transformers 5: each layer of a preallocating cache knows its length
+        max_length = getattr(next(iter(getattr(cache, "layers", None) or ()), None), "max_cache_len", None)
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
                         tokens=int(first.shape[-2]) if first is not None else None,
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None)
