@@ -8,6 +8,7 @@ without transformers."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -305,8 +306,8 @@ def test_meta_sweep_decode_grows_with_context(hf: Any, tmp_path: Path) -> None:
         contexts = [p.decode_context for p in points]
         # decode cache L = prompt + (generated - 2) // 2, context L + 1: prompt 8: 9, 12, 28; prompt 32: 33, 36, 52
         assert contexts == [9, 12, 28, 33, 36, 52]
-        assert all(a.decode_flops < b.decode_flops for a, b in zip(points, points[1:]))
-        assert all(a.tpot_ms < b.tpot_ms for a, b in zip(points, points[1:]))
+        assert all(a.decode_flops < b.decode_flops for a, b in itertools.pairwise(points))
+        assert all(a.tpot_ms < b.tpot_ms for a, b in itertools.pairwise(points))
         for p in points:
             # KV at prompt + generated: 2 x 2 layers x 2 KV heads x 16 head_dim x tokens x batch x 2 bytes (bf16)
             assert p.kv_cache_bytes == 256 * (p.prompt + p.generated) * batch
