@@ -146,9 +146,10 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
     """``get_model_profile(mode="generate")``: DeepSpeed's warm-up calls, then one profiled
     ``model.generate(*args, **kwargs)``; its totals over every step."""
     generate = getattr(model, "generate", None)
-    if not callable(generate):
-        raise ValueError(f"mode must be 'forward' for {type(model).__name__}: mode='generate' calls model.generate(), "
-                         "which it does not have")
+    if not callable(generate):  # (a ValueError: the mode, not the model, is what to change)
+        raise ValueError(  # noqa: TRY004
+            f"mode must be 'forward' for {type(model).__name__}: mode='generate' calls model.generate(), which it "
+            "does not have")
     _validate.check_int("warm_up", warm_up, 0)
     for _ in range(warm_up):
         generate(*args, **kwargs)

@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from torch_flops import formulas, generation_report, report
+from torch_flops._gc import gc_paused
 from torch_flops.capture import ModelIndex
 from torch_flops.formulas import FormulaTable
 from torch_flops.hardware import HardwareSpec
@@ -547,13 +548,16 @@ class _Session:
                               ignored=self.ignored, steps=Steps.CALL, outside=False, on_step=self._step_done)
         self.log.install()
         try:
-            recording.start()
-            try:
-                t0 = time.perf_counter()
-                output = call()
-                t_end = time.perf_counter()
-            finally:
-                recording.stop()
+            # (no cyclic collection meanwhile: the recording makes thousands of small objects per step,
+            # and each collection would walk them all again, in the middle of a timed step)
+            with gc_paused():
+                recording.start()
+                try:
+                    t0 = time.perf_counter()
+                    output = call()
+                    t_end = time.perf_counter()
+                finally:
+                    recording.stop()
         finally:
             self.log.remove()
         if not recording.steps:
@@ -769,28 +773,31 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         notes.append(f"the KV cache could not be read: {session.kv_error}")
         warnings.warn(f"torch_flops: the KV cache could not be read ({session.kv_error}); pass kv_cache= (a "
                       "callable returning it)", stacklevel=3)
-    profiles: list[Profile] = []
-    rows: list[GenerationStep] = []
+    contexts: list[int | None] = []
     context = 0
+    for _, tokens in inputs:
+        context += tokens or 0
+        contexts.append(None if tokens is None else context)
+    with gc_paused():  # (thousands of records per step)
+        profiles = [_step_profile(step, index, session.timer, device, {
+            "generation_step": i, "generation_phase": PREFILL if i == 0 else DECODE, "tokens_in": inputs[i][1],
+            "context_length": contexts[i]}) for i, step in enumerate(steps)]
+    rows: list[GenerationStep] = []
     for i, step in enumerate(steps):
         batch, tokens = inputs[i]
         batch = batch if batch is not None else step.batch_size
-        context += tokens or 0
         phase = PREFILL if i == 0 else DECODE
-        profile = _step_profile(step, index, session.timer, device, {
-            "generation_step": i, "generation_phase": phase, "tokens_in": tokens,
-            "context_length": context if tokens is not None else None})
-        profiles.append(profile)
+        profile = profiles[i]
         state = kv_states[i]
         formula = None
-        if state is not None and dtype is not None and batch is not None and tokens is not None:
-            held = state.max_length if state.max_length is not None else context
+        held = state.max_length if state is not None and state.max_length is not None else contexts[i]
+        if state is not None and dtype is not None and batch is not None and held is not None:
             formula = kv_cache_formula_bytes(config, held, batch, dtype)
         activation = profile.max_memory
         if device.type == "cuda" and step.peak_memory is not None and i < len(log.allocated):
             activation = max(0, step.peak_memory - log.allocated[i])
         rows.append(GenerationStep(
-            step=i, phase=phase, tokens_in=tokens, context_length=context if tokens is not None else None,
+            step=i, phase=phase, tokens_in=tokens, context_length=contexts[i],
             batch_size=batch, flops=profile.total_flops, macs=profile.total_macs,
             bytes_read=sum(r.bytes_read or 0 for r in profile.records),
             bytes_written=sum(r.bytes_written or 0 for r in profile.records),
