@@ -98,11 +98,12 @@ def get_model_profile(
             (:func:`torch_flops.generation.profile_generate`); the returned counts are summed over
             the whole generation, as DeepSpeed's are, and the printed profile also splits them into
             the prefill and each decode step. ``input_shape`` then builds token ids (``torch.long``
-            ones of that shape) rather than a float tensor.
+            ones of that shape) rather than a float tensor, and ``kwargs`` may go with it
+            (``generate``'s options, e.g. ``max_new_tokens``).
     """
     if mode not in ("forward", "generate"):
         raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
-    if input_shape is not None and (args or kwargs):
+    if input_shape is not None and (args or (kwargs and mode == "forward")):  # generate: kwargs are its options
         raise ValueError("give either input_shape or args/kwargs, not both")
     if input_shape is None and not args and not kwargs:
         raise ValueError("give input_shape or args/kwargs: the model needs inputs to be profiled")

@@ -203,6 +203,10 @@ class GenerationProfile:
     notes: tuple[str, ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        return (f"GenerationProfile({self.model_name}, batch {self.batch_size}, prompt {self.prompt_length}, "
+                f"{self.new_tokens} new tokens, {len(self.steps)} steps, {self.device})")
+
     # ------------------------------------------------------------------ per step
     @property
     def profiles(self) -> list[Profile]:
