@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch_flops import get_model_profile, hardware, profile_generate, sweep_generation
 from torch_flops.cli import main
 from torch_flops.generation import max_batch
+from torch_flops.kvcache import read_cache
 from torch_flops.session import installed
 
 
@@ -160,6 +161,22 @@ def test_static_cache_object_is_the_users_and_holds_its_length(hf: Any) -> None:
     assert gp.kv_cache[0].kind == "StaticCache"
     with pytest.raises(ValueError, match="twice on your past_key_values"):
         profile_generate(model, inputs["input_ids"], past_key_values=cache, baseline=True, **GREEDY)
+
+
+def test_read_cache_kinds(hf: Any) -> None:
+    k, v = torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 5, 4)  # 2 x 3 x 5 x 4 floats = 480 bytes each
+    legacy = read_cache(((k, v), (k.clone(), v.clone())))
+    assert legacy.layer_bytes == (960, 960) and legacy.tokens == 5 and legacy.kind == "tuple"
+    shared = read_cache([(k, v), (k, v[:, :, :2])])  # storages already counted in layer 0 count once
+    assert shared.layer_bytes == (960, 0)
+    assert read_cache({"layer0": [k], "layer1": v}).layer_bytes == (480, 480)
+    self_attention, cross_attention = hf.DynamicCache(), hf.DynamicCache()
+    self_attention.update(k, v, 0)
+    cross_attention.update(torch.zeros(2, 3, 7, 4), torch.zeros(2, 3, 7, 4), 0)
+    both = read_cache(hf.EncoderDecoderCache(self_attention, cross_attention))
+    assert both.layer_bytes == (960, 2 * 2 * 3 * 7 * 4 * 4) and both.kind == "EncoderDecoderCache"
+    with pytest.raises(TypeError, match="cannot read a KV cache from a int"):
+        read_cache(3)
 
 
 # --------------------------------------------------------------------------- a decode loop of one's own

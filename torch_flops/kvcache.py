@@ -145,4 +145,4 @@ def kv_cache_formula_bytes(config: Any, tokens: int, batch: int, dtype: torch.dt
     if shape is None:
         return None
     layers, kv_heads, head_dim = shape
-    return 2 * layers * kv_heads * head_dim * tokens * batch * torch.empty((), dtype=dtype, device="meta").element_size()
+    return 2 * layers * kv_heads * head_dim * tokens * batch * dtype.itemsize
