@@ -39,7 +39,7 @@ def summary_text(s: Mapping[str, Any]) -> str:
                        f"{steps - 1} decode)")),
         ("Prefill", (f"{format_count(s['prefill_flops'], 'FLOPs')} ({format_count(s['prefill_macs'], 'MACs')}); "
                     f"{format_count(s['prefill_flops_per_token'], 'FLOPs')} per prompt token")),
-        ("Decode", (f"{format_count(s['decode_flops'], 'FLOPs')} in {steps - 1} steps; per token "
+        ("Decode", (f"{format_count(s['decode_flops'], 'FLOPs')} in {steps - 1} step{'' if steps == 2 else 's'}; per token "
                    f"{format_count(s['decode_flops_per_token'], 'FLOPs')}, {_bytes(s['decode_bytes_per_token'])} moved")),
         ("Whole generation", f"{format_count(s['total_flops'], 'FLOPs')} ({format_count(s['total_macs'], 'MACs')})"),
     ]
