@@ -160,6 +160,7 @@ class _EagerRunner:
         self.memory_source = self.memory.source
         self.counted: Step | None = None
         self.needs_values = False
+        self._planned: dict[Any, Any] = {}  # each target's plan, shared by this call's runs
         self._last: tuple[Step, Timer] | None = None
 
     def call(self, inputs: tuple[tuple[Any, ...], dict[str, Any]], *, count: bool, timed: bool) -> Any:
@@ -170,7 +171,7 @@ class _EagerRunner:
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
         recording = Recording(self.index, s.table, timer=NullTimer() if warmup else s.timer_for(self.device),
                               memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
-                              progress=self.progress)
+                              progress=self.progress, planned=self._planned)
         grads: LeafGrads | None = None
         recording.start()
         try:

@@ -58,7 +58,8 @@ class EagerGraph(NodeMeasurer):
     to follow, which node made each autograd node (:class:`~torch_flops.backward.SequenceMap`)."""
 
     def __init__(self, index: ModelIndex, table: FormulaTable, ignored: Iterable[str], timer: Timer,
-                 memory: MemoryProbe, sequences: SequenceMap | None = None, progress: Progress | None = None) -> None:
+                 memory: MemoryProbe, sequences: SequenceMap | None = None, progress: Progress | None = None,
+                 planned: dict[Any, OpPlan] | None = None) -> None:
         self._index = index
         self.index = index  #: the model walk this graph was recorded with
         self._table = table
@@ -75,7 +76,9 @@ class EagerGraph(NodeMeasurer):
         self._ops: list[OpPlan] = []  #: per node, its target's plan
         self.phases: list[str] = []  #: per node, the phase it ran in (see torch_flops.session)
         self._refs: list[NodeRef] = []
-        self._planned: dict[tuple[Any, ...], OpPlan] = {}
+        #: target (module, ...) -> its plan: shared by the graphs of one recording (a training or
+        #: generation step repeats its targets) and of one propagate's calls
+        self._planned: dict[Any, OpPlan] = {} if planned is None else planned
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
         self._getitems: dict[tuple[int, int], int] = {}

@@ -153,7 +153,8 @@ class Recording:
                  device: torch.device, ignored: Iterable[str] = (), backward: bool = False,
                  optimizer: torch.optim.Optimizer | None = None, steps: Steps = Steps.ONE, outside: bool = True,
                  on_step: Callable[[Step], None] | None = None, sequences: SequenceMap | None = None,
-                 forward_nodes: int = 0, progress: Progress | None = None) -> None:
+                 forward_nodes: int = 0, progress: Progress | None = None,
+                 planned: dict[Any, Any] | None = None) -> None:
         self.index = index
         self.model = index.model
         self._table = table
@@ -169,6 +170,8 @@ class Recording:
         self._outside = outside
         self._on_step = on_step
         self._progress = progress if progress is not None and progress.enabled else None
+        #: each target's plan, shared by the steps of this recording (given: by more recordings)
+        self._planned: dict[Any, Any] = {} if planned is None else planned
         self._record_forward = sequences is None
         self._sequences = sequences
         self._forward_nodes = forward_nodes
@@ -296,7 +299,7 @@ class Recording:
         if self._record_forward:
             sequences = self._sequences = SequenceMap() if self._backward else None
             self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences,
-                                     self._progress)
+                                     self._progress, self._planned)
         else:
             sequences, self._graph = self._sequences, None
         if sequences is not None:
