@@ -708,6 +708,11 @@ class Recording:
 
 _UNKNOWN = object()
 _PLUMBING = frozenset(GRAPH_PLUMBING)
+# torch's mode stacks, read and changed in C (the node's own calls then run natively)
+_dispatch_depth, _dispatch_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+_pop_dispatch, _push_dispatch = torch._C._pop_torch_dispatch_stack, torch._C._push_on_torch_dispatch_stack
+_function_depth, _function_at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
+_pop_function, _push_function = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
 _LOCK = threading.RLock()
 _HUBS: dict[int, _Hub] = {}  # thread -> its hub, while it has recordings
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
@@ -770,26 +775,28 @@ class _Hub:
         """Take this hub's modes off their stacks while a node's own calls run, so they run at
         native speed: only a mode on top of its stack (a mode the model pushed itself stays above
         ours, and ours then passes its calls through)."""
-        dispatch = torch._C._len_torch_dispatch_stack() > 0 and torch._C._get_dispatch_stack_at(
-            torch._C._len_torch_dispatch_stack() - 1) is self.dispatch_mode
-        func = function and torch._C._len_torch_function_stack() > 0 and torch._C._get_function_stack_at(
-            torch._C._len_torch_function_stack() - 1) is self.function_mode
-        if func:
-            torch._C._pop_torch_function_stack()
+        n = _dispatch_depth()
+        dispatch = n > 0 and _dispatch_at(n - 1) is self.dispatch_mode
+        func = False
+        if function:
+            m = _function_depth()
+            func = m > 0 and _function_at(m - 1) is self.function_mode
+            if func:
+                _pop_function()
         if dispatch:
-            torch._C._pop_torch_dispatch_stack(None)
-        self._suspended = (dispatch, func)
-        return dispatch, func
+            _pop_dispatch(None)
+        token = self._suspended = (dispatch, func)
+        return token
 
     def resume(self, token: tuple[bool, bool] | None) -> None:
-        if token is None or self._suspended is None:
+        suspended = self._suspended
+        if token is None or suspended is None:
             return
-        dispatch, func = self._suspended
         self._suspended = None
-        if dispatch:
-            torch._C._push_on_torch_dispatch_stack(self.dispatch_mode)
-        if func:
-            torch._C._push_on_torch_function_stack(self.function_mode)
+        if suspended[0]:
+            _push_dispatch(self.dispatch_mode)
+        if suspended[1]:
+            _push_function(self.function_mode)
 
     def _resume_all(self) -> None:
         self.resume(self._suspended)
