@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -44,6 +43,7 @@ from torch_flops.capture import (
 from torch_flops.compiled import (
     DynamoStats,
     backend_name,
+    call_facts,
     check_nothing_installed,
     compile_warmup,
     split_compiled,
@@ -341,9 +341,10 @@ class CompiledFront:
         backend = backend_name(self.compiled)
         if device.type == "meta":  # no compiled program runs on meta tensors: the original module's run
             result = self.eager.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
-            return result._replace(settings={"compiled_call": {
-                "backend": backend, "calls": 0,
-                "nodes": "meta tensors: the original module's eager run (a compiled program cannot run on meta)"}})
+            return result._replace(settings={"compiled_call": call_facts(
+                backend, calls=0, timing="", forward_ms=None, backward_ms=None, compile_s=0.0, warm_compiles=0,
+                stats=DynamoStats(), nodes="meta tensors: the original module's eager run (no compiled program runs "
+                                           "on meta)")})
         # the records: the original module, recorded eagerly on copies of the inputs, undone
         saved = ExtraRuns((), self.original)
         try:
@@ -355,8 +356,7 @@ class CompiledFront:
         before = DynamoStats.now()
         compile_s = compile_warmup(self.compiled, args, kwargs, calls=max(s.warmup, 1), backward=backward,
                                    loss_fn=loss_fn)
-        mid = DynamoStats.now()
-        warm = mid - before
+        warm = DynamoStats.now() - before
         # the compiled program: repeat - 1 timed calls on copies (undone), then the real one
         timer = s.timer_for(device)
         marks: list[tuple[Any, Any, Any, Any]] = []
@@ -373,20 +373,14 @@ class CompiledFront:
         progress.step(f"compiled call {s.repeat}/{s.repeat}")
         output = self._step(args, kwargs, loss_fn, backward, timer, marks, None)
         timer.finish()
-        calls = DynamoStats.now() - mid
         forward = [timer.elapsed_ms(a, b) for a, b, _, _ in marks]
         back = [timer.elapsed_ms(c, d) for _, _, c, d in marks] if backward else []
-        facts = {
-            "backend": backend, "calls": len(marks), "time": f"median of {len(marks)} timed call(s)",
-            "forward_ms": _median(forward), "backward_ms": _median(back) if backward else None,
-            "compile_s": compile_s if warm.compiles else None, "warmups": max(s.warmup, 1),
-            "frames_compiled": warm.frames_ok + calls.frames_ok,
-            "graph_breaks": warm.total_graph_breaks + calls.total_graph_breaks,
-            "graph_break_reasons": dict(Counter(warm.graph_breaks) + Counter(calls.graph_breaks)),
-            "recompiles": calls.compiles,
-            "nodes": "the original module's eager run (counts, bytes, eager times); forward_ms and backward_ms: the "
-                     "compiled program's (medians over the timed calls)",
-        }
+        facts = call_facts(
+            backend, calls=len(marks), timing=f"median of {len(marks)} timed call(s)", forward_ms=_median(forward),
+            backward_ms=_median(back) if backward else None, compile_s=compile_s, warm_compiles=warm.compiles,
+            stats=DynamoStats.now() - before,
+            nodes="the original module's eager run (counts, bytes, eager times); forward_ms and backward_ms: the "
+                  "compiled program's (medians over the timed calls)")
         return shadow._replace(output=output, settings={"compiled_call": facts})
 
     def _step(self, args: tuple[Any, ...], kwargs: dict[str, Any], loss_fn: Callable[[Any], Any] | None,

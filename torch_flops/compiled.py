@@ -294,7 +294,6 @@ class _Call:
     shadow: _Shadow | None
     aside: contextlib.AbstractContextManager[Any]
     sequence: int  #: autograd's sequence counter before the call: its autograd nodes are numbered from here
-    stats: DynamoStats
     start: Any = None
 
 
@@ -303,11 +302,25 @@ class _StepFacts:
     calls: int = 0
     forward: list[tuple[Any, Any]] = field(default_factory=list)  #: timer marks of each compiled call
     backward: list[tuple[Any, Any]] = field(default_factory=list)  #: of each compiled backward node
-    compile_s: float = 0.0
-    warmups: int = 0
-    frames: int = 0
-    graph_breaks: Counter[str] = field(default_factory=Counter)
-    recompiles: int = 0  #: compiles during the program's own calls (not foreseen by a warm-up)
+    compile_s: float = 0.0  #: wall time of the warm-ups that compiled
+    warm_compiles: int = 0  #: graphs the warm-ups compiled
+
+
+def call_facts(backend: str, *, calls: int, timing: str, forward_ms: float | None, backward_ms: float | None,
+               compile_s: float, warm_compiles: int, stats: DynamoStats, nodes: str) -> dict[str, Any]:
+    """A compiled model's call(s) as a profile's ``settings["compiled_call"]`` (the sessions that
+    run one beside its original module's eager records). ``stats``: Dynamo's counters over the
+    warm-ups and the calls; ``warm_compiles`` of them in the untimed warm-ups."""
+    return {
+        "backend": backend, "calls": calls, "time": timing, "forward_ms": forward_ms, "backward_ms": backward_ms,
+        "compile_s": compile_s if warm_compiles else None, "compiles": stats.compiles,
+        "frames_compiled": stats.frames_ok, "graph_breaks": stats.total_graph_breaks,
+        "graph_break_reasons": {_first_line(k): v for k, v in stats.graph_breaks.items()},
+        "recompile_reasons": [_first_line(r) for r in stats.recompile_reasons],
+        # compiles the warm-ups did not foresee (a guard the call signature does not cover): in a timed span
+        "compiled_in_timed_calls": max(stats.compiles - warm_compiles, 0),
+        "nodes": nodes,
+    }
 
 
 class CompiledCalls:
@@ -362,6 +375,7 @@ class CompiledCalls:
                          self.compiled.register_forward_hook(self._after, with_kwargs=True, always_call=True)]
         self._window = self.recording.stepped_aside(modes=False, hooks=True)
         self._window.__enter__()
+        self._since = DynamoStats.now()
 
     def stop(self) -> None:
         """Remove every hook (the compiled model's, and those on autograd graphs still alive); the
@@ -380,21 +394,24 @@ class CompiledCalls:
 
     def step_facts(self) -> dict[str, Any]:
         """The compiled calls since the last step's facts were taken (read after the recording's
-        timer finished: at a step's end); the accumulators start again."""
+        timer finished: at a step's end); the accumulators start again, and the hooks on the
+        step's autograd graphs (their backward ran) are removed, letting the shadows go."""
         f, self._facts = self._facts, _StepFacts()
+        now = DynamoStats.now()
+        stats, self._since = now - self._since, now
+        for handle in self._graph_handles:
+            handle.remove()
+        self._graph_handles = []
         timer = self.recording.timer
         forward = [timer.elapsed_ms(a, b) for a, b in f.forward]
         backward = [timer.elapsed_ms(a, b) for a, b in f.backward]
-        return {
-            "backend": self.backend, "calls": f.calls, "time": f"the step's {f.calls} call(s), summed",
-            "forward_ms": sum(t for t in forward if t is not None) if forward and None not in forward else None,
-            "backward_ms": sum(t for t in backward if t is not None) if backward and None not in backward else None,
-            "compile_s": f.compile_s if f.warmups else None, "warmups": f.warmups, "frames_compiled": f.frames,
-            "graph_breaks": sum(f.graph_breaks.values()), "graph_break_reasons": dict(f.graph_breaks),
-            "recompiles": f.recompiles,
-            "nodes": "the original module's eager shadow calls (counts, bytes, eager times); forward_ms and "
-                     "backward_ms: the compiled program's (its calls, and the autograd nodes they made)",
-        }
+        return call_facts(
+            self.backend, calls=f.calls, timing=f"the step's {f.calls} call(s), summed",
+            forward_ms=sum(t for t in forward if t is not None) if forward and None not in forward else None,
+            backward_ms=sum(t for t in backward if t is not None) if backward and None not in backward else None,
+            compile_s=f.compile_s, warm_compiles=f.warm_compiles, stats=stats,
+            nodes="the original module's eager shadow calls (counts, bytes, eager times); forward_ms and backward_ms: "
+                  "the compiled program's (its calls, and the autograd nodes they made)")
 
     # ------------------------------------------------------------------ the compiled model's hooks
     def _active(self) -> bool:
@@ -417,8 +434,7 @@ class CompiledCalls:
                     raise
         finally:
             self._busy = False
-        self._call = _Call(shadow=shadow, aside=aside, sequence=torch.autograd._get_sequence_nr(),
-                           stats=DynamoStats.now())
+        self._call = _Call(shadow=shadow, aside=aside, sequence=torch.autograd._get_sequence_nr())
         self._call.start = rec.timer.tick()
 
     def _after(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
@@ -428,13 +444,10 @@ class CompiledCalls:
         self._call = None
         end = self.recording.timer.tick()
         last = torch.autograd._get_sequence_nr()
-        stats = DynamoStats.now() - call.stats
         call.aside.__exit__(None, None, None)
         f = self._facts
         f.calls += 1
         f.forward.append((call.start, end))
-        self._count(stats)
-        f.recompiles += stats.compiles
         if call.shadow is not None and output is not None and torch.is_grad_enabled():
             self._link(call.shadow, output, call.sequence, last)
 
@@ -454,20 +467,21 @@ class CompiledCalls:
         return _Shadow(output=output, leaves=[t for t in tensors_of((call_args, call_kwargs)) if t.requires_grad])
 
     def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Before every call, on copies, undone: the compiled forward, so that a compile for these
+        inputs (a new signature, or a guard on values: a number read with ``.item()``) happens
+        here, untimed; with the backward (seeded with ones) for a new signature, or when the
+        forward compiled a graph, so that AOTAutograd compiles that graph's backward here too."""
         key = call_signature(self.original, args, kwargs)
-        if key in self._seen:
-            return
         before = DynamoStats.now()
-        seconds = compile_warmup(self.compiled, args, kwargs, backward=True)
+        seconds = compile_warmup(self.compiled, args, kwargs, backward=key not in self._seen)
+        compiled = (DynamoStats.now() - before).compiles
+        if compiled and key in self._seen and torch.is_grad_enabled():
+            seconds += compile_warmup(self.compiled, args, kwargs, backward=True)
         self._seen.add(key)
-        stats = DynamoStats.now() - before
-        self._facts.warmups += 1
-        self._facts.compile_s += seconds
-        self._count(stats)
-
-    def _count(self, stats: DynamoStats) -> None:
-        self._facts.frames += stats.frames_ok
-        self._facts.graph_breaks.update(stats.graph_breaks)
+        compiled = (DynamoStats.now() - before).compiles
+        if compiled:
+            self._facts.compile_s += seconds
+            self._facts.warm_compiles += compiled
 
     # ------------------------------------------------------------------ the backward
     def _link(self, shadow: _Shadow, output: Any, first: int, last: int) -> None:

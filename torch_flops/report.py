@@ -1173,12 +1173,15 @@ def compiled_text(settings: Mapping[str, Any]) -> str:
             return f"{call.get('backend')}; not run ({call.get('nodes', '')})"
         compile_s = call.get("compile_s")
         backward = call.get("backward_ms")
+        unforeseen = call.get("compiled_in_timed_calls") or 0
         return (f"{call.get('backend')}: forward {format_time_ms(call.get('forward_ms'))}"
                 + (f", backward {format_time_ms(backward)}" if backward is not None else "")
                 + f" ({call.get('time')}); compile "
                 + (f"{compile_s:.2f} s (untimed warm-up)" if compile_s is not None else "done before")
                 + f"; {call.get('frames_compiled', 0)} frame(s) compiled, {call.get('graph_breaks', 0)} graph "
-                  f"break(s), {call.get('recompiles', 0)} recompile(s); node times: the original module's eager run")
+                  f"break(s), {len(call.get('recompile_reasons') or ())} recompile(s)"
+                + (f", {unforeseen} compile(s) inside the timed calls" if unforeseen else "")
+                + "; node times: the original module's eager run")
     regions = settings.get("compiled")
     if isinstance(regions, Mapping) and "frames" in regions:
         return (f"Inductor regions: call {format_time_ms(regions.get('call_ms'))}; compile "
