@@ -282,6 +282,9 @@ class _Shadow:
 
     output: Any
     leaves: list[torch.Tensor]
+    #: the model's buffers and their version counters right after the shadow's forward (see
+    #: CompiledCalls._shadow_backward)
+    versions: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     pairs: list[torch.Tensor] = field(default_factory=list)  #: shadow output tensors, by the compiled ones
     grads: list[torch.Tensor | None] = field(default_factory=list)
     queued: bool = False
@@ -461,10 +464,12 @@ class CompiledCalls:
                 call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
             try:
                 output = self.original(*call_args, **call_kwargs)
+                versions = [(t, t._version) for _, t, is_param in rec.index.tensors if not is_param]
             finally:
                 with rec.paused():
                     saved.undo()
-        return _Shadow(output=output, leaves=[t for t in tensors_of((call_args, call_kwargs)) if t.requires_grad])
+        return _Shadow(output=output, leaves=[t for t in tensors_of((call_args, call_kwargs)) if t.requires_grad],
+                       versions=versions)
 
     def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before every call, on copies, undone: the compiled forward, so that a compile for these
@@ -543,8 +548,18 @@ class CompiledCalls:
         if not known or not inputs:
             return
         rec = self.recording
+        # the buffers the shadow saved for its backward (BatchNorm's running statistics) were written
+        # in place since: put back by undo, updated by the compiled call, as the program updates them
+        # in its forward. Eager's backward would find them updated by its forward, with the counter its
+        # forward left: their counters are that one while the shadow's backward runs
+        moved = [(t, v, t._version) for t, v in shadow.versions if t._version != v]
+        set_versions = torch._C._autograd._unsafe_set_version_counter
         with rec.untimed():
-            rec.record_grad([m for m, _ in known], [g for _, g in known], inputs)
+            set_versions(tuple(t for t, _, _ in moved), tuple(v for _, v, _ in moved))
+            try:
+                rec.record_grad([m for m, _ in known], [g for _, g in known], inputs)
+            finally:
+                set_versions(tuple(t for t, _, _ in moved), tuple(now for _, _, now in moved))
 
 
 # ---------------------------------------------------------------------------------------------
