@@ -11,6 +11,7 @@ compile from scratch, so that Dynamo's counters of two runs compare.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -240,29 +241,29 @@ def test_compiled_model_on_meta_and_with_a_graph_tracer() -> None:
 # ------------------------------------------------------------------ TrainingProfiler(compiled, optimizer)
 
 
-def _loop(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[torch.Tensor]) -> None:
-    for x in batches:
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+def _mean_square(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).pow(2).mean()
 
 
-def _training(base: nn.Module, batches: list[torch.Tensor], compiled: bool, profiled: bool) -> SimpleNamespace:
+def _training(base: nn.Module, batches: list[torch.Tensor], compiled: bool, profiled: bool,
+              loss: Callable[[nn.Module, torch.Tensor], torch.Tensor] = _mean_square) -> SimpleNamespace:
+    """A copy of ``base`` trained one step per batch with AdamW: eager or compiled, with or
+    without a TrainingProfiler around the loop."""
     model = copy.deepcopy(base)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     called = torch.compile(model) if compiled else model
 
     def run() -> TrainingProfiler | None:
-        if not profiled:
-            _loop(called, optimizer, batches)
-            return None
-        prof = TrainingProfiler(called, optimizer)
-        with prof:
-            _loop(called, optimizer, batches)
+        torch.manual_seed(1)  # the same random numbers for every loop (dropout)
+        prof = TrainingProfiler(called, optimizer) if profiled else None
+        with prof if prof is not None else contextlib.nullcontext():
+            for x in batches:
+                loss(called, x).backward()
+                optimizer.step()
+                optimizer.zero_grad()
         return prof
 
-    prof, stats, caught = _run(run) if compiled else (run(), None, [])
+    prof, stats, caught = _run(run)
     return SimpleNamespace(model=model, optimizer=optimizer, prof=prof, stats=stats, caught=caught)
 
 
@@ -374,3 +375,28 @@ def test_cli_compiled(capsys: pytest.CaptureFixture[str], tiny_module: Path) -> 
     assert "compiled program: 1 frame(s)" in out and "Roofline on a100-sxm-80gb" in out
     code = main(["tinycompiled_cli:build", "--input-shape", "4,16", "--compiled", "--train"])
     assert code == 2 and "--train does not apply" in capsys.readouterr().err
+
+
+
+def test_training_profiler_over_compiled_gpt2() -> None:
+    """transformers' GPT-2 (tiny config) trained with labels: the model computes its loss from its
+    logits after graph breaks of its own (a logging call), so the loss's gradient reaches the logits
+    inside the compiled program; ``labels`` is the same tensor as ``input_ids``, and Dynamo guards
+    on that aliasing (copies for the warm-up keep it)."""
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    base = T.GPT2LMHeadModel(T.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32)).train()
+    base.set_attn_implementation("sdpa")
+    batches = [torch.randint(0, 64, (2, 8)) for _ in range(2)]
+
+    def lm_loss(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        return model(ids, labels=ids).loss
+
+    eager, plain, profiled = (_training(base, batches, compiled, profiled, lm_loss)
+                              for compiled, profiled in ((False, True), (True, False), (True, True)))
+    assert _counters(profiled.stats) == _counters(plain.stats) and plain.stats.total_graph_breaks >= 1
+    assert not profiled.stats.recompile_reasons and set(profiled.caught) <= set(plain.caught)
+    assert _step_counts(profiled.prof) == _step_counts(eager.prof)
+    assert _same_state(profiled, plain)
+    assert all(p.settings["compiled_call"]["compiled_in_timed_calls"] == 0 for p in profiled.prof.profiles)
+    assert _nothing_installed()

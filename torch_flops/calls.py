@@ -46,6 +46,7 @@ from torch_flops.compiled import (
     call_facts,
     check_nothing_installed,
     compile_warmup,
+    copy_aliased,
     split_compiled,
 )
 from torch_flops.errors import DroppedOutputWarning, TracingError
@@ -58,7 +59,7 @@ from torch_flops.progress import Progress
 from torch_flops.recorder import check_call, check_leaves
 from torch_flops.runloop import RunTimes, run_repeated
 from torch_flops.session import Recording, Step
-from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, training_flags_restored
+from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
 
 __all__ = ["CallSettings", "CompiledFront", "EagerFront", "GraphFront", "checked_loss", "meta_advice", "reads_values"]
 
@@ -348,8 +349,8 @@ class CompiledFront:
         # the records: the original module, recorded eagerly on copies of the inputs, undone
         saved = ExtraRuns((), self.original)
         try:
-            shadow = self.eager.call(copy_inputs(args), copy_inputs(kwargs), loss_fn=loss_fn, backward=backward,
-                                     progress=progress)
+            shadow_args, shadow_kwargs = copy_aliased((args, kwargs))
+            shadow = self.eager.call(shadow_args, shadow_kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         finally:
             saved.undo()
         progress.step("compiling (torch.compile warm-up)")
@@ -365,7 +366,7 @@ class CompiledFront:
             extra = ExtraRuns((), self.original)
             grads: list[LeafGrads] = []
             try:
-                self._step(copy_inputs(args), copy_inputs(kwargs), loss_fn, backward, timer, marks, grads)
+                self._step(*copy_aliased((args, kwargs)), loss_fn, backward, timer, marks, grads)
             finally:
                 for g in grads:
                     g.restore()

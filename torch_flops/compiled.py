@@ -87,8 +87,8 @@ from torch_flops.session import Recording
 from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, training_flags_restored
 
 __all__ = ["CompareRow", "CompiledCalls", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated",
-           "FrameInfo", "GraphBreak", "Region", "backend_name", "call_signature", "check_nothing_installed",
-           "compile_warmup",
+           "FrameInfo", "GraphBreak", "Region", "backend_name", "call_facts", "call_signature",
+           "check_nothing_installed", "compile_warmup", "copy_aliased",
            "drop_stale_hook_flags", "eager_call_ms", "eager_launches", "is_compiled", "mark", "profile_compiled",
            "split_compiled"]
 
@@ -203,6 +203,24 @@ def check_nothing_installed() -> None:
                            "remove it before calling the compiled model")
 
 
+def copy_aliased(value: Any) -> Any:
+    """:func:`~torch_flops.state.copy_inputs` keeping aliasing: a tensor given twice (``model(ids,
+    labels=ids)``) is one copy given twice, as Dynamo guards on it (distinct copies compile another
+    graph, then the real call recompiles)."""
+    from torch.utils import _pytree
+
+    memo: dict[int, Any] = {}
+
+    def copy(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) not in memo:
+            memo[id(leaf)] = copy_inputs(leaf)
+        return memo[id(leaf)]
+
+    return _pytree.tree_map(copy, value)
+
+
 def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
                    calls: int = 1, *, backward: bool = False, loss_fn: Callable[[Any], Any] | None = None) -> float:
     """Call a compiled model ``calls`` times, untimed for the profile (the first call compiles), on
@@ -219,7 +237,8 @@ def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Ma
         grads: list[LeafGrads] = []
         start = time.perf_counter()
         try:
-            out = compiled(*copy_inputs(tuple(args)), **copy_inputs(dict(kwargs)))
+            call_args, call_kwargs = copy_aliased((tuple(args), dict(kwargs)))
+            out = compiled(*call_args, **call_kwargs)
             if backward and torch.is_grad_enabled():
                 roots = [r for r in ([loss_fn(out)] if loss_fn is not None else tensors_of(out))
                          if isinstance(r, torch.Tensor) and r.requires_grad]
@@ -241,8 +260,12 @@ def call_signature(model: nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
     strides, dtype, device and ``requires_grad``, the other arguments' values (numbers are
     specialised), grad mode and the modules' training flags. A session warms a compiled model up
     once per signature; a compile it did not foresee shows in Dynamo's counters as a recompile."""
-    def leaf(value: Any) -> Any:
+    first: dict[int, int] = {}
+
+    def leaf(position: int, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
+            if first.setdefault(id(value), position) != position:  # the same tensor again (aliasing is guarded)
+                return ("alias", first[id(value)])
             return (type(value), tuple(value.shape), value.stride() if value.layout == torch.strided else None,
                     value.dtype, value.device, value.requires_grad)
         if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device)):
@@ -252,7 +275,7 @@ def call_signature(model: nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
     from torch.utils import _pytree
 
     leaves, spec = _pytree.tree_flatten((args, kwargs))
-    return (str(spec), tuple(leaf(v) for v in leaves), torch.is_grad_enabled(),
+    return (str(spec), tuple(leaf(i, v) for i, v in enumerate(leaves)), torch.is_grad_enabled(),
             tuple(m.training for m in model.modules()))
 
 
@@ -287,6 +310,9 @@ class _Shadow:
     versions: list[tuple[torch.Tensor, int]] = field(default_factory=list)
     pairs: list[torch.Tensor] = field(default_factory=list)  #: shadow output tensors, by the compiled ones
     grads: list[torch.Tensor | None] = field(default_factory=list)
+    #: per pair, the pairs whose compiled output was computed from its output inside the call (a
+    #: loss the model computes from its logits, in a later frame): their gradient reaches it inside
+    consumers: list[set[int]] = field(default_factory=list)
     queued: bool = False
 
 
@@ -461,7 +487,7 @@ class CompiledCalls:
         with rec.stepped_aside(modes=False, hooks=False):
             with rec.paused():
                 saved = ExtraRuns(rec.index.tensors)
-                call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+                call_args, call_kwargs = copy_aliased((args, kwargs))
             try:
                 output = self.original(*call_args, **call_kwargs)
                 versions = [(t, t._version) for _, t, is_param in rec.index.tensors if not is_param]
@@ -504,15 +530,26 @@ class CompiledCalls:
         shadow.grads = [None] * len(pairs)
         for i, (o, _) in enumerate(pairs):
             self._graph_handles.append(o.register_hook(functools.partial(self._grad_arrived, shadow, i)))
-        seen: set[int] = set()
-        stack = [o.grad_fn for o, _ in pairs]
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen or not first <= node._sequence_nr() < last:
-                continue
-            seen.add(id(node))
+        inside: dict[int, Any] = {}  # the autograd nodes the call made
+        edges: list[set[tuple[int, int]]] = []  # per pair, the (node, output) edges its graph uses inside the call
+        for o, _ in pairs:
+            used: set[tuple[int, int]] = set()
+            stack, seen = [o.grad_fn], set()
+            while stack:
+                node = stack.pop()
+                if node is None or id(node) in seen or not first <= node._sequence_nr() < last:
+                    continue
+                seen.add(id(node))
+                inside[id(node)] = node
+                for child, nr in node.next_functions:
+                    if child is not None:
+                        used.add((id(child), nr))
+                        stack.append(child)
+            edges.append(used)
+        shadow.consumers = [{k for k, used in enumerate(edges) if k != i and (id(o.grad_fn), o.output_nr) in used}
+                            for i, (o, _) in enumerate(pairs)]
+        for node in inside.values():
             self._graph_handles += [node.register_prehook(self._node_begins), node.register_hook(self._node_ends)]
-            stack.extend(n for n, _ in node.next_functions)
 
     def _node_begins(self, grad_outputs: Any) -> None:
         if self._window is None:
@@ -543,7 +580,11 @@ class CompiledCalls:
         grads, shadow.grads = shadow.grads, [None] * len(shadow.grads)
         if self._window is None:
             return
-        known = [(m, g) for m, g in zip(shadow.pairs, grads) if g is not None]
+        # an output's gradient goes to the shadow unless outputs computed from it inside the call got
+        # one: then the shadow's own backward brings it there (a gradient the loop added to it as
+        # well is left out: its accumulation, one addition, is then not counted)
+        known = [(m, g) for i, (m, g) in enumerate(zip(shadow.pairs, grads))
+                 if g is not None and not any(grads[k] is not None for k in shadow.consumers[i])]
         inputs = [p for p in self.original.parameters() if p.requires_grad] + shadow.leaves
         if not known or not inputs:
             return
