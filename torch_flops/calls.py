@@ -366,7 +366,8 @@ class CompiledFront:
             extra = ExtraRuns((), self.original)
             grads: list[LeafGrads] = []
             try:
-                self._step(*copy_aliased((args, kwargs)), loss_fn, backward, timer, marks, grads)
+                call_args, call_kwargs = copy_aliased((args, kwargs))
+                self._step(call_args, call_kwargs, loss_fn, backward, timer, marks, grads)
             finally:
                 for g in grads:
                     g.restore()
