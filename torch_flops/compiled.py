@@ -44,7 +44,9 @@ cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
 ``torch.compiler.is_compiling()`` breaks nothing but still gets the warning. So nothing of ours is
 installed while the compiled model runs: :func:`split_compiled`, :func:`compile_warmup`,
 :class:`DynamoStats` and :func:`drop_stale_hook_flags` are the helpers a session uses to count on
-the original module eagerly and time the compiled call on its own.
+the original module eagerly and time the compiled call on its own: ``TorchFLOPsByFX`` on a compiled
+model (:class:`torch_flops.calls.CompiledFront`) and :class:`CompiledCalls`, a compiled model's calls
+inside a recording (:class:`~torch_flops.training.TrainingProfiler`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,14 @@ step ends when the optimizer steps (without an optimizer: when a forward starts 
 or at ``stop_profile()``). Nothing runs twice, so model, optimizer and gradients end exactly as
 the loop without the profiler leaves them; ``end_profile()`` removes every hook and mode.
 
+A ``torch.compile``'d model (``OptimizedModule``) runs compiled, with nothing of torch_flops
+installed during its calls and the autograd nodes they make; the step's records come from an eager
+shadow call of its original module per call, recorded, and its backward, driven by the gradients
+that reach the compiled outputs (:class:`torch_flops.compiled.CompiledCalls`). So the counts are
+eager's, the model and optimizer end as the compiled loop leaves them, compilation happens in
+untimed warm-ups, and each step's profile has the compiled program's own times in
+``settings["compiled_call"]``.
+
 Utilisation (the definitions of the PaLM paper, Chowdhery et al. 2022, appendix B)::
 
     MFU = model FLOPs per step / (step time x peak FLOP/s)
