@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import nn
 
-from torch_flops import TorchFLOPsByFX, report
+from torch_flops import Profile, TorchFLOPsByFX, report
 from torch_flops.cli import main
 from torch_flops.compiled import DynamoStats
 from torch_flops.session import installed
@@ -126,6 +126,50 @@ def _nothing_installed() -> bool:
         not nn.modules.module._has_any_global_hook()
 
 
+# ------------------------------------------------------------------ the recording steps aside
+
+
+def test_recording_steps_aside_and_back() -> None:
+    """What a compiled call runs inside: no mode of torch_flops on the stacks (a mode the user pushed
+    above ours stays, in place), no global module hook, no hook on the model; all back after. Time
+    spent in ``untimed()`` is not the step's."""
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    from torch_flops.capture import ModelIndex
+    from torch_flops.formulas import FORMULAS
+    from torch_flops.measure import PerfCounterTimer, make_memory_probe
+    from torch_flops.session import Recording
+
+    class UserMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    table = FORMULAS.copy()
+    index = ModelIndex(model, table)
+    recording = Recording(index, table, timer=PerfCounterTimer(), device=torch.device("cpu"),
+                          memory=make_memory_probe(torch.device("cpu"), "memory_allocated", index.storages))
+    with recording, UserMode() as user:
+        ours = _get_current_dispatch_mode_stack()[0]
+        assert _get_current_dispatch_mode_stack() == [ours, user] and len(_get_current_function_mode_stack()) == 1
+        with recording.stepped_aside():
+            assert _get_current_dispatch_mode_stack() == [user] and _get_current_function_mode_stack() == []
+            assert not nn.modules.module._has_any_global_hook() and not model._forward_pre_hooks
+            with recording.stepped_aside(modes=False, hooks=False):  # everything back, for a shadow call
+                assert _get_current_dispatch_mode_stack() == [ours, user] and model._forward_pre_hooks
+                assert nn.modules.module._has_any_global_hook()
+            assert _get_current_dispatch_mode_stack() == [user] and not model._forward_pre_hooks
+            model(x)  # not recorded
+        assert _get_current_dispatch_mode_stack() == [ours, user] and model._forward_pre_hooks
+        with recording.untimed():
+            time.sleep(0.3)
+        model(x)  # recorded
+    assert _nothing_installed() and not model._forward_pre_hooks
+    (step,) = recording.steps
+    assert step.calls == 1 and step.duration_ms < 150  # the 300 ms asleep left out of the step
+
+
 # ------------------------------------------------------------------ TorchFLOPsByFX(compiled).propagate
 
 
@@ -197,6 +241,8 @@ def test_compile_is_in_an_untimed_warmup(facade: SimpleNamespace) -> None:
     assert facade.watch.spans_with_compile == 0
     text = report.summary_text(facade.counter.profile)
     assert "Compiled:" in text and "untimed warm-up" in text and "1 frame(s) compiled, 0 graph break(s)" in text
+    again = Profile.from_json(report.profile_to_json(facade.counter.profile))  # the facts survive JSON
+    assert again.settings["compiled_call"] == facts
 
 
 def test_propagate_with_loss_fn_leaves_the_compiled_steps_gradients() -> None:
