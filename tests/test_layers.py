@@ -13,15 +13,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "torch_flops"
 
 #: bottom to top; a module may import its own layer's modules and any layer below
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("leaves", frozenset({"errors", "paths", "measure", "hardware", "comm", "_gc", "_validate", "progress", "zoo",
+    ("leaves", frozenset({"errors", "paths", "measure", "hardware", "comm", "_gc", "_validate", "progress", "zoo", "kvcache",
                           "_version"})),
     ("formulas", frozenset({"formulas", "optim"})),
     ("capture", frozenset({"capture"})),
     ("plan", frozenset({"plan"})),
     ("run", frozenset({"backward", "measuring", "state", "runloop", "interpreter", "recorder"})),
     ("records", frozenset({"records", "conventions"})),
-    ("views", frozenset({"report", "roofline", "plot", "distributed", "html", "diff"})),
-    ("sessions", frozenset({"session", "calls", "training", "generation", "compiled", "inductor_capture"})),
+    ("views", frozenset({"report", "roofline", "plot", "distributed", "html", "diff", "generation_report",
+                         "generation_plot"})),
+    ("sessions", frozenset({"session", "calls", "training", "generation", "generation_sweep", "compiled",
+                            "inductor_capture"})),
     ("facade", frozenset({"options", "analyzer", "api", "__init__"})),
     ("cli", frozenset({"cli", "__main__"})),
 )

@@ -350,3 +350,31 @@ def test_the_cli_prints_a_training_steps_roofline(tmp_path: Any, monkeypatch: py
     # p, m, v = 1536 B -> 3584 B = 3.50 KiB, predicted memory-bound, listed among the slowest nodes
     row = next(line for line in out.splitlines() if line.startswith("adamw_0_weight"))
     assert "3.50 KiB" in row and "memory" in row
+
+
+def test_a_long_run_shows_its_nodes_on_a_terminal() -> None:
+    import io
+
+    from torch_flops.progress import Progress
+
+    class Tiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.fc(x)) + 1
+
+    model = nn.Sequential(*[Tiny() for _ in range(200)])  # 3 nodes a block: 600 nodes and the input/output
+    for tracer in ("auto", "fx"):
+        stream = io.StringIO()
+        progress = Progress(True, stream, delay_s=0.0, interval_s=0.0)
+        counter = TorchFLOPsByFX(model, tracer=tracer)
+        counter._front.call((torch.randn(1, 4),), {}, loss_fn=None, backward=False, progress=progress)
+        progress.done()
+        text = stream.getvalue()
+        # every 256 nodes, rewritten in place: "run 1/1: 256 nodes, 0.0 s", then cleared
+        assert "torch_flops: run 1/1: 256 nodes, " in text and text.endswith("\r\033[K")
+    quiet = io.StringIO()
+    Progress(None, quiet).nodes(256)  # not a terminal: nothing
+    assert quiet.getvalue() == ""

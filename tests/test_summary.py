@@ -108,10 +108,11 @@ def test_model_size_by_dtype_with_a_module_that_never_ran() -> None:
     with torch.no_grad():
         p.propagate(torch.randn(3, 4, dtype=torch.bfloat16))
     s = report.model_summary(p.profile)
-    assert s.params_by_dtype == {"bfloat16": (20, 40), "float32": (20, 80), "unknown": (10, None)}
-    assert s.model_bytes == 120
-    assert "Model size:  120 B (bfloat16 20 params x 2 B, float32 20 params x 4 B) + 10 params of unknown dtype" \
-        in report.summary_text(p.profile)
+    # each parameter in its own dtype, the module that never ran included: 20 + 10 float32 (4 B each)
+    # = 120 B, 20 bfloat16 (2 B each) = 40 B -> 160 B
+    assert s.params_by_dtype == {"float32": (30, 120), "bfloat16": (20, 40)}
+    assert s.model_bytes == 160
+    assert "Model size:  160 B (float32 30 params x 4 B, bfloat16 20 params x 2 B)" in report.summary_text(p.profile)
 
 
 def test_training_step_summary_covers_the_step() -> None:
@@ -232,3 +233,31 @@ def test_repr_html_is_a_compact_summary() -> None:
     assert html is not None and html.startswith('<div class="torch-flops-profile">')
     assert "<script" not in html and "Model size" in html and "848 B (float32 212 params x 4 B)" in html
     assert "Top modules at depth 1 by FLOPs" in html and "<td" in html
+
+
+class _SlowerEachCall:
+    """A clock whose nodes take 1 ms in the first timed call, 2 ms in the second, 4 ms in the third."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def tick(self) -> int:
+        return self.calls
+
+    def finish(self) -> None:
+        self.calls += 1
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(2 ** (start % 3))
+
+
+def test_latency_median_and_spread_over_repeated_calls() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    counter = TorchFLOPsByFX(model, repeat=3, timer=_SlowerEachCall())
+    with torch.no_grad():
+        counter.propagate(torch.randn(2, 8))
+    s = report.model_summary(counter.profile)
+    # three nodes a call: 3 x 1, 3 x 2 and 3 x 4 ms -> calls of 3, 6 and 12 ms: median 6, spread 3 .. 12
+    assert counter.profile.settings["run_times_ms"] == [12.0, 3.0, 6.0]  # the counting call (last) first
+    assert (s.latency_ms, s.spread_ms, s.latency_source, s.timed_calls) == (6.0, (3.0, 12.0), "calls", 3)
+    assert "Latency:     6.00 ms, median of 3 calls (min 3.00 ms, max 12.0 ms)" in report.summary_text(counter.profile)

@@ -39,6 +39,8 @@ from torch_flops.formulas import (
     register_module,
     zero_flops,
 )
+from torch_flops.generation import GenerationPrediction, GenerationProfile, GenerationStep, profile_generate
+from torch_flops.generation_sweep import GenerationSweep, SweepPoint, sweep_generation
 from torch_flops.hardware import HardwareSpec
 from torch_flops.measure import Timer
 from torch_flops.optim import OPTIMIZER_FLOPs_MAPPING, optimizer_step_flops, register_optimizer
@@ -54,6 +56,10 @@ __all__ = [
     "DuplicateFormulaError",
     "FUNCTION_FLOPs_MAPPING",
     "FlopCountAnalysis",
+    "GenerationPrediction",
+    "GenerationProfile",
+    "GenerationStep",
+    "GenerationSweep",
     "HardwareSpec",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
@@ -65,6 +71,7 @@ __all__ = [
     "Roofline",
     "RooflineRow",
     "Status",
+    "SweepPoint",
     "Timer",
     "TorchFLOPsByFX",
     "TorchFlopsError",
@@ -83,6 +90,7 @@ __all__ = [
     "optimizer_step_flops",
     "profile",
     "profile_compiled",
+    "profile_generate",
     "register",
     "register_aten",
     "register_function",
@@ -90,6 +98,7 @@ __all__ = [
     "register_module",
     "register_optimizer",
     "roofline",
+    "sweep_generation",
     "utilization",
     "zero_flops",
 ]

@@ -16,6 +16,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops import formulas, report
+from torch_flops._version import versions
 from torch_flops.calls import CompiledFront, EagerFront, GraphFront, Result, meta_advice, reads_values
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
@@ -266,7 +267,9 @@ class TorchFLOPsByFX:
             self._profile = Profile.from_measurements(
                 measurements, tracer=result.front_end, module_types=result.module_types,
                 module_params=result.module_params, batch_size=batch_size,
-                settings={**self.options.settings(), "memory_source": measurements.memory_source,
+                settings={**self.options.settings(), **versions(), "param_dtypes": dict(result.param_dtypes),
+                          **({"run_times_ms": list(measurements.run_times_ms)} if measurements.run_times_ms else {}),
+                          "memory_source": measurements.memory_source,
                           **({"device_name": measurements.device_name} if measurements.device_name else {}),
                           **self._distributed, **result.settings})
         return self._profile

@@ -35,6 +35,7 @@ from torch_flops.compiled import (
 from torch_flops.formulas import Formula
 from torch_flops.formulas import fvcore as fvcore_rules
 from torch_flops.formulas._shapes import prod
+from torch_flops.generation import profile_generation_call
 from torch_flops.options import TracerName
 from torch_flops.records import NodeRecord, Profile, is_internal
 from torch_flops.state import copy_inputs
@@ -102,14 +103,17 @@ def get_model_profile(
         as_string: return ``('8.21 GFLOPs', '4.09 GMACs', '25.6 M')`` instead of integers.
         output_file: write the printed profile to this file instead of stdout.
         ignore_modules: module classes (or class names) whose calls count 0 FLOPs.
-        mode: ``"forward"`` (a forward call). DeepSpeed's ``"generate"`` profiles
-            ``model.generate``, a Python loop no single graph holds: refused with a ``ValueError``.
+        mode: ``"forward"`` (a forward call) or ``"generate"``: ``model.generate(*args, **kwargs)``
+            (after ``warm_up`` unprofiled calls of it), every call of the model in it recorded
+            (:func:`torch_flops.generation.profile_generate`); the returned counts are summed over
+            the whole generation, as DeepSpeed's are, and the printed profile also splits them into
+            the prefill and each decode step. ``input_shape`` then builds token ids (``torch.long``
+            ones of that shape) rather than a float tensor, and ``kwargs`` may go with it
+            (``generate``'s options, e.g. ``max_new_tokens``).
     """
-    if mode != "forward":
-        raise ValueError(f"mode must be 'forward', got {mode!r}: mode='generate' profiles model.generate(), a "
-                         "Python loop of forwards that no single graph holds; profile one forward (a prefill or "
-                         "one decoding step) instead")
-    if input_shape is not None and (args or kwargs):
+    if mode not in ("forward", "generate"):
+        raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
+    if input_shape is not None and (args or (kwargs and mode == "forward")):  # generate: kwargs are its options
         raise ValueError("give either input_shape or args/kwargs, not both")
     if input_shape is None and not args and not kwargs:
         raise ValueError("give input_shape or args/kwargs: the model needs inputs to be profiled")
@@ -118,11 +122,15 @@ def get_model_profile(
             raise TypeError(f"input_shape must be a sequence of positive ints, got {input_shape!r}")
         if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in input_shape):
             raise ValueError(f"input_shape must be a sequence of positive ints, got {input_shape!r}")
-        args = (_tensor_like_model(model, tuple(input_shape)),)
+        args = (_tensor_like_model(model, tuple(input_shape)) if mode == "forward" else
+                _token_ids_like_model(model, tuple(input_shape)),)
     _validate.check_bool("detailed", detailed)
     _validate.check_depth("module_depth", module_depth)
     _validate.check_int("top_modules", top_modules, 0)
     ignore = _class_names(ignore_modules or (), "ignore_modules")
+    if mode == "generate":
+        return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed, module_depth,
+                                 top_modules, warm_up, as_string, output_file, ignore)
     result = profile(model, *(args or ()), warmup=warm_up, ignore_ops=ignore, **dict(kwargs or {}))
     if print_profile:
         if detailed:
@@ -141,6 +149,45 @@ def get_model_profile(
         return (report.format_count(flops, "FLOPs"), report.format_count(macs, "MACs"),
                 report.format_count(params))
     return flops, macs, params
+
+
+def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], print_profile: bool,
+                      detailed: bool, module_depth: int, top_modules: int, warm_up: int, as_string: bool,
+                      output_file: str | None, ignore: list[str]) -> tuple[int | str, int | str, int | str]:
+    """``get_model_profile(mode="generate")``: DeepSpeed's warm-up calls, then one profiled
+    ``model.generate(*args, **kwargs)``; its totals over every step."""
+    generate = getattr(model, "generate", None)
+    if not callable(generate):  # (a ValueError: the mode, not the model, is what to change)
+        raise ValueError(  # noqa: TRY004
+            f"mode must be 'forward' for {type(model).__name__}: mode='generate' calls model.generate(), which it "
+            "does not have")
+    _validate.check_int("warm_up", warm_up, 0)
+    for _ in range(warm_up):
+        generate(*args, **kwargs)
+    gp = profile_generation_call(model, lambda: generate(*args, **kwargs), ignored=ignore)
+    whole = gp.total
+    if print_profile:
+        parts = [gp.text(depth=0)]
+        if detailed:
+            parts.append("The whole generation (every step summed):\n"
+                         + report.model_profile_text(whole, depth=module_depth, top=top_modules))
+        elif top_modules:
+            parts.append(report.top_modules_text(whole, top_modules, module_depth))
+        text = "\n\n".join(parts)
+        if output_file is not None:
+            report.write_atomic(output_file, text + "\n")
+        else:
+            print(text)
+    flops, macs, params = whole.total_flops, whole.total_macs, whole.total_params
+    if as_string:
+        return (report.format_count(flops, "FLOPs"), report.format_count(macs, "MACs"),
+                report.format_count(params))
+    return flops, macs, params
+
+
+def _token_ids_like_model(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
+    device = next((t.device for t in (*model.parameters(), *model.buffers())), torch.device("cpu"))
+    return torch.ones(shape, dtype=torch.long, device=device)
 
 
 def _class_names(items: Iterable[type | str], name: str) -> list[str]:

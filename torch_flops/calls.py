@@ -76,6 +76,7 @@ class Result(NamedTuple):
     module_types: Mapping[str, str]
     module_params: Mapping[str, int]
     capture: Callable[[], Capture]
+    param_dtypes: Mapping[str, int]  #: parameter dtype -> elements (ModelIndex.param_dtypes)
     settings: Mapping[str, Any] = _NO_SETTINGS  #: what the front end adds to the profile's settings
 
 
@@ -153,7 +154,7 @@ class EagerFront:
         index = ModelIndex(model, s.table, s.capture.leaf_types, s.capture.leaf_paths, s.capture.leaf_names)
         if s.strict:
             check_leaves(index, s.table, s.ignored)
-        runner = _EagerRunner(index, s, device, loss_fn, backward)
+        runner = _EagerRunner(index, s, device, loss_fn, backward, progress)
         runner.restore_grads = self.shadow
         self.needs_values = False
         try:
@@ -167,21 +168,23 @@ class EagerFront:
         assert step is not None
         if s.strict:
             step.graph.check_strict()
-        return Result(output, measurements, "eager", index.types, index.params, step.graph.capture)
+        return Result(output, measurements, "eager", index.types, index.params, step.graph.capture,
+                      index.param_dtypes)
 
 
 class _EagerRunner:
     """Each run: one call of the model (and its loss and backward) under a new recording."""
 
     def __init__(self, index: ModelIndex, settings: CallSettings, device: torch.device,
-                 loss_fn: Callable[[Any], Any] | None, backward: bool) -> None:
-        self.index, self.settings, self.device = index, settings, device
+                 loss_fn: Callable[[Any], Any] | None, backward: bool, progress: Progress | None = None) -> None:
+        self.index, self.settings, self.device, self.progress = index, settings, device, progress
         self.loss_fn, self.backward = loss_fn, backward
         self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
         self.memory_source = self.memory.source
         self.counted: Step | None = None
         self.needs_values = False
         self.restore_grads = False  #: the counting run's backward, too, leaves no gradient behind
+        self._planned: dict[Any, Any] = {}  # each target's plan, shared by this call's runs
         self._last: tuple[Step, Timer] | None = None
 
     def call(self, inputs: tuple[tuple[Any, ...], dict[str, Any]], *, count: bool, timed: bool) -> Any:
@@ -191,7 +194,8 @@ class _EagerRunner:
         s = self.settings
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
         recording = Recording(self.index, s.table, timer=NullTimer() if warmup else s.timer_for(self.device),
-                              memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward)
+                              memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
+                              progress=self.progress, planned=self._planned)
         grads: LeafGrads | None = None
         recording.start()
         try:
@@ -266,7 +270,7 @@ class GraphFront:
         gm = graph.graph_module
         with TRACE_GATE.running(), training_flags_restored(snapshot.modules), gc_paused(), runner.lock:
             runner.prepare(timer=s.timer_for(device), memory=memory, strict=s.strict, timed=device.type != "meta",
-                           sequences=sequences)
+                           sequences=sequences, progress=progress)
             output, measurements = run_repeated(
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
                 extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm), progress=progress)
@@ -282,7 +286,7 @@ class GraphFront:
                 graph_run = measurements.runs[0].with_backward(recording.backward_run, recording.timer)
                 measurements = Measurements.of([graph_run], device, measurements.memory_source)
         return Result(output, measurements, capture.front_end, capture.module_types, capture.module_params,
-                      lambda: capture)
+                      lambda: capture, snapshot.index.param_dtypes)
 
     def _capture_fx(self, progress: Progress) -> Capture:
         progress.step("capturing (torch.fx)")

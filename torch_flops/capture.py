@@ -579,6 +579,8 @@ class ModelIndex:
         self.modules: list[nn.Module] = []  #: in ``model.modules()`` order
         #: (name, tensor, is a parameter) of every parameter and buffer, each tensor once
         self.tensors: list[tuple[str, torch.Tensor, bool]] = []
+        #: parameter dtype ("bfloat16") -> elements, each parameter once (the model's size by dtype)
+        self.param_dtypes: dict[str, int] = {}
         leaves: set[int] = set()
         for path, module in model.named_modules():
             check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
@@ -595,6 +597,8 @@ class ModelIndex:
                     self.tensors.append((full, t, is_param))
                     if is_param:
                         owned += t.numel()
+                        dtype = str(t.dtype).removeprefix("torch.")
+                        self.param_dtypes[dtype] = self.param_dtypes.get(dtype, 0) + t.numel()
             self.params[path] = owned
             if table is None or not path:
                 continue

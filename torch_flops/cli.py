@@ -29,6 +29,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
@@ -176,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                             "fixed random classes of the last dimension (default: sum)")
     train.add_argument("--optimizer", choices=tuple(_OPTIMIZERS), default=None,
                        help="also profile this optimizer's step (default: none)")
+    _generation_flags(p)
     compiled = p.add_argument_group("compiled model (--compiled)")
     compiled.add_argument("--compiled", action="store_true",
                           help="profile the model eagerly and torch.compile'd (Inductor) on the same inputs and "
@@ -482,6 +484,8 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.plot is not None:
         _check_matplotlib()
 
+    if ns.generate is not None:
+        return _run_generate(ns, device, dtype, tokens, spec)
     model, args, kwargs = _build(ns.model, device, dtype, input_shape, tokens, ns.model_class,
                                  graph_front_end=ns.tracer in ("fx", "export"))
     step_text = None
@@ -539,7 +543,8 @@ def _run_compiled(ns: argparse.Namespace) -> int:
         ("--group-by", ns.group_by is not None), ("--all-nodes", ns.all_nodes),
         ("--convention", ns.convention != "torch_flops"), ("--chrome-trace", ns.chrome_trace is not None),
         ("--html", ns.html is not None), ("--plot", ns.plot is not None),
-        ("--roofline", ns.roofline and ns.hardware is None)) if on]
+        ("--roofline", ns.roofline and ns.hardware is None), ("--generate", ns.generate is not None),
+        ("--sweep", ns.sweep is not None)) if on]
     if given:
         raise CLIError(f"--compiled prints the eager vs compiled comparison (and, with --hardware NAME, the compiled "
                        f"regions' roofline): {', '.join(given)} does not apply to it", 2)
@@ -829,3 +834,102 @@ def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, inp
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(device)
     return model, (), {"input_ids": ids}
+
+
+# ---------------------------------------------------------------------- generation (--generate, --sweep)
+def _generation_flags(p: argparse.ArgumentParser) -> None:
+    gen = p.add_argument_group("generation (--generate)")
+    gen.add_argument("--generate", type=int, metavar="N",
+                     help="profile model.generate() of N new tokens (greedy) from --tokens B,S random prompts: the "
+                          "prefill and every decode step, the KV cache, TTFT/TPOT/tokens/s (a transformers causal "
+                          "LM); with --hardware, the prediction there")
+    gen.add_argument("--sweep", nargs="+", metavar="KEY=V1,V2",
+                     help="with --generate N and --meta: a sweep on the meta device over batch=..., prompt=... (and "
+                          "generated=..., default N), priced on --hardware; --plot PNG draws it")
+
+
+def _sweep_axes(items: Sequence[str], tokens: tuple[int, ...] | None, new_tokens: int) -> dict[str, tuple[int, ...]]:
+    axes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or key not in ("batch", "prompt", "generated"):
+            raise CLIError(f"bad --sweep {item!r}: expected batch=1,8,64, prompt=128,2048 or generated=32,256", 2)
+        axes[key] = _parse_dims(values, f"--sweep {key}")
+    batch, prompt = tokens or _DEFAULT_TOKENS
+    return {"batch": axes.get("batch", (batch,)), "prompt": axes.get("prompt", (prompt,)),
+            "generated": axes.get("generated", (new_tokens,))}
+
+
+def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dtype, tokens: tuple[int, ...] | None,
+                  spec: HardwareSpec | None) -> int:
+    """``--generate N``: :func:`torch_flops.profile_generate` (or, with ``--sweep``,
+    :func:`torch_flops.sweep_generation`) of the model built from MODEL."""
+    from torch_flops.generation import profile_generate
+    from torch_flops.generation_sweep import sweep_generation
+
+    if ns.generate < 1:
+        raise CLIError(f"--generate must be >= 1, got {ns.generate}", 2)
+    if ns.train or ns.input_shape is not None:
+        raise CLIError("--generate takes token prompts (--tokens B,S), not --train or --input-shape", 2)
+    if ns.chrome_trace:
+        raise CLIError("--chrome-trace is for one call of the model, not a --generate run", 2)
+    if ns.sweep is not None:
+        if device.type != "meta":
+            raise CLIError("--sweep runs on the meta device: add --meta", 2)
+        if spec is None:
+            raise CLIError("--sweep prices every point on a hardware spec: give --hardware NAME "
+                           "(see --list-hardware)", 2)
+        axes = _sweep_axes(ns.sweep, tokens, ns.generate)
+        model = _generate_model(ns, device, dtype, (1, max(axes["prompt"])))
+        sweep = sweep_generation(model, axes["batch"], axes["prompt"], axes["generated"], hardware=spec)
+        text = {"json": lambda: sweep.to_json(), "markdown": sweep.markdown, "csv": lambda: sweep.csv_text().rstrip("\n")
+                }.get(ns.format, sweep.text)()
+        _emit(ns, text)
+        if ns.plot:
+            sweep.save_plot(ns.plot)
+        return 0
+    if device.type == "meta":
+        raise CLIError("--generate runs the model (sampling reads the logits): drop --meta, or add --sweep", 2)
+    batch, prompt = tokens or _DEFAULT_TOKENS
+    model = _generate_model(ns, device, dtype, (batch, prompt))
+    _check_positions(model, prompt + ns.generate)
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2)
+    ids = torch.randint(0, vocab, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    pad = eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else 0
+    model.eval()
+    gp = profile_generate(model, ids, max_new_tokens=ns.generate, min_new_tokens=ns.generate, do_sample=False,
+                          attention_mask=torch.ones_like(ids), pad_token_id=pad)
+    if ns.format == "json":
+        doc = gp.to_dict(profiles=False)
+        if spec is not None:
+            doc["prediction"] = gp.predict(spec).as_dict()
+        text = json.dumps(doc, indent=2, default=str)
+    elif ns.format == "markdown":
+        text = gp.markdown(spec)
+    elif ns.format == "csv":
+        text = gp.csv_text().rstrip("\n")
+    else:
+        text = gp.text(depth=ns.depth, hardware=spec)
+    _emit(ns, text)
+    if ns.plot and spec is not None:
+        from torch_flops.plot import save_roofline_plot
+
+        save_roofline_plot(roofline(gp.decode[0] if gp.decode else gp.prefill, spec), ns.plot)
+    return 0
+
+
+def _generate_model(ns: argparse.Namespace, device: torch.device, dtype: torch.dtype,
+                    tokens: tuple[int, int]) -> nn.Module:
+    model, _, _ = _build(ns.model, device, dtype, None, tokens, ns.model_class)
+    if not callable(getattr(model, "generate", None)) or getattr(model, "config", None) is None:
+        raise CLIError(f"--generate needs a transformers causal LM (a config.json, or an import path returning one); "
+                       f"{type(model).__name__} has no generate()", 2)
+    return model
+
+
+def _emit(ns: argparse.Namespace, text: str) -> None:
+    if ns.output:
+        report.write_atomic(ns.output, text + "\n")
+    else:
+        print(text)

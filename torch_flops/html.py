@@ -31,6 +31,7 @@ import torch
 
 from torch_flops import records, report
 from torch_flops.hardware import HardwareSpec
+from torch_flops.paths import parent
 from torch_flops.records import Profile, is_internal
 from torch_flops.roofline import Roofline
 from torch_flops.roofline import roofline as roofline_of
@@ -49,18 +50,7 @@ Section = tuple[str, Profile] | tuple[str, Profile, Roofline | None]
 def _parents(paths: Sequence[str]) -> list[int]:
     """Each path's parent in the tree: its longest dotted prefix that is a module (-1 for the root)."""
     index = {p: i for i, p in enumerate(paths)}
-    parents = []
-    for path in paths:
-        if path == "":
-            parents.append(-1)
-            continue
-        parent = path
-        while True:
-            parent = parent.rpartition(".")[0]
-            if parent == "" or parent in index:
-                break
-        parents.append(index[parent])
-    return parents
+    return [-1 if path == "" else index[parent(path, index)] for path in paths]
 
 
 def _roofline_data(profile: Profile, line: Roofline) -> dict[str, Any]:
@@ -90,10 +80,12 @@ def _roofline_data(profile: Profile, line: Roofline) -> dict[str, Any]:
                         ["memory-bound share", f"{100 * line.memory_bound_share:.1f}%"]]}
 
 
-def _versions() -> dict[str, str]:
+def _versions(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The versions that made the profile (its settings), else the ones rendering it."""
     from torch_flops._version import __version__
 
-    return {"torch_flops": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    return {"torch_flops": str(settings.get("torch_flops_version", __version__)),
+            "torch": str(settings.get("torch_version", torch.__version__)), "python": platform.python_version()}
 
 
 def profile_data(profile: Profile, roofline: Roofline | None = None, title: str | None = None) -> dict[str, Any]:
@@ -121,7 +113,7 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
             "model": model, "summary": report.summary_lines(profile), "note": report.timing_note(profile),
             "device": profile.device, "tracer": profile.tracer, "convention": profile.convention,
             "dtypes": Counter(r.dtype for r in profile.records if r.dtype is not None).most_common(),
-            "settings": {k: v for k, v in profile.settings.items()}, "versions": _versions(),
+            "settings": {k: v for k, v in profile.settings.items()}, "versions": _versions(profile.settings),
             "memory_source": profile.memory_source,
         },
         "modules": {"path": paths, "type": [modules[p].module_type for p in paths],

@@ -21,6 +21,7 @@ from torch_flops.backward import SequenceMap
 from torch_flops.measure import MemoryProbe, Timer
 from torch_flops.measuring import GraphRun, NodeMeasurer, add_note, describe_inputs, traffic_table
 from torch_flops.plan import FlatArgs, NodePlan, Plan
+from torch_flops.progress import Progress
 from torch_flops.runloop import RunTimes
 
 __all__ = ["FlopsInterpreter", "GraphRunner"]
@@ -43,6 +44,7 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         self._plan = plan
         self._count = True
         self._traffic_rows = traffic_table(plan)
+        self.progress: Progress | None = None
 
     def start(self, timer: Timer, memory: MemoryProbe, strict: bool, skip_unneeded: bool) -> None:
         """Set up the measurements of one run loop: fresh per-node lists."""
@@ -103,6 +105,8 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         self.measure(i, plan, args, kwargs, out)
         if self.sequences is not None:  # a backward follows: the autograd nodes made so far are this node's
             self.sequences.close(i)
+        if self.progress is not None and not i & 255:  # a live line on a terminal during a long run
+            self.progress.nodes(i)
         return out
 
     def node_name(self, i: int) -> str:
@@ -136,10 +140,11 @@ class GraphRunner:
         self.lock = threading.Lock()
 
     def prepare(self, *, timer: Timer, memory: MemoryProbe, strict: bool, timed: bool,
-                sequences: SequenceMap | None = None) -> None:
+                sequences: SequenceMap | None = None, progress: Progress | None = None) -> None:
         """Fresh measurements for the next runs; ``sequences``: a backward follows the counting run
-        (its autograd nodes are marked per node)."""
+        (its autograd nodes are marked per node); ``progress``: the live line of a long run."""
         self._interpreter.start(timer, memory, strict, skip_unneeded=not timed)
+        self._interpreter.progress = progress if progress is not None and progress.enabled else None
         self._sequences = sequences
 
     def call(self, inputs: Sequence[Any], *, count: bool, timed: bool) -> Any:

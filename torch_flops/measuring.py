@@ -41,7 +41,6 @@ __all__ = ["GraphRun", "Measurements", "NodeMeasurer", "add_note", "describe_inp
 
 _COUNTED = NodeKind.COUNTED
 _COMMUNICATION = NodeKind.COMMUNICATION
-_UNSUPPORTED = NodeKind.UNSUPPORTED
 _FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})  # the usual compute dtypes
 _DEFAULT, _INPLACE, _OVERWRITE, _GATHER, _SCATTER, _CREATE = range(6)
 _TRAFFIC_MODES = {Traffic.DEFAULT: _DEFAULT, Traffic.INPLACE: _INPLACE, Traffic.OVERWRITE: _OVERWRITE,
@@ -152,12 +151,17 @@ class Measurements:
     memory_source: str
     #: the accelerator's own name ("NVIDIA H100 80GB HBM3"), for recognising it in hardware specs
     device_name: str = ""
+    #: per timed call, the time of its nodes (the model's own work, forward and backward), summed:
+    #: the spread of the latency over ``repeat`` calls; empty when untimed or timed once
+    run_times_ms: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, runs: Sequence[GraphRun], device: torch.device, memory_source: str) -> Measurements:
+    def of(cls, runs: Sequence[GraphRun], device: torch.device, memory_source: str,
+           run_times_ms: Sequence[float] = ()) -> Measurements:
         """The measurements of ``runs`` on ``device`` (its accelerator's name read here)."""
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-        return cls(runs=tuple(runs), device=str(device), memory_source=memory_source, device_name=name)
+        return cls(runs=tuple(runs), device=str(device), memory_source=memory_source, device_name=name,
+                   run_times_ms=tuple(run_times_ms))
 
     def unsupported(self) -> dict[str, list[tuple[str, str]]]:
         """Readable target -> ``(node name, why)`` for nodes without a count (no formula, or a
@@ -167,11 +171,11 @@ class Measurements:
             errors = graph_run.errors
             if not (graph_run.maybe_unsupported or errors):
                 continue
-            for p in graph_run.plan.nodes:
-                if p.kind is _UNSUPPORTED:
-                    found.setdefault(p.target, []).append((p.node.name, f"no formula for {p.key!r}"))
-                elif p.position in errors:
-                    found.setdefault(p.target, []).append((p.node.name, errors[p.position]))
+            nodes = graph_run.plan.nodes
+            missing = [(p.position, f"no formula for {p.key!r}") for p in graph_run.plan.unsupported]
+            for i, why in sorted(missing + list(errors.items())):  # execution order
+                p = nodes[i]
+                found.setdefault(p.target, []).append((p.node.name, why))
         return found
 
 

@@ -6,9 +6,9 @@ reports use the same helper, so the module tree is built one way everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
-__all__ = ["ancestors", "depth", "module_chain"]
+__all__ = ["ancestors", "depth", "module_chain", "parent"]
 
 
 def module_chain(paths: Iterable[str]) -> tuple[str, ...]:
@@ -31,6 +31,16 @@ def module_chain(paths: Iterable[str]) -> tuple[str, ...]:
 def ancestors(path: str) -> tuple[str, ...]:
     """``"a.b" -> ("", "a", "a.b")``: the path and every module that contains it, root first."""
     return ("", *module_chain((path,)))
+
+
+def parent(path: str, known: Container[str]) -> str:
+    """The module a non-root ``path`` sits in: its longest dotted prefix in ``known`` ("" when none:
+    the root). An iterated container that is no module of its own is skipped."""
+    up = path
+    while True:
+        up = up.rpartition(".")[0]
+        if up == "" or up in known:
+            return up
 
 
 def depth(path: str) -> int:

@@ -212,8 +212,9 @@ class Plan:
     #: ``NodePlan.frees`` of every node, by position (what the live-tensor replay walks)
     frees: tuple[tuple[int, ...], ...]
 
-    @property
+    @functools.cached_property
     def unsupported(self) -> tuple[NodePlan, ...]:
+        """The nodes without a formula, in graph order."""
         return tuple(p for p in self.nodes if p.kind is NodeKind.UNSUPPORTED)
 
     @functools.cached_property

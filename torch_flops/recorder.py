@@ -46,6 +46,7 @@ from torch_flops.plan import (
     plan_op,
     readable_op,
 )
+from torch_flops.progress import Progress
 
 _NOT_SEEN: tuple[Any, int, Any, Any] = (None, 0, None, None)  # a node measured when it has run
 
@@ -57,7 +58,8 @@ class EagerGraph(NodeMeasurer):
     to follow, which node made each autograd node (:class:`~torch_flops.backward.SequenceMap`)."""
 
     def __init__(self, index: ModelIndex, table: FormulaTable, ignored: Iterable[str], timer: Timer,
-                 memory: MemoryProbe, sequences: SequenceMap | None = None) -> None:
+                 memory: MemoryProbe, sequences: SequenceMap | None = None, progress: Progress | None = None,
+                 planned: dict[Any, OpPlan] | None = None) -> None:
         self._index = index
         self.index = index  #: the model walk this graph was recorded with
         self._table = table
@@ -74,7 +76,9 @@ class EagerGraph(NodeMeasurer):
         self._ops: list[OpPlan] = []  #: per node, its target's plan
         self.phases: list[str] = []  #: per node, the phase it ran in (see torch_flops.session)
         self._refs: list[NodeRef] = []
-        self._planned: dict[tuple[Any, ...], OpPlan] = {}
+        #: target (module, ...) -> its plan: shared by the graphs of one recording (a training or
+        #: generation step repeats its targets) and of one propagate's calls
+        self._planned: dict[Any, OpPlan] = {} if planned is None else planned
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
         self._getitems: dict[tuple[int, int], int] = {}
@@ -89,6 +93,7 @@ class EagerGraph(NodeMeasurer):
         #: node ran under: the user's call, for messages
         self.called_as: dict[int, Any] = {}
         self._reads_memory = memory.read is not None
+        self._progress = progress  # a live line on a terminal during a long recording (None: none)
         self.reset(0, [])
 
     @property
@@ -138,6 +143,8 @@ class EagerGraph(NodeMeasurer):
         self._bind(out, i)
         if self.sequences is not None:  # the autograd nodes made so far (and not claimed) are this node's
             self.sequences.close(i)
+        if self._progress is not None and not i & 255:
+            self._progress.nodes(i)
 
     def add_inputs(self, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """A call of the model starts: each tensor of its inputs becomes a placeholder."""

@@ -155,6 +155,7 @@ from torch_flops import hardware
 from torch_flops._validate import check_choice, check_depth, check_int
 from torch_flops.comm import rank_path
 from torch_flops.hardware import HardwareSpec
+from torch_flops.paths import parent as parent_module
 from torch_flops.records import SCHEMA_NAME, SCHEMA_VERSION, ModuleStats, NodeRecord, Profile, is_internal
 from torch_flops.roofline import Roofline
 
@@ -784,13 +785,8 @@ def _tree_order(modules: Mapping[str, ModuleStats]) -> list[tuple[str, str, int]
     for path in modules:
         if path == "":
             continue
-        parent = path
-        while True:
-            parent = parent.rpartition(".")[0]
-            if parent == "" or parent in modules:
-                break
-        parents[path] = parent
-        children.setdefault(parent, []).append(path)
+        up = parents[path] = parent_module(path, modules)
+        children.setdefault(up, []).append(path)
     order: list[tuple[str, str, int]] = []
     stack: list[tuple[str, int]] = [("", 0)]
     while stack:
@@ -1011,7 +1007,8 @@ class ModelSummary:
     step_flops: int
     phases: str  #: what the latency covers: "forward", "forward + backward", "... + optimizer"
     latency_ms: float | None  #: median over the timed calls (see ``latency_source``); None untimed
-    #: "calls": the median of each timed call's end-to-end time (``settings["run_times_ms"]``);
+    #: "calls": the median over the timed calls of each one's time (its nodes' times summed:
+    #: ``settings["run_times_ms"]``);
     #: "nodes": the sum of each node's median time (the model's own work; no per-call times kept)
     latency_source: str | None
     spread_ms: tuple[float, float] | None  #: (min, max) over the timed calls; None with fewer than 2
@@ -1042,8 +1039,14 @@ def _dtype_bytes(name: str) -> int | None:
 
 
 def _params_by_dtype(profile: Profile) -> dict[str, tuple[int, int | None]]:
-    """Parameters per dtype: each module's own parameters in the dtype its own call computes in
-    (a module call's record: its parameters'), else the commonest dtype of its nodes."""
+    """Parameters per dtype: as the profile recorded them (``settings["param_dtypes"]``, each
+    parameter once); for profiles without (older files), each module's own parameters in the dtype
+    its own call computes in (a module call's record: its parameters'), else the commonest dtype of
+    its nodes."""
+    recorded = profile.settings.get("param_dtypes")
+    if isinstance(recorded, Mapping) and recorded:
+        return {k: (int(n), None if _dtype_bytes(k) is None else int(n) * _dtype_bytes(k))  # type: ignore[operator]
+                for k, n in sorted(recorded.items(), key=lambda kv: -int(kv[1]))}
     seen: dict[str, Counter[str]] = {}
     calls: dict[str, str] = {}
     for r in profile.records:

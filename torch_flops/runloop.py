@@ -83,7 +83,9 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
         backward = medians([r.backward for r in runs
                             if r.backward is not None and len(r.backward) == len(counted.backward)])
     graph_run = runner.measured(RunTimes(forward, backward))
-    return output, Measurements.of([graph_run], device, runner.memory_source)
+    totals = [] if not timed or len(runs) < 2 else [sum(t for t in r.forward if t is not None)
+                                                    + sum(t for t in (r.backward or ()) if t is not None) for r in runs]
+    return output, Measurements.of([graph_run], device, runner.memory_source, totals)
 
 
 def _quiet(text: str) -> None:

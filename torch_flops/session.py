@@ -74,6 +74,7 @@ from torch_flops.measure import MemoryProbe, Timer, tensors_of
 from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
 from torch_flops.optim import optimizer_step_flops, update_traffic
 from torch_flops.paths import module_chain
+from torch_flops.progress import Progress
 from torch_flops.recorder import EagerGraph, op_name, readable
 
 __all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
@@ -152,7 +153,8 @@ class Recording:
                  device: torch.device, ignored: Iterable[str] = (), backward: bool = False,
                  optimizer: torch.optim.Optimizer | None = None, steps: Steps = Steps.ONE, outside: bool = True,
                  on_step: Callable[[Step], None] | None = None, sequences: SequenceMap | None = None,
-                 forward_nodes: int = 0) -> None:
+                 forward_nodes: int = 0, progress: Progress | None = None,
+                 planned: dict[Any, Any] | None = None) -> None:
         self.index = index
         self.model = index.model
         self._table = table
@@ -167,6 +169,9 @@ class Recording:
         self._steps_rule = steps
         self._outside = outside
         self._on_step = on_step
+        self._progress = progress if progress is not None and progress.enabled else None
+        #: each target's plan, shared by the steps of this recording (given: by more recordings)
+        self._planned: dict[Any, Any] = {} if planned is None else planned
         self._record_forward = sequences is None
         self._sequences = sequences
         self._forward_nodes = forward_nodes
@@ -376,7 +381,8 @@ class Recording:
     def _begin_step(self) -> None:
         if self._record_forward:
             sequences = self._sequences = SequenceMap() if self._backward else None
-            self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences)
+            self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences,
+                                     self._progress, self._planned)
         else:
             sequences, self._graph = self._sequences, None
         if sequences is not None:

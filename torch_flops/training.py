@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from torch_flops import formulas, hardware, report
+from torch_flops._version import versions
 from torch_flops.capture import ModelIndex
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import CompiledCalls, split_compiled
@@ -236,7 +237,7 @@ class TrainingProfiler:
             report.write_atomic(output_file, text + "\n")
         else:
             print(text)
-        return text
+        return report.Text(text)
 
     # ------------------------------------------------------------------ the steps
     def _step_done(self, step: Step) -> None:
@@ -246,7 +247,8 @@ class TrainingProfiler:
         profile = Profile.from_measurements(
             measurements, tracer="eager", module_types=index.types, module_params=index.params,
             batch_size=step.batch_size,
-            settings={**distributed_settings(), "training_step": len(self.profiles) + 1,
+            settings={**distributed_settings(), **versions(), "param_dtypes": dict(index.param_dtypes),
+                      "training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
                       **({"skipped_update": True} if step.skipped_update else {}),
                       **({"compiled_call": self._compiled.step_facts()} if self._compiled else {})})

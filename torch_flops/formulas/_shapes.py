@@ -36,6 +36,22 @@ Tensor = torch.Tensor
 prod = math.prod
 
 
+def broadcast(*shapes: Any) -> tuple[int, ...]:
+    """The broadcast of shapes, by numpy's rule (align on the right; a 1 stretches to the other
+    size): plain Python, so a formula never imports torch's reference implementations (a first call
+    of ``torch.broadcast_shapes`` imports them: a fraction of a second inside the first timed node)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for shape in shapes:
+        for i, size in enumerate(shape, rank - len(shape)):
+            size = int(size)
+            if size != 1:
+                if out[i] not in (1, size):
+                    raise ValueError(f"shapes {shapes} do not broadcast")
+                out[i] = size
+    return tuple(out)
+
+
 def arg(args: Sequence[Any], kwargs: dict[str, Any], index: int, name: str, default: Any = None) -> Any:
     """The argument at position ``index`` or keyword ``name`` (as a Python signature would bind it)."""
     if len(args) > index:
@@ -111,7 +127,7 @@ def matmul_macs(a: Sequence[int], b: Sequence[int]) -> int:
         b = b + (1,)
     m, k = a[-2], a[-1]
     n = b[-1]
-    batch = torch.broadcast_shapes(a[:-2], b[:-2]) if (len(a) > 2 or len(b) > 2) else ()
+    batch = broadcast(a[:-2], b[:-2]) if (len(a) > 2 or len(b) > 2) else ()
     return prod(batch) * m * k * n
 
 
@@ -146,8 +162,8 @@ def sdpa_macs(q: Sequence[int], k: Sequence[int], v: Sequence[int],
     """
     q_lead, k_lead, v_lead = tuple(q[:-2]), _heads_as(tuple(k[:-2]), q), _heads_as(tuple(v[:-2]), q)
     length, s = q[-2], k[-2]
-    qk_rows = prod(torch.broadcast_shapes(q_lead, k_lead)) * length
-    lead = out[:-2] if out is not None else torch.broadcast_shapes(q_lead, k_lead, v_lead)
+    qk_rows = prod(broadcast(q_lead, k_lead)) * length
+    lead = out[:-2] if out is not None else broadcast(q_lead, k_lead, v_lead)
     scores = prod(lead) * length * s
     return qk_rows * s * q[-1] + scores * v[-1], scores
 

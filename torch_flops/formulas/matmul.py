@@ -43,6 +43,16 @@ def linear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
     return (2 * macs + n if has_bias else 2 * macs), macs, n, macs  # a plain Count: this runs for every Linear
 
 
+@register(Name("module", "transformers.pytorch_utils.Conv1D"))
+def hf_conv1d_flops(module: Any, out: Any, x: Any) -> FlopCount:
+    # transformers' Conv1D (GPT-2's projections): out = bias + x @ weight, weight (nx, nf): a Linear
+    # with its weight transposed, so macs = output elements * nx; flops = 2*macs + one bias add per
+    # output element (the addmm's bias)
+    n = out.numel()
+    macs = n * module.nx
+    return 2 * macs + n, macs, n, macs
+
+
 def _dots(flops: int, macs: int, outputs: int, mm: int | None = None) -> Count:
     """A count of ``outputs`` dot products (two real ones each when ``macs`` are complex: see
     ``mm``): ``mm`` is what a matrix-multiply kernel counts (FlopCounterMode: one per complex MAC,

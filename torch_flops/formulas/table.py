@@ -147,6 +147,8 @@ class FormulaTable:
     def __init__(self) -> None:
         self._entries: dict[Any, Formula | Composite] = {}
         self._index: dict[tuple[Kind, str], list[Any]] | None = None
+        #: module class -> its formula (resolve_module's answers; forgotten whenever an entry changes)
+        self._resolved: dict[type, Formula | None] | None = None
         self._builtin: dict[Any, Formula | Composite] = {}
         self._builtin_formulas: set[int] = set()
         self._legacy_adapters: dict[bool, weakref.WeakKeyDictionary[Any, Formula]] = {
@@ -179,7 +181,7 @@ class FormulaTable:
                 target = getattr(torch.Tensor, key)
             if formula is None:
                 table._entries.pop(normalize_key(target), None)
-                table._index = None
+                table._index = table._resolved = None
             else:
                 table.add((target,), formula, override=True, where="custom_formulas")
         return table
@@ -187,7 +189,7 @@ class FormulaTable:
     def restore(self, snapshot: FormulaTable) -> None:
         """Make this table's entries those of ``snapshot`` (a :meth:`copy` taken earlier)."""
         self._entries = dict(snapshot._entries)
-        self._index = None
+        self._index = self._resolved = None
 
     def add(self, keys: tuple[Any, ...], formula: Formula | Composite, override: bool = False,
             where: str = "the formula table") -> None:
@@ -201,7 +203,7 @@ class FormulaTable:
                     f"{key_name(key)!r} is already registered in {where} (by {_describe(current)}); pass "
                     "override=True to replace it")
             self._entries[key] = formula
-        self._index = None
+        self._index = self._resolved = None
 
     def set_named(self, kind: Kind, name: Any, formula: Formula | Composite, override: bool = True,
                   where: str = "the formula table") -> None:
@@ -218,7 +220,7 @@ class FormulaTable:
                     "to replace it")
         for key in dict.fromkeys(keys):
             self._entries[key] = formula
-        self._index = None
+        self._index = self._resolved = None
 
     def delete_named(self, kind: Kind, name: Any) -> None:
         keys = [normalize_key(name)] if not isinstance(name, str) else [Name(kind, name), *self.keys_named(kind, name)]
@@ -227,7 +229,7 @@ class FormulaTable:
             raise KeyError(name)
         for key in found:
             del self._entries[key]
-        self._index = None
+        self._index = self._resolved = None
 
     def mark_builtin(self) -> None:
         """Remember the current entries as the package's own (see :meth:`user_module_keys`)."""
@@ -312,10 +314,20 @@ class FormulaTable:
         Linear's own ``forward``. A subclass that overrides ``forward`` (a head that transposes
         before its Conv1d, a router whose Linear returns a tuple) computes something else: it has
         no formula (None), so every front end records the ops it runs."""
+        resolved = self._resolved
+        if resolved is None:
+            resolved = self._resolved = {}
+        elif cls in resolved:
+            return resolved[cls]
+        found = resolved[cls] = self._resolve_module(cls)
+        return found
+
+    def _resolve_module(self, cls: type) -> Formula | None:
         entries = self._entries
         forward = getattr(cls, "forward", None)
         for klass in cls.__mro__:
-            formula = entries.get(klass) or entries.get(Name("module", klass.__name__))
+            formula = (entries.get(klass) or entries.get(Name("module", klass.__name__))
+                       or entries.get(Name("module", f"{klass.__module__}.{klass.__qualname__}")))
             if formula is not None:
                 return self.bound(formula) if klass is cls or getattr(klass, "forward", None) is forward else None
             if klass is nn.Module:

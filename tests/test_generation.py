@@ -1,0 +1,433 @@
+"""Generation profiling (torch_flops.generation, generation_sweep): the prefill and every decode
+step of the user's own ``generate`` or decode loop against FlopCounterMode over the same forward,
+identical tokens and random state, the KV cache per step against its formula, the roofline
+prediction derived by hand, the meta sweep, the DeepSpeed drop-in and the command line.
+
+Every transformers model here is built from a config object (no download); those tests skip
+without transformers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from torch_flops import get_model_profile, hardware, profile_generate, sweep_generation
+from torch_flops.cli import main
+from torch_flops.generation import max_batch
+from torch_flops.kvcache import read_cache
+from torch_flops.session import installed
+
+
+@pytest.fixture(scope="module")
+def hf() -> Any:
+    return pytest.importorskip("transformers")
+
+
+def flop_counter_per_call(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[int], int]:
+    """``run()`` under FlopCounterMode: its output, the FLOPs of each call of ``model`` in it (the
+    counter read before and after the call) and the FLOPs of the whole run."""
+    per_call: list[int] = []
+    with FlopCounterMode(display=False) as counter:
+        pre = model.register_forward_pre_hook(lambda m, a, k: per_call.append(-counter.get_total_flops()),
+                                              with_kwargs=True)
+        post = model.register_forward_hook(lambda m, a, o: per_call.__setitem__(-1, per_call[-1]
+                                                                                + counter.get_total_flops()))
+        try:
+            out = run()
+        finally:
+            pre.remove()
+            post.remove()
+    return out, per_call, counter.get_total_flops()
+
+
+def assert_clean(model: nn.Module) -> None:
+    """Nothing of the profiler stays installed (modes, global hooks, the model's own hooks)."""
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+    assert not model._forward_hooks and not model._forward_pre_hooks
+
+
+def tiny_llama(hf: Any) -> nn.Module:
+    # grouped-query attention: 4 query heads share 2 KV heads; head_dim = 64 / 4 = 16
+    config = hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=100, max_position_embeddings=64,
+                            attn_implementation="eager")
+    torch.manual_seed(0)
+    return hf.LlamaForCausalLM(config).eval()
+
+
+def tiny_gpt2(hf: Any) -> nn.Module:
+    config = hf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64, bos_token_id=0,
+                           eos_token_id=0, attn_implementation="eager")
+    torch.manual_seed(0)
+    return hf.GPT2LMHeadModel(config).eval()
+
+
+def prompt(batch: int = 2, length: int = 5) -> dict[str, torch.Tensor]:
+    ids = torch.randint(1, 100, (batch, length), generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+GREEDY = {"max_new_tokens": 4, "min_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
+
+
+# --------------------------------------------------------------------------- transformers generate
+
+
+def test_llama_gqa_greedy_steps_against_flop_counter_and_kv_formula(hf: Any) -> None:
+    model = tiny_llama(hf)
+    inputs = prompt()
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], **GREEDY)
+    assert_clean(model)
+    assert torch.equal(gp.output, plain) and gp.baseline_matches is True
+    # one prefill over the 5-token prompt, then 3 decode steps of 1 token each
+    assert [s.phase for s in gp.steps] == ["prefill", "decode", "decode", "decode"]
+    assert [s.tokens_in for s in gp.steps] == [5, 1, 1, 1] and [s.context_length for s in gp.steps] == [5, 6, 7, 8]
+    assert gp.new_tokens == 4 and gp.batch_size == 2 and len(gp.decode) == 3
+    # each step's FLOPs equal FlopCounterMode's over that step's forward; summed, over the whole generate
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    assert counted[1] < counted[2] < counted[3]  # attention over a longer cache each step
+    # KV cache after each step, per layer: 2 (K, V) x 2 KV heads x 16 head_dim x tokens x batch 2 x 4 bytes
+    # = 512 x tokens; both layers: 1024 x tokens (with 4 KV heads, no GQA, it would be twice that)
+    assert gp.kv_cache_bytes == [1024 * t for t in (5, 6, 7, 8)]
+    assert [s.layer_bytes for s in gp.kv_cache] == [(512 * t, 512 * t) for t in (5, 6, 7, 8)]
+    assert gp.kv_cache_matches_formula is True and gp.kv_shape == (2, 2, 16)
+    assert gp.kv_bytes_per_token == 512  # 1024 x 8 tokens / (8 tokens x batch 2)
+    # weights: every parameter in float32, plus the rotary buffers inv_freq and original_inv_freq
+    # (head_dim / 2 = 8 floats each)
+    assert gp.weights_bytes == 4 * sum(p.numel() for p in model.parameters()) + 2 * 4 * 8
+    memory = gp.memory()
+    assert memory["kv_cache"] == 8192 and memory["activations"] is not None and memory["activations"] > 0
+    assert gp.ttft_ms is not None and gp.tpot_ms is not None and gp.tokens_per_s is not None
+    assert gp.overhead is not None and gp.baseline is not None and not gp.baseline.profiled
+    # per token: decode FLOPs over 3 steps x 2 sequences
+    assert gp.decode_flops_per_token == sum(p.total_flops for p in gp.decode) / 6
+
+
+def test_sampling_with_a_seed_same_tokens_and_random_state(hf: Any) -> None:
+    model = tiny_llama(hf)
+    inputs = prompt()
+    sampling = {"max_new_tokens": 5, "do_sample": True, "top_k": 20, "temperature": 0.9, "pad_token_id": 0}
+    torch.manual_seed(123)
+    plain = model.generate(**inputs, **sampling)
+    after_plain = torch.rand(4)
+    for baseline in (None, False):  # the baseline's second run must leave the random state as one run does
+        torch.manual_seed(123)
+        gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=baseline,
+                              **sampling)
+        assert torch.equal(torch.rand(4), after_plain)
+        assert torch.equal(gp.output, plain)
+    assert_clean(model)
+
+
+def test_gpt2_steps_against_flop_counter_and_kv_formula(hf: Any) -> None:
+    model = tiny_gpt2(hf)
+    inputs = prompt(batch=1, length=6)
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain) and gp.baseline is None and gp.overhead is None
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    # GPT-2 (every head has its K and V): 2 x 2 layers x 4 heads x 16 head_dim x tokens x batch 1 x 4 bytes
+    # = 1024 x tokens
+    assert gp.kv_cache_bytes == [1024 * t for t in (6, 7, 8, 9)] and gp.kv_cache_matches_formula is True
+    # the summed profile of the whole generation (what DeepSpeed's drop-in reports)
+    assert gp.total.total_flops == sum(s.flops for s in gp.steps)
+    assert_clean(model)
+
+
+def test_static_cache_object_is_the_users_and_holds_its_length(hf: Any) -> None:
+    model = tiny_llama(hf)
+    inputs = prompt()
+    expected = model.generate(**inputs, past_key_values=hf.StaticCache(config=model.config, max_cache_len=16),
+                              **GREEDY)
+    cache = hf.StaticCache(config=model.config, max_cache_len=16)
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], past_key_values=cache,
+                          return_dict_in_generate=True, **GREEDY)
+    assert gp.output.past_key_values is cache and torch.equal(gp.output.sequences, expected)
+    assert gp.baseline is None  # the user's cache object: generate runs once
+    # preallocated: 2 x 2 layers x 2 KV heads x 16 head_dim x 16 slots x batch 2 x 4 bytes = 16384 at every step
+    assert gp.kv_cache_bytes == [16384] * 4 and gp.kv_cache_matches_formula is True
+    assert gp.kv_cache[0].kind == "StaticCache"
+    with pytest.raises(ValueError, match="twice on your past_key_values"):
+        profile_generate(model, inputs["input_ids"], past_key_values=cache, baseline=True, **GREEDY)
+
+
+def test_read_cache_kinds(hf: Any) -> None:
+    k, v = torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 5, 4)  # 2 x 3 x 5 x 4 floats = 480 bytes each
+    legacy = read_cache(((k, v), (k.clone(), v.clone())))
+    assert legacy.layer_bytes == (960, 960) and legacy.tokens == 5 and legacy.kind == "tuple"
+    shared = read_cache([(k, v), (k, v[:, :, :2])])  # storages already counted in layer 0 count once
+    assert shared.layer_bytes == (960, 0)
+    assert read_cache({"layer0": [k], "layer1": v}).layer_bytes == (480, 480)
+    self_attention, cross_attention = hf.DynamicCache(), hf.DynamicCache()
+    self_attention.update(k, v, 0)
+    cross_attention.update(torch.zeros(2, 3, 7, 4), torch.zeros(2, 3, 7, 4), 0)
+    both = read_cache(hf.EncoderDecoderCache(self_attention, cross_attention))
+    assert both.layer_bytes == (960, 2 * 2 * 3 * 7 * 4 * 4) and both.kind == "EncoderDecoderCache"
+    with pytest.raises(TypeError, match="cannot read a KV cache from a int"):
+        read_cache(3)
+
+
+# --------------------------------------------------------------------------- a decode loop of one's own
+
+
+class Decoder(nn.Module):
+    """Two single-head attention layers (d = 32, no bias) over a KV cache the caller holds: a list
+    with one (keys, values) tuple per layer, each (batch, tokens, 32), grown by concatenation."""
+
+    def __init__(self, d: int = 32, layers: int = 2) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.ModuleDict({n: nn.Linear(d, d, bias=False) for n in "qkvo"})
+                                    for _ in range(layers))
+
+    def forward(self, x: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            q = layer["q"](x)
+            k = torch.cat([cache[i][0], layer["k"](x)], 1)
+            v = torch.cat([cache[i][1], layer["v"](x)], 1)
+            cache[i] = (k, v)
+            x = x + layer["o"](torch.softmax(q @ k.transpose(1, 2), -1) @ v)
+        return x
+
+
+def decode_loop(model: Decoder, cache: list[Any], x0: torch.Tensor, steps: int = 4) -> Callable[[], torch.Tensor]:
+    def loop() -> torch.Tensor:
+        x, outs = x0, []
+        with torch.no_grad():
+            for _ in range(steps):
+                x = model(x, cache)[:, -1:]
+                outs.append(x)
+        return torch.cat(outs, 1)
+
+    return loop
+
+
+def empty_cache() -> list[Any]:
+    return [(torch.zeros(1, 0, 32), torch.zeros(1, 0, 32)) for _ in range(2)]
+
+
+def test_hand_written_loop_with_own_cache_tensors() -> None:
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    x0 = torch.randn(1, 5, 32)
+    reference_cache = empty_cache()
+    expected, per_call, whole = flop_counter_per_call(model, decode_loop(model, reference_cache, x0))
+    cache = empty_cache()
+    gp = profile_generate(model, loop=decode_loop(model, cache, x0), kv_cache=lambda: cache)
+    assert_clean(model)
+    assert torch.equal(gp.output, expected)
+    assert all(torch.equal(a, b) for layer, ref in zip(cache, reference_cache) for a, b in zip(layer, ref))
+    assert [s.tokens_in for s in gp.steps] == [5, 1, 1, 1] and gp.new_tokens == 4 and gp.baseline is None
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    # decode step 1 (cache of 5 -> 6 tokens), FlopCounterMode's matmuls per layer: 4 Linear 2*32*32 = 8192,
+    # q @ k^T 2*32*6 = 384, attention @ v 2*6*32 = 384: 8960; two layers 17920
+    assert counted[1] == 17920
+    # KV bytes: 2 layers x (K, V) x tokens x 32 x 4 bytes = 512 x tokens, read from the user's own tensors
+    assert gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)]
+    assert gp.kv_cache[0].kind == "list" and gp.kv_cache_matches_formula is None  # no config to check against
+    assert gp.weights_bytes == 8 * 32 * 32 * 4  # 8 Linear(32, 32) weights
+
+
+def test_decode_step_prediction_on_h100_by_hand() -> None:
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    cache = empty_cache()
+    gp = profile_generate(model, loop=decode_loop(model, cache, torch.randn(1, 5, 32)), kv_cache=lambda: cache)
+    pred = gp.predict("h100-sxm", context_length=1000)
+    # Decode step 1 at batch 1, float32: every node is memory-bound on h100-sxm (its largest intensity,
+    # a Linear's 2048 FLOPs / 4352 bytes, is far below 67 TFLOP/s / 3.35 TB/s = 20 FLOP/byte), so its
+    # time is its bytes / 3.35e12 B/s. Bytes moved, both layers:
+    #   weights:     8 Linear(32, 32) weights, 4096 bytes each, read once           = 32768
+    #   KV cache:    cat reads the old K and V (5 x 32 x 4 = 640 each) and writes the new (6 x 32 x 4 = 768
+    #                each); attention reads the new K and V (768 each): 2 x (1280 + 1536 + 1536)  =  8704
+    #   activations: per layer, 4 Linear in/out 4 x 256 = 1024, the new k, v into cat 2 x 128 = 256,
+    #                q @ k^T reads q 128 and writes 6 scores 24, softmax 24 + 24, @ v reads 24 and
+    #                writes 128, x + out 3 x 128 = 384: 2016; both layers                   =  4032
+    #   total                                                                               = 45504
+    assert pred.decode_ms[0] == pytest.approx(45504 / 3.35e12 * 1e3, rel=1e-12)
+    assert pred.decode_memory_bound_share == 1.0 and pred.batch_size == 1
+    assert pred.decode_tokens_per_s == pytest.approx(1e3 / pred.tpot_ms)  # type: ignore[operator]
+    # the largest batch at context 1000: (80e9 bytes - 32768 bytes of weights) / (512 B per token x 1000)
+    assert pred.max_batch == (80 * 10**9 - 32768) // (512 * 1000) == 156249
+    assert max_batch(100, 200, 1.0, 1) == 0 and max_batch(100, 0, None, 1) is None
+    assert "largest batch 156249" in pred.text()
+
+
+def test_errors_before_anything_runs_and_exceptions_as_themselves() -> None:
+    model = Decoder()
+    with pytest.raises(TypeError, match="has no generate"):
+        profile_generate(model, torch.zeros(1, 2, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(TypeError, match="with loop=, pass no input_ids"):
+        profile_generate(model, torch.zeros(1, 2, dtype=torch.long), loop=lambda: None)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        profile_generate(model, loop=lambda: None, max_new_tokens=0)
+    with pytest.raises(TypeError, match="kv_cache must be a callable"):
+        profile_generate(model, loop=lambda: None, kv_cache=[1])  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="never called"):
+        profile_generate(model, loop=lambda: None)
+
+    class Boom(Exception):
+        pass
+
+    def loop() -> None:
+        model(torch.zeros(1, 1, 32), empty_cache())
+        raise Boom("the user's own")
+
+    with pytest.raises(Boom, match="the user's own"):
+        profile_generate(model, loop=loop)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # the model's own error, through the recording
+        profile_generate(model, loop=lambda: model(torch.zeros(1, 1, 8), empty_cache()))
+    assert_clean(model)
+    with pytest.warns(UserWarning, match="KV cache could not be read"):
+        gp = profile_generate(model, loop=lambda: model(torch.zeros(1, 1, 32), empty_cache()), kv_cache=lambda: 3)
+    assert gp.kv_cache_bytes == [None] and "could not be read" in gp.text(depth=0)
+
+
+def test_exports() -> None:
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    cache = empty_cache()
+    gp = profile_generate(model, loop=decode_loop(model, cache, torch.randn(1, 3, 32), steps=3), kv_cache=lambda: cache)
+    doc = json.loads(gp.to_json())
+    assert doc["summary"]["new_tokens"] == 3 and [s["kv_cache_bytes"] for s in doc["steps"]] == [1536, 2048, 2560]
+    assert len(doc["decode"]) == 2 and doc["prefill"]["summary"]["flops"] == gp.prefill.total_flops
+    assert "| step | phase" in gp.markdown("h100-sxm").replace("   ", " ").replace("  ", " ")
+    assert gp.csv_text().splitlines()[0].startswith("step,phase,tokens_in,context_length,batch_size,flops")
+    text = gp.text(depth=1, hardware="h200")
+    assert "Predicted on h200" in text and "Prefill (step 0):" in text and "Decode (step 1):" in text
+
+
+# --------------------------------------------------------------------------- the meta sweep
+
+
+def test_meta_sweep_decode_grows_with_context(hf: Any, tmp_path: Path) -> None:
+    config = hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=100, max_position_embeddings=256,
+                            attn_implementation="eager")
+    sweep = sweep_generation(config, [1, 2], [8, 32], [2, 8, 40], hardware="h100-sxm")
+    assert len(sweep.points) == 12 and sweep.dtype == "bfloat16" and len(sweep.prefill) == 4
+    for batch in (1, 2):
+        points = sorted((p for p in sweep.points if p.batch == batch), key=lambda p: p.decode_context)
+        contexts = [p.decode_context for p in points]
+        # decode cache L = prompt + (generated - 2) // 2, context L + 1: prompt 8: 9, 12, 28; prompt 32: 33, 36, 52
+        assert contexts == [9, 12, 28, 33, 36, 52]
+        assert all(a.decode_flops < b.decode_flops for a, b in itertools.pairwise(points))
+        assert all(a.tpot_ms < b.tpot_ms for a, b in itertools.pairwise(points))
+        for p in points:
+            # KV at prompt + generated: 2 x 2 layers x 2 KV heads x 16 head_dim x tokens x batch x 2 bytes (bf16)
+            assert p.kv_cache_bytes == 256 * (p.prompt + p.generated) * batch
+    # one decode step against FlopCounterMode over the same call on meta: a cache of 35 tokens, batch 2
+    with torch.device("meta"):
+        model = hf.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    cache = hf.DynamicCache(config=config)
+    for i in range(2):
+        cache.update(torch.empty(2, 2, 35, 16, dtype=torch.bfloat16, device="meta"),
+                     torch.empty(2, 2, 35, 16, dtype=torch.bfloat16, device="meta"), i)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=torch.empty(2, 1, dtype=torch.long, device="meta"), past_key_values=cache, use_cache=True,
+              logits_to_keep=1)
+    assert sweep.decode[(2, 35)].with_convention("flop_counter").total_flops == counter.get_total_flops()
+    assert "decode ctx" in sweep.text() and json.loads(sweep.to_json())["points"][0]["batch"] == 1
+    pytest.importorskip("matplotlib")
+    sweep.save_plot(str(tmp_path / "sweep.png"))
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_refuses_a_model_with_weights_and_bad_axes() -> None:
+    with pytest.raises(ValueError, match="runs on the meta device"):
+        sweep_generation(Decoder(), [1], [4], [2], hardware="h100-sxm")
+    with torch.device("meta"):
+        model = Decoder()
+    with pytest.raises(ValueError, match="batch_sizes must hold positive ints"):
+        sweep_generation(model, [0], [4], [2], hardware="h100-sxm")
+    with pytest.raises(ValueError, match="unknown hardware|no hardware"):
+        sweep_generation(model, [1], [4], [2], hardware="no-such-part")
+    with pytest.raises(TypeError, match="pass inputs="):
+        sweep_generation(model, [1], [4], [2], hardware="h100-sxm")
+
+
+def test_meta_sweep_of_a_plain_module() -> None:
+    with torch.device("meta"):
+        model = Decoder()
+
+    def inputs(batch: int, tokens: int, cached: int) -> dict[str, Any]:
+        empty = [(torch.empty(batch, cached, 32, device="meta"),) * 2 for _ in range(2)]
+        return {"x": torch.empty(batch, tokens, 32, device="meta"), "cache": empty}
+
+    sweep = sweep_generation(model, [1], [5, 9], [4], hardware="h100-sxm", inputs=inputs,
+                             kv_cache=lambda kwargs, out: kwargs["cache"])
+    # decode over a cache of L = prompt + 1 tokens, attending over L + 1: per layer 4 Linear 2*32*32 = 8192 and
+    # the two attention matmuls 2 x 2*32*(L + 1); two layers: prompt 5 (L + 1 = 7) 18176, prompt 9 (11) 19200
+    flops = [sweep.decode[(1, p + 1)].with_convention("flop_counter").total_flops for p in (5, 9)]
+    assert flops == [2 * (8192 + 128 * 7), 2 * (8192 + 128 * 11)] == [18176, 19200]
+    # 512 bytes per token (as measured above), at prompt + generated tokens
+    assert [p.kv_cache_bytes for p in sweep.points] == [512 * 9, 512 * 13]
+
+
+# --------------------------------------------------------------------------- drop-in and command line
+
+
+def test_get_model_profile_generate_sums_every_step(hf: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tiny_gpt2(hf)
+    inputs = prompt(batch=1, length=4)
+    kwargs = {**GREEDY, "attention_mask": inputs["attention_mask"]}
+    gp = profile_generate(model, inputs["input_ids"], baseline=False, **kwargs)
+    flops, macs, params = get_model_profile(model, args=[inputs["input_ids"]], kwargs=kwargs, mode="generate",
+                                            warm_up=1, as_string=False, module_depth=1)
+    assert flops == sum(s.flops for s in gp.steps) and macs == sum(s.macs for s in gp.steps)
+    assert params == sum(p.numel() for p in model.parameters())
+    out = capsys.readouterr().out
+    assert "1 prefill + 3 decode" in out and "The whole generation (every step summed)" in out
+    # input_shape builds token ids (ones); kwargs are generate's options; ignore_modules counts LayerNorm 0
+    ones = torch.ones(1, 4, dtype=torch.long)
+    flops_ones = sum(s.flops for s in profile_generate(model, ones, baseline=False, **GREEDY).steps)
+    assert get_model_profile(model, input_shape=(1, 4), kwargs=GREEDY, mode="generate", warm_up=0,
+                             print_profile=False, as_string=False)[0] == flops_ones
+    ignored = get_model_profile(model, input_shape=(1, 4), kwargs=GREEDY, mode="generate", warm_up=0,
+                                print_profile=False, as_string=False, ignore_modules=[nn.LayerNorm])
+    # 5 LayerNorms (2 per block, the final one), each 7 FLOPs per element of 64 (torch_flops' count: 5 for the
+    # statistics and normalisation, 1 weight, 1 bias), over every token fed: 5 x 7 x 64 x (4 + 3)
+    assert flops_ones - ignored[0] == 5 * 7 * 64 * 7
+    with pytest.raises(ValueError, match="mode must be 'forward' or 'generate'"):
+        get_model_profile(model, args=[inputs["input_ids"]], mode="backward")
+    with pytest.raises(ValueError, match="calls model.generate\\(\\), which it does not have"):
+        get_model_profile(Decoder(), input_shape=(1, 2), mode="generate")
+    assert_clean(model)
+
+
+def test_cli_generate_and_sweep(hf: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=128,
+                   architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    config = str(tmp_path / "config.json")
+    assert main([config, "--generate", "3", "--tokens", "2,4", "--hardware", "h100-sxm", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["new_tokens"] == 3 and [s["tokens_in"] for s in doc["steps"]] == [4, 1, 1]
+    # the cache holds the prompt and the tokens fed back (the last one made is never fed): 4 + 2
+    assert doc["summary"]["kv_cache_bytes"] == 2 * 2 * 2 * 16 * 6 * 2 * 4 and doc["prediction"]["hardware"] == "h100-sxm"
+    assert main([config, "--meta", "--generate", "4", "--sweep", "batch=1,2", "prompt=4,8", "--hardware",
+                 "h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "4 points from 4 prefill and 4 decode graphs" in out
+    for argv, message in (([config, "--generate", "2", "--sweep", "batch=1", "--hardware", "l4"], "add --meta"),
+                          ([config, "--meta", "--generate", "2"], "drop --meta"),
+                          ([config, "--meta", "--generate", "2", "--sweep", "batch=1"], "give --hardware"),
+                          ([config, "--meta", "--generate", "2", "--sweep", "size=1", "--hardware", "l4"],
+                           "bad --sweep"),
+                          ([config, "--generate", "0"], "--generate must be >= 1"),
+                          (["gpt2", "--generate", "2"], "needs a transformers causal LM")):
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+    assert hardware.get("h100-sxm").memory_bandwidth == 3.35e12  # the figure the hand derivation above uses
