@@ -17,9 +17,10 @@ from torch import fx, nn
 
 from torch_flops import formulas, report
 from torch_flops._version import versions
-from torch_flops.calls import EagerFront, GraphFront, Result, meta_advice, reads_values
+from torch_flops.calls import CompiledFront, EagerFront, GraphFront, Result, meta_advice, reads_values
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
+from torch_flops.compiled import is_compiled
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.html import write_html
@@ -94,11 +95,17 @@ class TorchFLOPsByFX:
         self._ignores_checked = False
         settings = self.options.call_settings(self.tables)
         self._settings = settings
-        self._front: EagerFront | GraphFront
+        self._front: EagerFront | GraphFront | CompiledFront
+        if is_compiled(model):  # torch.compile's OptimizedModule: counted on its original module, run compiled
+            if tracer in ("fx", "export"):
+                raise ValueError(f"tracer={tracer!r} traces a graph of its own, and a torch.compile'd model is "
+                                 "profiled as it runs (tracer='auto' or 'eager'): pass the original module "
+                                 "(model._orig_mod) to trace it")
+            self._front = CompiledFront(model, settings)
         # the default front end follows the real execution (a GraphModule is its own program: run as
         # is); "auto" prefers a graph only for formulas of Python functions or Tensor methods the
         # user registered, which the aten ops of an eager run cannot show
-        if isinstance(model, fx.GraphModule) or tracer == "fx" or (
+        elif isinstance(model, fx.GraphModule) or tracer == "fx" or (
                 tracer == "auto" and self.tables.user_graph_keys()):
             shown = Progress(progress)
             try:
@@ -199,7 +206,7 @@ class TorchFLOPsByFX:
             warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
                           "where the formulas you registered for Python functions or Tensor methods do not apply "
                           "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=3)
-        if isinstance(front, GraphFront):
+        if isinstance(front, (GraphFront, CompiledFront)):
             return front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         meta = input_device((args, kwargs), self.model).type == "meta"
         if meta and self._meta_graph is not None:
@@ -264,7 +271,7 @@ class TorchFLOPsByFX:
                           **({"run_times_ms": list(measurements.run_times_ms)} if measurements.run_times_ms else {}),
                           "memory_source": measurements.memory_source,
                           **({"device_name": measurements.device_name} if measurements.device_name else {}),
-                          **self._distributed})
+                          **self._distributed, **result.settings})
         return self._profile
 
     @property

@@ -7,7 +7,11 @@ driven by the one run loop (:func:`torch_flops.runloop.run_repeated`):
 * :class:`GraphFront` (``tracer="fx"``/``"export"``, a GraphModule, and the meta fallback): the
   graph is captured once (again when the model changed since) and run by one
   :class:`~torch_flops.interpreter.GraphRunner` per graph; a backward is recorded by a
-  backward-only recording over the autograd nodes the interpreter marked.
+  backward-only recording over the autograd nodes the interpreter marked;
+* :class:`CompiledFront` (what ``torch.compile`` returns): the records come from the eager
+  recording of the original module, an extra run on copies of the inputs (undone); the call whose
+  output is returned is the compiled model's own, with nothing of torch_flops installed, after an
+  untimed warm-up that compiles it, timed end to end.
 
 Both return the model's output, the capture (a function: an eager capture is built when first
 asked for) and the :class:`~torch_flops.measuring.Measurements`.
@@ -15,9 +19,11 @@ asked for) and the :class:`~torch_flops.measuring.Measurements`.
 
 from __future__ import annotations
 
+import statistics
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import torch
@@ -34,6 +40,15 @@ from torch_flops.capture import (
     capture_export,
     capture_fx,
 )
+from torch_flops.compiled import (
+    DynamoStats,
+    backend_name,
+    call_facts,
+    check_nothing_installed,
+    compile_warmup,
+    copy_aliased,
+    split_compiled,
+)
 from torch_flops.errors import DroppedOutputWarning, TracingError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
@@ -46,7 +61,10 @@ from torch_flops.runloop import RunTimes, run_repeated
 from torch_flops.session import Recording, Step
 from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
 
-__all__ = ["CallSettings", "EagerFront", "GraphFront", "checked_loss", "meta_advice", "reads_values"]
+__all__ = ["CallSettings", "CompiledFront", "EagerFront", "GraphFront", "checked_loss", "meta_advice", "reads_values"]
+
+_NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
+
 
 class Result(NamedTuple):
     """One profiled call: the model's output, its measurements, the module facts the records need,
@@ -59,6 +77,7 @@ class Result(NamedTuple):
     module_params: Mapping[str, int]
     capture: Callable[[], Capture]
     param_dtypes: Mapping[str, int]  #: parameter dtype -> elements (ModelIndex.param_dtypes)
+    settings: Mapping[str, Any] = _NO_SETTINGS  #: what the front end adds to the profile's settings
 
 
 @dataclass(frozen=True)
@@ -118,11 +137,14 @@ def meta_advice(e: BaseException) -> str | None:
 class EagerFront:
     """The front end that follows the real execution (see the module docstring)."""
 
-    def __init__(self, model: nn.Module, settings: CallSettings) -> None:
+    def __init__(self, model: nn.Module, settings: CallSettings, shadow: bool = False) -> None:
         self.model = model
         self.settings = settings
         #: the last call read a value of a meta tensor (``.item()``), which no run on meta can give
         self.needs_values = False
+        #: a shadow of the real call (:class:`CompiledFront`): its backward leaves no gradient behind
+        #: outside the model either (the caller undoes the model's)
+        self.shadow = shadow
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss_fn: Callable[[Any], Any] | None,
              backward: bool, progress: Progress) -> Result:
@@ -133,6 +155,7 @@ class EagerFront:
         if s.strict:
             check_leaves(index, s.table, s.ignored)
         runner = _EagerRunner(index, s, device, loss_fn, backward, progress)
+        runner.restore_grads = self.shadow
         self.needs_values = False
         try:
             with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
@@ -160,6 +183,7 @@ class _EagerRunner:
         self.memory_source = self.memory.source
         self.counted: Step | None = None
         self.needs_values = False
+        self.restore_grads = False  #: the counting run's backward, too, leaves no gradient behind
         self._planned: dict[Any, Any] = {}  # each target's plan, shared by this call's runs
         self._last: tuple[Step, Timer] | None = None
 
@@ -179,7 +203,7 @@ class _EagerRunner:
                 args, kwargs, (loss_fn if loss_fn is not None else _identity) if self.backward else None)
             if self.backward:
                 loss = checked_loss(loss, loss_fn is not None)
-                if not count:  # an extra step leaves no gradient behind
+                if not count or self.restore_grads:  # an extra step leaves no gradient behind
                     with recording.paused():
                         grads = LeafGrads(loss)
                 recording.run_backward(loss)
@@ -295,6 +319,100 @@ class GraphFront:
             plan = make_plan(graph, self.settings.table, self.settings.ignored)
             self._runners[graph] = (GraphRunner(plan), storages)
         return self._runners[graph]
+
+
+class CompiledFront:
+    """A ``torch.compile``'d model (see the module docstring). Nothing of torch_flops is installed
+    while the compiled model runs: under a dispatch mode Dynamo would run it eagerly, and our
+    function mode and module hooks would break its graphs and make ``OptimizedModule`` warn."""
+
+    def __init__(self, model: nn.Module, settings: CallSettings) -> None:
+        original, compiled = split_compiled(model)
+        if compiled is None:
+            raise TypeError(f"CompiledFront needs what torch.compile returns, got {type(model).__name__}")
+        self.model, self.original, self.compiled = model, original, compiled
+        self.settings = settings
+        self.eager = EagerFront(original, settings, shadow=True)  #: the records' front end
+
+    @property
+    def needs_values(self) -> bool:
+        return self.eager.needs_values
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss_fn: Callable[[Any], Any] | None,
+             backward: bool, progress: Progress) -> Result:
+        s = self.settings
+        check_call(self.original, args, kwargs)
+        device = input_device((args, kwargs), self.original)
+        backend = backend_name(self.compiled)
+        if device.type == "meta":  # no compiled program runs on meta tensors: the original module's run
+            result = self.eager.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+            return result._replace(settings={"compiled_call": call_facts(
+                backend, calls=0, timing="", forward_ms=None, backward_ms=None, compile_s=0.0, warm_compiles=0,
+                stats=DynamoStats(), nodes="meta tensors: the original module's eager run (no compiled program runs "
+                                           "on meta)")})
+        # the records: the original module, recorded eagerly on copies of the inputs, undone
+        saved = ExtraRuns((), self.original)
+        try:
+            shadow_args, shadow_kwargs = copy_aliased((args, kwargs))
+            shadow = self.eager.call(shadow_args, shadow_kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+        finally:
+            saved.undo()
+        progress.step("compiling (torch.compile warm-up)")
+        before = DynamoStats.now()
+        compile_s = compile_warmup(self.compiled, args, kwargs, calls=max(s.warmup, 1), backward=backward,
+                                   loss_fn=loss_fn)
+        warm = DynamoStats.now() - before
+        # the compiled program: repeat - 1 timed calls on copies (undone), then the real one
+        timer = s.timer_for(device)
+        marks: list[tuple[Any, Any, Any, Any]] = []
+        for i in range(s.repeat - 1):
+            progress.step(f"compiled call {i + 1}/{s.repeat}")
+            extra = ExtraRuns((), self.original)
+            grads: list[LeafGrads] = []
+            try:
+                call_args, call_kwargs = copy_aliased((args, kwargs))
+                self._step(call_args, call_kwargs, loss_fn, backward, timer, marks, grads)
+            finally:
+                for g in grads:
+                    g.restore()
+                extra.undo()
+        progress.step(f"compiled call {s.repeat}/{s.repeat}")
+        output = self._step(args, kwargs, loss_fn, backward, timer, marks, None)
+        timer.finish()
+        forward = [timer.elapsed_ms(a, b) for a, b, _, _ in marks]
+        back = [timer.elapsed_ms(c, d) for _, _, c, d in marks] if backward else []
+        facts = call_facts(
+            backend, calls=len(marks), timing=f"median of {len(marks)} timed call(s)", forward_ms=_median(forward),
+            backward_ms=_median(back) if backward else None, compile_s=compile_s, warm_compiles=warm.compiles,
+            stats=DynamoStats.now() - before,
+            nodes="the original module's eager run (counts, bytes, eager times); forward_ms and backward_ms: the "
+                  "compiled program's (medians over the timed calls)")
+        return shadow._replace(output=output, settings={"compiled_call": facts})
+
+    def _step(self, args: tuple[Any, ...], kwargs: dict[str, Any], loss_fn: Callable[[Any], Any] | None,
+              backward: bool, timer: Timer, marks: list[tuple[Any, Any, Any, Any]], grads: list[LeafGrads] | None
+              ) -> Any:
+        """One call of the compiled model (and its loss and ``loss.backward()``), nothing of ours
+        installed; its timer marks: the call, the backward."""
+        check_nothing_installed()
+        start = timer.tick()
+        output = self.compiled(*args, **kwargs)
+        end = timer.tick()
+        back: tuple[Any, Any] = (None, None)
+        if backward:
+            loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
+            if grads is not None:
+                grads.append(LeafGrads(loss))
+            first = timer.tick()
+            loss.backward()
+            back = (first, timer.tick())
+        marks.append((start, end, *back))
+        return output
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known and len(known) == len(values) else None
 
 
 def _identity(value: Any) -> Any:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from torch_flops import hardware, report, zoo
-from torch_flops.api import profile
+from torch_flops.api import compare_compiled, profile
 from torch_flops.comm import rank_path
 from torch_flops.conventions import CONVENTIONS
 from torch_flops.diff import diff, parse_check
@@ -178,6 +178,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--optimizer", choices=tuple(_OPTIMIZERS), default=None,
                        help="also profile this optimizer's step (default: none)")
     _generation_flags(p)
+    compiled = p.add_argument_group("compiled model (--compiled)")
+    compiled.add_argument("--compiled", action="store_true",
+                          help="profile the model eagerly and torch.compile'd (Inductor) on the same inputs and "
+                               "compare them per module (time, speed-up, kernel launches, bytes before and after "
+                               "fusion, FLOPs), then the compiled program region by region; with --hardware, the "
+                               "roofline of the compiled regions (--warmup default 1, --repeat default 5)")
     p.add_argument("--quiet", action="store_true", help="no progress line, no 'wrote FILE' lines on stderr")
     p.add_argument("--traceback", action="store_true", help="show the full traceback on errors")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -448,6 +454,8 @@ def _run(ns: argparse.Namespace) -> int:
             raise CLIError(f"--{name} must be >= {low}, got {value}", 2)
     if ns.meta and ns.device not in (None, "meta"):
         raise CLIError("--meta and --device are exclusive (--meta puts everything on the meta device)", 2)
+    if ns.compiled:
+        return _run_compiled(ns)
     _check_combinations(ns)
     input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape is not None else None
     tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens is not None else None
@@ -524,6 +532,42 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.html:
         write_html(result, ns.html, roofline=line)
         _wrote(ns.html, ns.quiet)
+    return 0
+
+
+def _run_compiled(ns: argparse.Namespace) -> int:
+    """``--compiled``: :func:`torch_flops.compare_compiled`'s table and the compiled program's
+    regions; with ``--hardware``, the compiled regions' roofline."""
+    given = [option for option, on in (
+        ("--train", ns.train), ("--meta", ns.meta), ("--tracer", ns.tracer != "auto"), ("--format", ns.format != "tree"),
+        ("--group-by", ns.group_by is not None), ("--all-nodes", ns.all_nodes),
+        ("--convention", ns.convention != "torch_flops"), ("--chrome-trace", ns.chrome_trace is not None),
+        ("--html", ns.html is not None), ("--plot", ns.plot is not None),
+        ("--roofline", ns.roofline and ns.hardware is None), ("--generate", ns.generate is not None),
+        ("--sweep", ns.sweep is not None)) if on]
+    if given:
+        raise CLIError(f"--compiled prints the eager vs compiled comparison (and, with --hardware NAME, the compiled "
+                       f"regions' roofline): {', '.join(given)} does not apply to it", 2)
+    input_shape = _parse_dims(ns.input_shape, "--input-shape") if ns.input_shape is not None else None
+    tokens = _parse_dims(ns.tokens, "--tokens", length=2) if ns.tokens is not None else None
+    device = _device(ns.device or "cpu")
+    spec = _hardware(ns, device)
+    if ns.output is not None:
+        ns.output = rank_path(ns.output)
+        _check_writable("--output", ns.output)
+    model, args, kwargs = _build(ns.model, device, _DTYPES[ns.dtype], input_shape, tokens, ns.model_class,
+                                 graph_front_end=False)
+    model.eval()
+    comparison = compare_compiled(model, *args, warmup=1 if ns.warmup is None else ns.warmup,
+                                  repeat=5 if ns.repeat is None else ns.repeat, **kwargs)
+    text = comparison.text(depth=-1 if ns.depth is None else ns.depth) + "\n\n" + comparison.result.text()
+    if spec is not None:
+        text += "\n\n" + report.roofline_text(roofline(comparison.compiled, spec), ns.top or 10)
+    if ns.output:
+        report.write_atomic(ns.output, text + "\n")
+        _wrote(ns.output, ns.quiet)
+    else:
+        print(text)
     return 0
 
 

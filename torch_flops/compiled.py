@@ -44,15 +44,19 @@ cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
 ``torch.compiler.is_compiling()`` breaks nothing but still gets the warning. So nothing of ours is
 installed while the compiled model runs: :func:`split_compiled`, :func:`compile_warmup`,
 :class:`DynamoStats` and :func:`drop_stale_hook_flags` are the helpers a session uses to count on
-the original module eagerly and time the compiled call on its own.
+the original module eagerly and time the compiled call on its own: ``TorchFLOPsByFX`` on a compiled
+model (:class:`torch_flops.calls.CompiledFront`) and :class:`CompiledCalls`, a compiled model's calls
+inside a recording (:class:`~torch_flops.training.TrainingProfiler`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -64,6 +68,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops import _validate
+from torch_flops.backward import in_backward
 from torch_flops.formulas import FORMULAS, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
@@ -80,11 +85,14 @@ from torch_flops.measure import input_device, tensors_of
 from torch_flops.paths import ancestors, module_chain
 from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.report import format_bytes, format_count, format_time_ms
-from torch_flops.state import ExtraRuns, copy_inputs, training_flags_restored
+from torch_flops.session import Recording
+from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, training_flags_restored
 
-__all__ = ["CompareRow", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated", "FrameInfo",
-           "GraphBreak", "Region", "compile_warmup", "drop_stale_hook_flags", "eager_call_ms", "eager_launches",
-           "is_compiled", "mark", "profile_compiled", "split_compiled"]
+__all__ = ["CompareRow", "CompiledCalls", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated",
+           "FrameInfo", "GraphBreak", "Region", "backend_name", "call_facts", "call_signature",
+           "check_nothing_installed", "compile_warmup", "copy_aliased",
+           "drop_stale_hook_flags", "eager_call_ms", "eager_launches", "is_compiled", "mark", "profile_compiled",
+           "split_compiled"]
 
 _FWD_MARK = "torch_flops.compiled.forward"
 _BWD_MARK = "torch_flops.compiled.backward"
@@ -181,7 +189,7 @@ def drop_stale_hook_flags() -> None:
             del table[key]
 
 
-def _check_nothing_installed() -> None:
+def check_nothing_installed() -> None:
     """Raise when something would make the compiled call differ from the user's: a dispatch or
     function mode (Dynamo would not compile), a global module hook (a warning and graph breaks)."""
     from torch.overrides import _get_current_function_mode_stack
@@ -197,23 +205,404 @@ def _check_nothing_installed() -> None:
                            "remove it before calling the compiled model")
 
 
+def copy_aliased(value: Any) -> Any:
+    """:func:`~torch_flops.state.copy_inputs` keeping aliasing: a tensor given twice (``model(ids,
+    labels=ids)``) is one copy given twice, as Dynamo guards on it (distinct copies compile another
+    graph, then the real call recompiles)."""
+    from torch.utils import _pytree
+
+    memo: dict[int, Any] = {}
+
+    def copy(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) not in memo:
+            memo[id(leaf)] = copy_inputs(leaf)
+        return memo[id(leaf)]
+
+    return _pytree.tree_map(copy, value)
+
+
 def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
-                   calls: int = 1) -> float:
+                   calls: int = 1, *, backward: bool = False, loss_fn: Callable[[Any], Any] | None = None) -> float:
     """Call a compiled model ``calls`` times, untimed for the profile (the first call compiles), on
     copies of the inputs, with nothing of ours installed, leaving the model's buffers, gradients
-    and RNG as they were; returns the first call's wall time in seconds (compile included)."""
-    _check_nothing_installed()
+    and RNG as they were; returns the first call's wall time in seconds (compile included).
+    ``backward`` (under grad mode): each call also runs a backward, so that AOTAutograd compiles
+    the backward graph too: ``loss_fn(output).backward()``, or without ``loss_fn`` the backward of
+    every output tensor that needs a gradient, seeded with ones; every gradient it makes is put back."""
+    check_nothing_installed()
     first = 0.0
     model = getattr(compiled, "_orig_mod", compiled)
     for i in range(calls):
         extra = ExtraRuns((), model) if isinstance(model, nn.Module) else None
+        grads: list[LeafGrads] = []
         start = time.perf_counter()
-        compiled(*copy_inputs(tuple(args)), **copy_inputs(dict(kwargs)))
-        if i == 0:
-            first = time.perf_counter() - start
-        if extra is not None:
-            extra.undo()
+        try:
+            call_args, call_kwargs = copy_aliased((tuple(args), dict(kwargs)))
+            out = compiled(*call_args, **call_kwargs)
+            if backward and torch.is_grad_enabled():
+                roots = [r for r in ([loss_fn(out)] if loss_fn is not None else tensors_of(out))
+                         if isinstance(r, torch.Tensor) and r.requires_grad]
+                grads = [LeafGrads(r) for r in roots]
+                if roots:
+                    torch.autograd.backward(roots, [torch.ones_like(r) for r in roots])
+            if i == 0:
+                first = time.perf_counter() - start
+        finally:
+            for saved in reversed(grads):
+                saved.restore()
+            if extra is not None:
+                extra.undo()
     return first
+
+
+def call_signature(model: nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """What decides, roughly, whether Dynamo compiles a call again: each tensor's type, shape,
+    strides, dtype, device and ``requires_grad``, the other arguments' values (numbers are
+    specialised), grad mode and the modules' training flags. A session warms a compiled model up
+    once per signature; a compile it did not foresee shows in Dynamo's counters as a recompile."""
+    first: dict[int, int] = {}
+
+    def leaf(position: int, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if first.setdefault(id(value), position) != position:  # the same tensor again (aliasing is guarded)
+                return ("alias", first[id(value)])
+            return (type(value), tuple(value.shape), value.stride() if value.layout == torch.strided else None,
+                    value.dtype, value.device, value.requires_grad)
+        if isinstance(value, (int, float, bool, str, type(None), torch.dtype, torch.device)):
+            return value
+        return (type(value), id(value))
+
+    from torch.utils import _pytree
+
+    leaves, spec = _pytree.tree_flatten((args, kwargs))
+    return (str(spec), tuple(leaf(i, v) for i, v in enumerate(leaves)), torch.is_grad_enabled(),
+            tuple(m.training for m in model.modules()))
+
+
+def backend_name(compiled: nn.Module) -> str:
+    """The backend a compiled model was compiled with (``"inductor"``, ``"eager"``, ...)."""
+    ctx = getattr(compiled, "dynamo_ctx", None)
+    backend: Any = getattr(getattr(ctx, "callback", None), "_torchdynamo_orig_backend", None)
+    for _ in range(8):  # unwrap Dynamo's debug wrappers down to torch.compile's backend object
+        inner = getattr(backend, "_torchdynamo_orig_backend", None)
+        if inner is None or inner is backend:
+            break
+        backend = inner
+    if type(backend).__name__ == "_TorchCompileInductorWrapper":
+        return "inductor"
+    name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None) or type(backend).__name__
+    return str(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# a compiled model's calls inside a recording (the training profiler)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _Shadow:
+    """One eager shadow call of the original module: its output and its leaves that need a
+    gradient (the copies of the inputs), and what the compiled call's backward hands it."""
+
+    output: Any
+    leaves: list[torch.Tensor]
+    #: the model's buffers and their version counters right after the shadow's forward (see
+    #: CompiledCalls._shadow_backward)
+    versions: list[tuple[torch.Tensor, int]] = field(default_factory=list)
+    pairs: list[torch.Tensor] = field(default_factory=list)  #: shadow output tensors, by the compiled ones
+    grads: list[torch.Tensor | None] = field(default_factory=list)
+    #: per pair, the pairs whose compiled output was computed from its output inside the call (a
+    #: loss the model computes from its logits, in a later frame): their gradient reaches it inside
+    consumers: list[set[int]] = field(default_factory=list)
+    queued: bool = False
+
+
+@dataclass
+class _Call:
+    """A compiled call under way."""
+
+    shadow: _Shadow | None
+    aside: contextlib.AbstractContextManager[Any]
+    sequence: int  #: autograd's sequence counter before the call: its autograd nodes are numbered from here
+    start: Any = None
+
+
+@dataclass
+class _StepFacts:
+    calls: int = 0
+    forward: list[tuple[Any, Any]] = field(default_factory=list)  #: timer marks of each compiled call
+    backward: list[tuple[Any, Any]] = field(default_factory=list)  #: of each compiled backward node
+    compile_s: float = 0.0  #: wall time of the warm-ups that compiled
+    warm_compiles: int = 0  #: graphs the warm-ups compiled
+
+
+def call_facts(backend: str, *, calls: int, timing: str, forward_ms: float | None, backward_ms: float | None,
+               compile_s: float, warm_compiles: int, stats: DynamoStats, nodes: str) -> dict[str, Any]:
+    """A compiled model's call(s) as a profile's ``settings["compiled_call"]`` (the sessions that
+    run one beside its original module's eager records). ``stats``: Dynamo's counters over the
+    warm-ups and the calls; ``warm_compiles`` of them in the untimed warm-ups."""
+    return {
+        "backend": backend, "calls": calls, "time": timing, "forward_ms": forward_ms, "backward_ms": backward_ms,
+        "compile_s": compile_s if warm_compiles else None, "compiles": stats.compiles,
+        "frames_compiled": stats.frames_ok, "graph_breaks": stats.total_graph_breaks,
+        "graph_break_reasons": {_first_line(k): v for k, v in stats.graph_breaks.items()},
+        "recompile_reasons": [_first_line(r) for r in stats.recompile_reasons],
+        # compiles the warm-ups did not foresee (a guard the call signature does not cover): in a timed span
+        "compiled_in_timed_calls": max(stats.compiles - warm_compiles, 0),
+        "nodes": nodes,
+    }
+
+
+class CompiledCalls:
+    """A compiled model (``OptimizedModule``) called inside a :class:`~torch_flops.session.Recording`
+    of its original module (what :class:`~torch_flops.training.TrainingProfiler` does with one).
+
+    While started, the recording keeps its module hooks off (``OptimizedModule`` warns on every
+    call while a global module hook exists); its modes stay on, recording the loop's own work
+    (loss, optimizer). Each call of the compiled model, from its own forward hooks:
+
+    1. an eager *shadow* call of the original module on copies of the inputs, recorded by the
+       recording (the step's forward nodes: counts, bytes, eager times), its effects undone
+       (buffers, RNG), its wall time left out of the step's duration;
+    2. the first time a call signature is seen (:func:`call_signature`), a warm-up that compiles
+       (forward, and under grad mode the backward), untimed, undone;
+    3. the real call, with nothing of torch_flops installed: the compiled program, whose output
+       and effects are the user's; timed (``forward`` marks).
+
+    Its backward: each autograd node the compiled call created runs with the recording's modes off
+    (timed: ``backward`` marks); when the gradients of the compiled outputs are known, the shadow's
+    backward runs on them, recorded (the step's backward counts, per forward node) without
+    accumulating into any ``.grad``, at the end of the user's ``backward()``. So the step's counts
+    are eager's, its gradients, buffers and outputs the compiled program's."""
+
+    def __init__(self, recording: Recording, compiled: nn.Module) -> None:
+        original, again = split_compiled(compiled)
+        if again is None:
+            raise TypeError(f"CompiledCalls needs what torch.compile returns, got {type(compiled).__name__}")
+        if recording.model is not original:
+            raise ValueError("the recording must be of the compiled model's original module (model._orig_mod)")
+        self.recording = recording
+        self.compiled = compiled
+        self.original = original
+        self.backend = backend_name(compiled)
+        self._handles: list[Any] = []
+        self._graph_handles: list[Any] = []
+        self._window: contextlib.AbstractContextManager[Any] | None = None
+        self._thread = 0
+        self._busy = False
+        self._seen: set[tuple[Any, ...]] = set()
+        self._call: _Call | None = None
+        self._facts = _StepFacts()
+        self._node_aside: list[contextlib.AbstractContextManager[Any]] = []
+        self._node_start: list[Any] = []
+
+    def start(self) -> None:
+        """Hook the compiled model; the recording's module hooks off until :meth:`stop`."""
+        if self._window is not None:
+            raise RuntimeError("already started")
+        self._thread = threading.get_ident()
+        self._handles = [self.compiled.register_forward_pre_hook(self._before, with_kwargs=True),
+                         self.compiled.register_forward_hook(self._after, with_kwargs=True, always_call=True)]
+        self._window = self.recording.stepped_aside(modes=False, hooks=True)
+        self._window.__enter__()
+        self._since = DynamoStats.now()
+
+    def stop(self) -> None:
+        """Remove every hook (the compiled model's, and those on autograd graphs still alive); the
+        recording's module hooks back. The facts of the step under way stay for :meth:`step_facts`."""
+        for handle in self._handles + self._graph_handles:
+            handle.remove()
+        self._handles, self._graph_handles = [], []
+        window, self._window = self._window, None
+        if self._call is not None:  # stopped inside a call (it raised past its hooks)
+            self._call.aside.__exit__(None, None, None)
+            self._call = None
+        while self._node_aside:
+            self._node_aside.pop().__exit__(None, None, None)
+        if window is not None:
+            window.__exit__(None, None, None)
+
+    def step_facts(self) -> dict[str, Any]:
+        """The compiled calls since the last step's facts were taken (read after the recording's
+        timer finished: at a step's end); the accumulators start again, and the hooks on the
+        step's autograd graphs (their backward ran) are removed, letting the shadows go."""
+        f, self._facts = self._facts, _StepFacts()
+        now = DynamoStats.now()
+        stats, self._since = now - self._since, now
+        for handle in self._graph_handles:
+            handle.remove()
+        self._graph_handles = []
+        timer = self.recording.timer
+        forward = [timer.elapsed_ms(a, b) for a, b in f.forward]
+        backward = [timer.elapsed_ms(a, b) for a, b in f.backward]
+        return call_facts(
+            self.backend, calls=f.calls, timing=f"the step's {f.calls} call(s), summed",
+            forward_ms=sum(t for t in forward if t is not None) if forward and None not in forward else None,
+            backward_ms=sum(t for t in backward if t is not None) if backward and None not in backward else None,
+            compile_s=f.compile_s, warm_compiles=f.warm_compiles, stats=stats,
+            nodes="the original module's eager shadow calls (counts, bytes, eager times); forward_ms and backward_ms: "
+                  "the compiled program's (its calls, and the autograd nodes they made)")
+
+    # ------------------------------------------------------------------ the compiled model's hooks
+    def _active(self) -> bool:
+        return self._window is not None and not self._busy and threading.get_ident() == self._thread
+
+    def _before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self._active() or self._call is not None:
+            return
+        rec = self.recording
+        self._busy = True
+        aside = rec.stepped_aside()
+        try:
+            with rec.untimed():
+                shadow = None if in_backward() else self._shadow(args, kwargs)
+                aside.__enter__()
+                try:
+                    self._warm_up(args, kwargs)
+                except BaseException:
+                    aside.__exit__(None, None, None)
+                    raise
+        finally:
+            self._busy = False
+        self._call = _Call(shadow=shadow, aside=aside, sequence=torch.autograd._get_sequence_nr())
+        self._call.start = rec.timer.tick()
+
+    def _after(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        call = self._call
+        if call is None or self._busy or threading.get_ident() != self._thread:
+            return
+        self._call = None
+        end = self.recording.timer.tick()
+        last = torch.autograd._get_sequence_nr()
+        call.aside.__exit__(None, None, None)
+        f = self._facts
+        f.calls += 1
+        f.forward.append((call.start, end))
+        if call.shadow is not None and output is not None and torch.is_grad_enabled():
+            self._link(call.shadow, output, call.sequence, last)
+
+    def _shadow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Shadow:
+        """The original module called on copies of the inputs, recorded (the recording's hooks on
+        for it), its effects on buffers and RNG undone."""
+        rec = self.recording
+        with rec.stepped_aside(modes=False, hooks=False):
+            with rec.paused():
+                saved = ExtraRuns(rec.index.tensors)
+                call_args, call_kwargs = copy_aliased((args, kwargs))
+            try:
+                output = self.original(*call_args, **call_kwargs)
+                versions = [(t, t._version) for _, t, is_param in rec.index.tensors if not is_param]
+            finally:
+                with rec.paused():
+                    saved.undo()
+        return _Shadow(output=output, leaves=[t for t in tensors_of((call_args, call_kwargs)) if t.requires_grad],
+                       versions=versions)
+
+    def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Before every call, on copies, undone: the compiled forward, so that a compile for these
+        inputs (a new signature, or a guard on values: a number read with ``.item()``) happens
+        here, untimed; with the backward (seeded with ones) for a new signature, or when the
+        forward compiled a graph, so that AOTAutograd compiles that graph's backward here too."""
+        key = call_signature(self.original, args, kwargs)
+        before = DynamoStats.now()
+        seconds = compile_warmup(self.compiled, args, kwargs, backward=key not in self._seen)
+        compiled = (DynamoStats.now() - before).compiles
+        if compiled and key in self._seen and torch.is_grad_enabled():
+            seconds += compile_warmup(self.compiled, args, kwargs, backward=True)
+        self._seen.add(key)
+        compiled = (DynamoStats.now() - before).compiles
+        if compiled:
+            self._facts.compile_s += seconds
+            self._facts.warm_compiles += compiled
+
+    # ------------------------------------------------------------------ the backward
+    def _link(self, shadow: _Shadow, output: Any, first: int, last: int) -> None:
+        """Hook the compiled output's autograd graph: its gradients go to the shadow's backward,
+        and the nodes the compiled call created (numbered ``first`` to ``last``) run with nothing
+        of ours installed."""
+        outs, mirrors = tensors_of(output), tensors_of(shadow.output)
+        if len(outs) != len(mirrors):
+            return
+        pairs = [(o, m) for o, m in zip(outs, mirrors)
+                 if o.requires_grad and o.grad_fn is not None and m.requires_grad and o.shape == m.shape]
+        if not pairs:
+            return
+        shadow.pairs = [m for _, m in pairs]
+        shadow.grads = [None] * len(pairs)
+        for i, (o, _) in enumerate(pairs):
+            self._graph_handles.append(o.register_hook(functools.partial(self._grad_arrived, shadow, i)))
+        inside: dict[int, Any] = {}  # the autograd nodes the call made
+        edges: list[set[tuple[int, int]]] = []  # per pair, the (node, output) edges its graph uses inside the call
+        for o, _ in pairs:
+            used: set[tuple[int, int]] = set()
+            stack, seen = [o.grad_fn], set()
+            while stack:
+                node = stack.pop()
+                if node is None or id(node) in seen or not first <= node._sequence_nr() < last:
+                    continue
+                seen.add(id(node))
+                inside[id(node)] = node
+                for child, nr in node.next_functions:
+                    if child is not None:
+                        used.add((id(child), nr))
+                        stack.append(child)
+            edges.append(used)
+        shadow.consumers = [{k for k, used in enumerate(edges) if k != i and (id(o.grad_fn), o.output_nr) in used}
+                            for i, (o, _) in enumerate(pairs)]
+        for node in inside.values():
+            self._graph_handles += [node.register_prehook(self._node_begins), node.register_hook(self._node_ends)]
+
+    def _node_begins(self, grad_outputs: Any) -> None:
+        if self._window is None:
+            return
+        aside = self.recording.stepped_aside()
+        aside.__enter__()
+        self._node_aside.append(aside)
+        self._node_start.append(self.recording.timer.tick())
+
+    def _node_ends(self, grad_inputs: Any, grad_outputs: Any) -> None:
+        if self._window is None or not self._node_aside:
+            return
+        end = self.recording.timer.tick()
+        self._facts.backward.append((self._node_start.pop(), end))
+        self._node_aside.pop().__exit__(None, None, None)
+
+    def _grad_arrived(self, shadow: _Shadow, i: int, grad: torch.Tensor) -> None:
+        if self._window is None:
+            return
+        shadow.grads[i] = grad
+        if not shadow.queued:  # once per backward: the shadow's backward at its end, with every gradient known
+            shadow.queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(  # type: ignore[attr-defined]
+                functools.partial(self._shadow_backward, shadow))
+
+    def _shadow_backward(self, shadow: _Shadow) -> None:
+        shadow.queued = False
+        grads, shadow.grads = shadow.grads, [None] * len(shadow.grads)
+        if self._window is None:
+            return
+        # an output's gradient goes to the shadow unless outputs computed from it inside the call got
+        # one: then the shadow's own backward brings it there (a gradient the loop added to it as
+        # well is left out: its accumulation, one addition, is then not counted)
+        known = [(m, g) for i, (m, g) in enumerate(zip(shadow.pairs, grads))
+                 if g is not None and not any(grads[k] is not None for k in shadow.consumers[i])]
+        inputs = [p for p in self.original.parameters() if p.requires_grad] + shadow.leaves
+        if not known or not inputs:
+            return
+        rec = self.recording
+        # the buffers the shadow saved for its backward (BatchNorm's running statistics) were written
+        # in place since: put back by undo, updated by the compiled call, as the program updates them
+        # in its forward. Eager's backward would find them updated by its forward, with the counter its
+        # forward left: their counters are that one while the shadow's backward runs
+        moved = [(t, v, t._version) for t, v in shadow.versions if t._version != v]
+        set_versions = torch._C._autograd._unsafe_set_version_counter
+        with rec.untimed():
+            set_versions(tuple(t for t, _, _ in moved), tuple(v for _, v, _ in moved))
+            try:
+                rec.record_grad([m for m, _ in known], [g for _, g in known], inputs)
+            finally:
+                set_versions(tuple(t for t, _, _ in moved), tuple(now for _, _, now in moved))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +823,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         finally:
             extra.undo()
 
-    _check_nothing_installed()
+    check_nothing_installed()
     with compile_config(), grad:
         start = time.perf_counter()
         extra_run()  # compiles (forward; the backward compiles in its first backward)

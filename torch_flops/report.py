@@ -175,6 +175,7 @@ __all__ = [
     "Text",
     "check_writable",
     "chrome_trace",
+    "compiled_text",
     "csv_text",
     "format_bytes",
     "format_count",
@@ -1165,6 +1166,33 @@ def _throughput_text(s: ModelSummary) -> str:
     return ", ".join(parts) or "- (batch size unknown)"
 
 
+def compiled_text(settings: Mapping[str, Any]) -> str:
+    """The compiled program's facts, when the profile has them: a ``torch.compile``'d model's call
+    (``settings["compiled_call"]``: its nodes are the original module's eager run) or the regions
+    of :func:`torch_flops.profile_compiled` (``settings["compiled"]``)."""
+    call = settings.get("compiled_call")
+    if isinstance(call, Mapping):
+        if not call.get("calls"):
+            return f"{call.get('backend')}; not run ({call.get('nodes', '')})"
+        compile_s = call.get("compile_s")
+        backward = call.get("backward_ms")
+        unforeseen = call.get("compiled_in_timed_calls") or 0
+        return (f"{call.get('backend')}: forward {format_time_ms(call.get('forward_ms'))}"
+                + (f", backward {format_time_ms(backward)}" if backward is not None else "")
+                + f" ({call.get('time')}); compile "
+                + (f"{compile_s:.2f} s (untimed warm-up)" if compile_s is not None else "done before")
+                + f"; {call.get('frames_compiled', 0)} frame(s) compiled, {call.get('graph_breaks', 0)} graph "
+                  f"break(s), {len(call.get('recompile_reasons') or ())} recompile(s)"
+                + (f", {unforeseen} compile(s) inside the timed calls" if unforeseen else "")
+                + "; node times: the original module's eager run")
+    regions = settings.get("compiled")
+    if isinstance(regions, Mapping) and "frames" in regions:
+        return (f"Inductor regions: call {format_time_ms(regions.get('call_ms'))}; compile "
+                f"{regions.get('compile_s', 0.0):.2f} s; {len(regions.get('frames') or ())} frame(s), "
+                f"{len(regions.get('graph_breaks') or ())} graph break(s), {regions.get('recompiles', 0)} recompile(s)")
+    return ""
+
+
 def summary_lines(profile: Profile) -> list[tuple[str, str]]:
     """``(label, text)`` of each line of :func:`summary_text` (the HTML header shows the same)."""
     s = model_summary(profile)
@@ -1186,6 +1214,7 @@ def summary_lines(profile: Profile) -> list[tuple[str, str]]:
         ("Batch size", "unknown" if profile.batch_size is None else str(profile.batch_size)),
         ("Device", profile.device),
         ("Tracer", profile.tracer),
+        *((("Compiled", compiled_text(profile.settings)),) if compiled_text(profile.settings) else ()),
         *((("Convention", profile.convention),) if profile.convention != "torch_flops" else ()),
         ("Nodes", str(len(profile.records))),
         ("Unsupported", f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"

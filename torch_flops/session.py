@@ -195,6 +195,9 @@ class Recording:
         self._reset_stack()
         self._in_optimizer = False
         self._graph: EagerGraph | None = None
+        self._aside = (False, False)  # (modes off, hooks off): see stepped_aside
+        self._untimed_depth = 0
+        self._untimed_s = 0.0  # wall seconds of the step spent in untimed() work
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -203,10 +206,8 @@ class Recording:
             raise RuntimeError("this recording is already started")
         self._thread = threading.get_ident()
         self._begin_step()
-        model = self.model
         if self._record_forward:
-            self._handles = [model.register_forward_pre_hook(self._call_begins, with_kwargs=True),
-                             model.register_forward_hook(self._call_ends)]
+            self._handles = self._model_hooks()
         if self.optimizer is not None:
             self._handles += [self.optimizer.register_step_pre_hook(self._before_step),
                               self.optimizer.register_step_post_hook(self._after_step)]
@@ -222,6 +223,8 @@ class Recording:
         mode and hook of this recording is removed. Safe to call twice, and on every exit path."""
         if not self._started:
             return
+        if self._aside != (False, False):  # stopped while aside: back on, then off as usual
+            self._set_aside((False, False))
         self._started = False
         try:
             if self._hub is not None:
@@ -261,6 +264,86 @@ class Recording:
             if hub is not None:
                 hub.quiet -= 1
             self._open = outer
+
+    def _model_hooks(self) -> list[Any]:
+        return [self.model.register_forward_pre_hook(self._call_begins, with_kwargs=True),
+                self.model.register_forward_hook(self._call_ends)]
+
+    @contextlib.contextmanager
+    def stepped_aside(self, *, modes: bool = True, hooks: bool = True) -> Iterator[None]:
+        """Inside, what this recording installed is off torch, so that a ``torch.compile``'d call
+        runs as it runs without a profiler (Dynamo runs a frame eagerly under a dispatch mode,
+        traces into a function mode and breaks its graph at hooks it cannot trace;
+        ``OptimizedModule`` warns while a global module hook exists). ``modes``: this thread's
+        dispatch and function modes are off their stacks (no op is recorded, by any recording of
+        the thread); ``hooks``: this recording's hooks on its model are removed, and so are the
+        process-wide module hooks while no other thread records. On exit, exactly what was on
+        before is put back: a nested ``stepped_aside(modes=False, hooks=False)`` puts everything
+        back for its duration."""
+        if not self._started:
+            yield
+            return
+        before = self._aside
+        self._set_aside((modes, hooks))
+        try:
+            yield
+        finally:
+            if self._started:
+                self._set_aside(before)
+
+    def _set_aside(self, state: tuple[bool, bool]) -> None:
+        modes, hooks = state
+        was_modes, was_hooks = self._aside
+        hub = self._hub
+        if hub is not None and modes != was_modes:
+            if modes:
+                hub.modes_off()
+            else:
+                hub.modes_on()
+        if hooks != was_hooks:
+            model_hooks = 2 if self._record_forward else 0
+            if hooks:
+                for handle in self._handles[:model_hooks]:
+                    handle.remove()
+                with _LOCK:
+                    if set(_HUBS) <= {self._thread}:  # no other thread records: nobody needs them meanwhile
+                        _remove_global_hooks()
+            else:
+                self._handles[:model_hooks] = self._model_hooks() if model_hooks else []
+                with _LOCK:
+                    _install_global_hooks()
+        self._aside = state
+
+    @contextlib.contextmanager
+    def untimed(self) -> Iterator[None]:
+        """What runs inside is the profiler's own work, not the step's (a shadow run, a compile):
+        its wall time is left out of the step's duration."""
+        self._untimed_depth += 1
+        if self._untimed_depth == 1 and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._untimed_depth -= 1
+            if self._untimed_depth == 0:
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                self._untimed_s += time.perf_counter() - start
+
+    def record_grad(self, outputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor],
+                    inputs: Sequence[torch.Tensor]) -> None:
+        """``torch.autograd.grad(outputs, inputs, grad_outputs)`` recorded as :meth:`run_backward`
+        records ``loss.backward()``: the backward of recorded ``outputs`` (an eager shadow run's),
+        counted per forward node, while nothing accumulates into any ``.grad``. Its graph is kept
+        (a second backward of the program the shadow stands for can be recorded again)."""
+        assert self._counter is not None, "a recording with backward=True"
+        self._saved(*(o.grad_fn for o in outputs))
+        try:
+            torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=True,
+                                allow_unused=True)
+        finally:
+            self.timer.finish()
 
     def record_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                     loss_fn: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
@@ -309,6 +392,7 @@ class Recording:
         else:
             self._counter = None
         self._step_start = time.perf_counter()
+        self._untimed_s = 0.0
         self._calls = 0
         self._batch: int | None = None
         self._last_output: Any = None
@@ -344,7 +428,7 @@ class Recording:
         self.timer.finish()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        duration = (time.perf_counter() - self._step_start) * 1e3
+        duration = (time.perf_counter() - self._step_start - self._untimed_s) * 1e3
         if not self._calls:  # the model did not run in it (stopped right after a step): no step
             return
         if self._pending:  # after the last backward, with no optimizer step: the loop's own work
@@ -649,12 +733,12 @@ class Recording:
         """At a backward's first op, before autograd frees what the forward saved."""
         self._saved(node)
 
-    def _saved(self, root: Any) -> None:
+    def _saved(self, *roots: Any) -> None:
         counter, sequences = self._counter, self._sequences
         assert counter is not None and sequences is not None
         n = self._graph.n if self._graph is not None else self._forward_nodes
         counter.run.grow(n)
-        found, keys = saved_bytes([root], sequences, n, self.index.storages)
+        found, keys = saved_bytes(list(roots), sequences, n, self.index.storages)
         previous = counter.run.saved_bytes
         counter.run.saved_bytes = [a + b for a, b in zip(found, previous + [0] * (n - len(previous)))]
         self._saved_keys = self._saved_keys | keys
@@ -731,6 +815,7 @@ class _Hub:
         self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
         self.quiet = 0  #: > 0 while a recording does its own work: no recording sees those calls
         self.taken = 0  #: > 0 inside a torch function some recordings took whole (several recordings only)
+        self._positions: tuple[int | None, int | None] = (None, None)  # where modes_off took the modes from
 
     @classmethod
     def join(cls, recording: Recording) -> _Hub:
@@ -740,10 +825,7 @@ class _Hub:
             fresh = hub is None
             if hub is None:
                 hub = _HUBS[thread] = cls(thread)
-            if not _GLOBAL_HOOKS:
-                _GLOBAL_HOOKS.extend((
-                    module_hooks.register_module_forward_pre_hook(_pre_hook),
-                    module_hooks.register_module_forward_hook(_post_hook, with_kwargs=True, always_call=True)))
+            _install_global_hooks()
         hub._resume_all()
         if fresh:
             hub.dispatch_mode.__enter__()
@@ -769,6 +851,27 @@ class _Hub:
                 _HUBS.pop(self.thread, None)
                 if not _HUBS:
                     _remove_global_hooks()
+
+    # --- all modes off while a recording steps aside (Recording.stepped_aside)
+    def modes_off(self) -> None:
+        """Take this hub's modes off their stacks wherever they are (modes pushed above them stay,
+        in order), remembering where, for :meth:`modes_on`."""
+        self._resume_all()
+        self._positions = (
+            _take_off(self.function_mode, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
+                      torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack),
+            _take_off(self.dispatch_mode, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at,
+                      lambda: torch._C._pop_torch_dispatch_stack(None), torch._C._push_on_torch_dispatch_stack))
+
+    def modes_on(self) -> None:
+        function, dispatch = self._positions
+        self._positions = (None, None)
+        if function is not None:
+            _put_back(self.function_mode, function, torch._C._len_torch_function_stack,
+                      torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack)
+        if dispatch is not None:
+            _put_back(self.dispatch_mode, dispatch, torch._C._len_torch_dispatch_stack,
+                      lambda: torch._C._pop_torch_dispatch_stack(None), torch._C._push_on_torch_dispatch_stack)
 
     # --- taking the modes off while a node runs natively (one recording only)
     def suspend(self, function: bool = True) -> tuple[bool, bool]:
@@ -941,6 +1044,38 @@ def _post_hook(module: nn.Module, args: Any, *kwargs_result: Any) -> None:
         hub.post_module(module, args, kwargs_result[0], kwargs_result[1], False)
     else:
         hub.post_module(module, args, None, None, True)
+
+
+def _install_global_hooks() -> None:
+    """Register the module hooks (under ``_LOCK``), unless they are."""
+    if not _GLOBAL_HOOKS:
+        _GLOBAL_HOOKS.extend((
+            module_hooks.register_module_forward_pre_hook(_pre_hook),
+            module_hooks.register_module_forward_hook(_post_hook, with_kwargs=True, always_call=True)))
+
+
+def _take_off(mode: Any, length: Callable[[], int], at: Callable[[int], Any], pop: Callable[[], Any],
+              push: Callable[[Any], None]) -> int | None:
+    """Take ``mode`` off its stack, the modes above it staying in order; its position, or None
+    when it is not on the stack."""
+    stack = [at(i) for i in range(length())]
+    position = next((i for i, m in enumerate(stack) if m is mode), None)
+    if position is None:
+        return None
+    above = [pop() for _ in range(len(stack) - 1 - position)]
+    pop()
+    for m in reversed(above):
+        push(m)
+    return position
+
+
+def _put_back(mode: Any, position: int, length: Callable[[], int], pop: Callable[[], Any],
+              push: Callable[[Any], None]) -> None:
+    """Push ``mode`` back at ``position`` (the modes above it now staying above it)."""
+    above = [pop() for _ in range(max(length() - position, 0))]
+    push(mode)
+    for m in reversed(above):
+        push(m)
 
 
 def _remove_global_hooks() -> None:

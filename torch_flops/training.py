@@ -8,6 +8,14 @@ step ends when the optimizer steps (without an optimizer: when a forward starts 
 or at ``stop_profile()``). Nothing runs twice, so model, optimizer and gradients end exactly as
 the loop without the profiler leaves them; ``end_profile()`` removes every hook and mode.
 
+A ``torch.compile``'d model (``OptimizedModule``) runs compiled, with nothing of torch_flops
+installed during its calls and the autograd nodes they make; the step's records come from an eager
+shadow call of its original module per call, recorded, and its backward, driven by the gradients
+that reach the compiled outputs (:class:`torch_flops.compiled.CompiledCalls`). So the counts are
+eager's, the model and optimizer end as the compiled loop leaves them, compilation happens in
+untimed warm-ups, and each step's profile has the compiled program's own times in
+``settings["compiled_call"]``.
+
 Utilisation (the definitions of the PaLM paper, Chowdhery et al. 2022, appendix B)::
 
     MFU = model FLOPs per step / (step time x peak FLOP/s)
@@ -31,6 +39,7 @@ from torch_flops import formulas, hardware, report
 from torch_flops._version import versions
 from torch_flops.capture import ModelIndex
 from torch_flops.comm import distributed_settings
+from torch_flops.compiled import CompiledCalls, split_compiled
 from torch_flops.measure import input_device, make_memory_probe, make_timer
 from torch_flops.optim import formula_for
 from torch_flops.paths import module_chain
@@ -95,6 +104,7 @@ class TrainingProfiler:
         self._durations: list[float] = []  # ms per step, wall clock
         self._peaks: list[int | None] = []
         self._recording: Recording | None = None
+        self._compiled: CompiledCalls | None = None
         self._thread = 0
         self._other_thread_calls = 0
 
@@ -103,7 +113,9 @@ class TrainingProfiler:
         """Start recording steps (``RuntimeError`` when already started)."""
         if self._recording is not None:
             raise RuntimeError("the TrainingProfiler is already profiling: call stop_profile() first")
-        model = self.model
+        # a torch.compile'd model (OptimizedModule): recorded on its original module (module paths
+        # without "_orig_mod."), each call run as compiled beside an eager shadow (CompiledCalls)
+        model, compiled = split_compiled(self.model)
         index = ModelIndex(model, self.tables)  # (a lazy module: ValueError, before any hook)
         device = input_device(((), {}), model)
         self._device = device
@@ -114,6 +126,14 @@ class TrainingProfiler:
                               memory=make_memory_probe(device, "memory_allocated", index.storages), device=device,
                               backward=True, optimizer=self.optimizer, steps=Steps.OPTIMIZER, on_step=self._step_done)
         recording.start()
+        if compiled is not None:
+            calls = CompiledCalls(recording, compiled)
+            try:
+                calls.start()
+            except BaseException:
+                recording.stop()
+                raise
+            self._compiled = calls
         self._recording = recording
         self._thread = threading.get_ident()
 
@@ -122,10 +142,15 @@ class TrainingProfiler:
         recording = self._recording
         if recording is not None:
             try:
-                recording.stop()
+                if self._compiled is not None:
+                    self._compiled.stop()
             finally:
-                self._recording = None
-                self._other_thread_calls += recording.other_thread_calls
+                try:
+                    recording.stop()  # (the step under way is finished: its compiled facts are still there)
+                finally:
+                    self._recording = None
+                    self._compiled = None
+                    self._other_thread_calls += recording.other_thread_calls
 
     def end_profile(self) -> None:
         """Stop and forget everything (hooks, modes and the profiles)."""
@@ -225,7 +250,8 @@ class TrainingProfiler:
             settings={**distributed_settings(), **versions(), "param_dtypes": dict(index.param_dtypes),
                       "training_step": len(self.profiles) + 1,
                       "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
-                      **({"skipped_update": True} if step.skipped_update else {})})
+                      **({"skipped_update": True} if step.skipped_update else {}),
+                      **({"compiled_call": self._compiled.step_facts()} if self._compiled else {})})
         records = optimizer_records(step, self.optimizer, len(profile.records))
         if records:
             profile = dataclasses.replace(profile, records=profile.records + tuple(records))
@@ -292,4 +318,7 @@ def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) ->
         f"  saved for backward: {report.format_bytes(profile.total_saved_bytes)}",
         f"  peak memory:       {report.format_bytes(peak)} ({profile.memory_source})",
     ]
+    compiled = report.compiled_text(profile.settings)
+    if compiled:  # a torch.compile'd model: the compiled program's own times, beside the eager shadow's nodes
+        lines.append(f"  compiled:          {compiled}")
     return "\n".join(lines)
