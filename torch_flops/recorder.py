@@ -135,8 +135,8 @@ class EagerGraph(NodeMeasurer):
             planned = self._planned[key] = plan_op(op, target, module, location, self._table, self._ignored,
                                                    args, kwargs)
         i = self._append(op, target, location, node_args, node_kwargs,
-                         tuple(dict.fromkeys(inputs)) if len(inputs) > 1 else tuple(inputs), name, planned, phase)
-        self._starts[i], self._ends[i] = start, end
+                         tuple(dict.fromkeys(inputs)) if len(inputs) > 1 else tuple(inputs), name, planned, phase,
+                         start, end)
         if before is not None:
             self._mem_before[i], self._mem_after[i] = before, after
         self.measure(i, planned, args, kwargs, out)
@@ -161,7 +161,8 @@ class EagerGraph(NodeMeasurer):
         self.output_set = True
 
     def _append(self, op: str, target: Any, location: NodeLocation, node_args: Any, node_kwargs: Any,
-                inputs: tuple[int, ...], name: str, planned: OpPlan, phase: str) -> int:
+                inputs: tuple[int, ...], name: str, planned: OpPlan, phase: str, start: Any = None,
+                end: Any = None) -> int:
         i = len(self._entries)
         self._entries.append((op, target, location, node_args, node_kwargs, inputs, name))
         self._ops.append(planned)
@@ -169,8 +170,8 @@ class EagerGraph(NodeMeasurer):
         self._refs.append(NodeRef(i))
         self.flops.append(None)
         self.macs.append(None)
-        self._starts.append(None)
-        self._ends.append(None)
+        self._starts.append(start)
+        self._ends.append(end)
         if self._reads_memory:  # the allocator's readings (CUDA); else live-tensor memory, replayed later
             self._mem_before.append(None)
             self._mem_after.append(None)

@@ -650,7 +650,7 @@ class Recording:
             self._open = None
         self._failed = None
         after = read() if read is not None else None
-        self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after)
+        self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after, in_handler=True)
         return out
 
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -684,17 +684,24 @@ class Recording:
         return any(graph.made(t) or id(t) in attrs or id(t) in grads for t in tensors_of(args))
 
     def _add(self, op: str, target: Any, module: nn.Module | None, phase: str, args: tuple[Any, ...],
-             kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None) -> None:
+             kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None,
+             in_handler: bool = False) -> None:
+        """Record a node that ran (``in_handler``: from inside the function mode's own handler, where
+        torch has taken that mode off already)."""
         graph = self._graph
         assert graph is not None
         hub, outer, self._open = self._hub, self._open, _SELF  # the profiler's own tensor calls are no nodes
         if hub is not None:
             hub.quiet += 1
         try:
-            with torch._C.DisableTorchFunction():
-                if phase == OPTIMIZER and not self._in_optimizer:
-                    self._pending.append(graph.n)
+            if phase == OPTIMIZER and not self._in_optimizer:
+                self._pending.append(graph.n)
+            if in_handler:
                 graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
+            else:
+                with torch._C.DisableTorchFunction():
+                    graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before,
+                              after)
         finally:
             if hub is not None:
                 hub.quiet -= 1
