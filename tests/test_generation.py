@@ -430,4 +430,11 @@ def test_cli_generate_and_sweep(hf: Any, tmp_path: Path, capsys: pytest.CaptureF
                           (["gpt2", "--generate", "2"], "needs a transformers causal LM")):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+    # a config.json naming no architectures builds the base model, which cannot generate: the error names the class
+    bare = tmp_path / "bare"
+    hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=128).save_pretrained(bare)
+    assert main([str(bare / "config.json"), "--generate", "2", "--tokens", "1,4"]) == 2
+    assert "LlamaModel has no generate(); build its causal LM with --model-class LlamaForCausalLM" in (
+        capsys.readouterr().err)
     assert hardware.get("h100-sxm").memory_bandwidth == 3.35e12  # the figure the hand derivation above uses
