@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch_flops import get_model_profile, hardware, profile_generate, sweep_generation
 from torch_flops.cli import main
 from torch_flops.generation import max_batch
+from torch_flops.generation_report import sweep_table
 from torch_flops.kvcache import read_cache
 from torch_flops.session import installed
 
@@ -438,3 +439,16 @@ def test_cli_generate_and_sweep(hf: Any, tmp_path: Path, capsys: pytest.CaptureF
     assert "LlamaModel has no generate(); build its causal LM with --model-class LlamaForCausalLM" in (
         capsys.readouterr().err)
     assert hardware.get("h100-sxm").memory_bandwidth == 3.35e12  # the figure the hand derivation above uses
+
+
+def test_sweep_table_rates_keep_three_digits() -> None:
+    # 4 new tokens x batch 2 in 0.5333 s = 15.0 tokens/s, printed "15.0" beside "10.9", never "15"
+    point = {"batch": 2, "prompt": 8, "generated": 4, "decode_context": 9, "prefill_flops": 1, "decode_flops": 1,
+             "ttft_ms": 1.0, "tpot_ms": 1.0, "decode_tokens_per_s": 10.9, "tokens_per_s": 8 / 0.5333333333,
+             "decode_memory_bound_share": 1.0, "weights_bytes": 1, "kv_cache_bytes": 1, "activation_bytes": 1,
+             "fits": True}
+    cells = sweep_table([point]).splitlines()[-1].split()
+    assert "15.0" in cells and "10.9" in cells and "15" not in cells
+    point.update(decode_tokens_per_s=99.96, tokens_per_s=1953.4)  # 3 digits would read "100." : a whole number
+    cells = sweep_table([point]).splitlines()[-1].split()
+    assert "100" in cells and "1,953" in cells

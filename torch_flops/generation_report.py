@@ -151,7 +151,7 @@ def _sweep_cell(key: str, value: Any, fmt: Any) -> str:
     if key == "fits":
         return "yes" if value else "NO"
     if fmt is _rate:
-        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+        return f"{value:,.0f}" if value >= 99.95 else f"{value:#.3g}"  # 3 digits, kept: 15.0, not 15
     return str(fmt(value))
 
 
