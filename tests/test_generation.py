@@ -238,6 +238,7 @@ def test_hand_written_loop_with_own_cache_tensors() -> None:
     # KV bytes: 2 layers x (K, V) x tokens x 32 x 4 bytes = 512 x tokens, read from the user's own tensors
     assert gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)]
     assert gp.kv_cache[0].kind == "list" and gp.kv_cache_matches_formula is None  # no config to check against
+    assert "KV cache:         512 B per token per sequence (no config to check it by)\n" in gp.text()
     assert gp.weights_bytes == 8 * 32 * 32 * 4  # 8 Linear(32, 32) weights
 
 
