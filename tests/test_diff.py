@@ -133,6 +133,17 @@ def test_rows_of_hand_made_changes(pair: dict[str, Any]) -> None:
     assert repr(d) == "ProfileDiff(A -> B: FLOPs +12.7 K (+56.81%), 9 changed rows)"
 
 
+def test_row_metrics_take_the_gate_names(pair: dict[str, Any]) -> None:
+    # the times above: A 2.5 ms, B 4 ms -> +1.5 ms, +60%; "time" (the gate's name) reads "time_ms"
+    total = torch_flops.diff(pair["a"], pair["b"]).total
+    assert total.delta("time") == total.delta("time_ms") == pytest.approx(1.5)
+    assert total.relative("time") == pytest.approx(60.0)
+    with pytest.raises(ValueError, match="unknown metric 'latency'.*time_ms"):
+        total.delta("latency")  # a silent None would read as "not measured"
+    with pytest.raises(ValueError, match="unknown metric 'FLOPs'"):
+        total.relative("FLOPs")
+
+
 def test_every_format(pair: dict[str, Any], tmp_path: Path) -> None:
     d = torch_flops.diff(pair["paths"]["a"], pair["paths"]["b"])  # from the JSON files
     assert d.labels == ("a.json", "b.json") and d.total.delta("flops") == 12672

@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch_flops import get_model_profile, hardware, profile_generate, sweep_generation
 from torch_flops.cli import main
 from torch_flops.generation import max_batch
+from torch_flops.generation_report import sweep_table
 from torch_flops.kvcache import read_cache
 from torch_flops.session import installed
 
@@ -237,6 +238,7 @@ def test_hand_written_loop_with_own_cache_tensors() -> None:
     # KV bytes: 2 layers x (K, V) x tokens x 32 x 4 bytes = 512 x tokens, read from the user's own tensors
     assert gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)]
     assert gp.kv_cache[0].kind == "list" and gp.kv_cache_matches_formula is None  # no config to check against
+    assert "KV cache:         512 B per token per sequence (no config to check it by)\n" in gp.text()
     assert gp.weights_bytes == 8 * 32 * 32 * 4  # 8 Linear(32, 32) weights
 
 
@@ -430,4 +432,24 @@ def test_cli_generate_and_sweep(hf: Any, tmp_path: Path, capsys: pytest.CaptureF
                           (["gpt2", "--generate", "2"], "needs a transformers causal LM")):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+    # a config.json naming no architectures builds the base model, which cannot generate: the error names the class
+    bare = tmp_path / "bare"
+    hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=100, max_position_embeddings=128).save_pretrained(bare)
+    assert main([str(bare / "config.json"), "--generate", "2", "--tokens", "1,4"]) == 2
+    assert "LlamaModel has no generate(); build its causal LM with --model-class LlamaForCausalLM" in (
+        capsys.readouterr().err)
     assert hardware.get("h100-sxm").memory_bandwidth == 3.35e12  # the figure the hand derivation above uses
+
+
+def test_sweep_table_rates_keep_three_digits() -> None:
+    # 4 new tokens x batch 2 in 0.5333 s = 15.0 tokens/s, printed "15.0" beside "10.9", never "15"
+    point = {"batch": 2, "prompt": 8, "generated": 4, "decode_context": 9, "prefill_flops": 1, "decode_flops": 1,
+             "ttft_ms": 1.0, "tpot_ms": 1.0, "decode_tokens_per_s": 10.9, "tokens_per_s": 8 / 0.5333333333,
+             "decode_memory_bound_share": 1.0, "weights_bytes": 1, "kv_cache_bytes": 1, "activation_bytes": 1,
+             "fits": True}
+    cells = sweep_table([point]).splitlines()[-1].split()
+    assert "15.0" in cells and "10.9" in cells and "15" not in cells
+    point.update(decode_tokens_per_s=99.96, tokens_per_s=1953.4)  # 3 digits would read "100." : a whole number
+    cells = sweep_table([point]).splitlines()[-1].split()
+    assert "100" in cells and "1,953" in cells

@@ -924,8 +924,20 @@ def _generate_model(ns: argparse.Namespace, device: torch.device, dtype: torch.d
     model, _, _ = _build(ns.model, device, dtype, None, tokens, ns.model_class)
     if not callable(getattr(model, "generate", None)) or getattr(model, "config", None) is None:
         raise CLIError(f"--generate needs a transformers causal LM (a config.json, or an import path returning one); "
-                       f"{type(model).__name__} has no generate()", 2)
+                       f"{type(model).__name__} has no generate(){_causal_lm_hint(model)}", 2)
     return model
+
+
+def _causal_lm_hint(model: nn.Module) -> str:
+    """'; build its causal LM with --model-class NAME' for a transformers base model (a config.json
+    naming no architectures builds one), else ''."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:
+        return ""
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+    return f"; build its causal LM with --model-class {name}" if isinstance(name, str) else ""
 
 
 def _emit(ns: argparse.Namespace, text: str) -> None:

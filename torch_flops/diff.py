@@ -55,11 +55,21 @@ _GATE_NAMES = {"flops": "flops", "macs": "macs", "params": "params", "bytes": "b
                "time_ms": "time_ms", "backward_flops": "backward_flops", "backward_time": "backward_time_ms",
                "backward_time_ms": "backward_time_ms", "optimizer_flops": "optimizer_flops"}
 _TIMES = ("time_ms", "backward_time_ms")
+
 #: the least ``settings["repeat"]`` of both profiles for a time gate
 MIN_REPEAT_FOR_TIME = 3
 
 _CHECK = re.compile(r"^\s*(?P<metric>[a-z_]+)\s*(?:@\s*(?P<scope>[^<>=\s]+))?\s*(?P<op>>=|<=|>|<)\s*"
                     r"(?P<value>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<pct>%)?\s*$")
+
+
+def _metric_name(metric: str) -> str:
+    """The key of :data:`METRICS` for ``metric`` (a key, or a name the gate takes); a clear error otherwise,
+    where a silent None would read as "not measured"."""
+    name = _GATE_NAMES.get(metric)
+    if name is None:
+        raise ValueError(f"unknown metric {metric!r}: expected one of {', '.join(sorted(_GATE_NAMES))}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,9 @@ class DiffRow:
     old_key: str | None = None  #: A's path of a renamed module
 
     def delta(self, metric: str) -> float | None:
-        """B - A (a side missing counts 0); None when neither side has the metric."""
+        """B - A (a side missing counts 0); None when neither side has the metric. ``metric``: a key of
+        :data:`METRICS` or a name the gate takes (``"time"`` is ``"time_ms"``); another is a ValueError."""
+        metric = _metric_name(metric)
         a, b = self.a.get(metric), self.b.get(metric)
         if a is None and b is None:
             return None
@@ -86,7 +98,7 @@ class DiffRow:
         change = self.delta(metric)
         if change is None:
             return None
-        base = self.a.get(metric) or 0
+        base = self.a.get(_metric_name(metric)) or 0
         if base == 0:
             return 0.0 if change == 0 else math.copysign(math.inf, change)
         return 100.0 * change / abs(base)

@@ -61,11 +61,15 @@ def summary_text(s: Mapping[str, Any]) -> str:
                             f"{f' ({kind})' if kind else ''}, peak activations {_bytes(s['activation_bytes'])}")))
     shape = s["kv_shape"]
     if s["kv_cache_bytes"] is not None:
-        check = {True: "equals", False: "DIFFERS from", None: "not checked against"}[s["kv_cache_matches_formula"]]
+        matches = s["kv_cache_matches_formula"]
         formula = (f"2 x {shape['layers']} layers x {shape['kv_heads']} KV heads x {shape['head_dim']} head dim x "
-                   "tokens x batch x dtype bytes") if shape else "the config's formula (no config)"
-        pairs.append(("KV cache", (f"{_bytes(s['kv_bytes_per_token'])} per token per sequence; measured {check} "
-                                  f"{formula} at every step")))
+                   "tokens x batch x dtype bytes") if shape else "the config's formula"
+        per_token = f"{_bytes(s['kv_bytes_per_token'])} per token per sequence"
+        if matches is None:
+            text = f"{per_token}; not checked against {formula}" if shape else f"{per_token} (no config to check it by)"
+        else:
+            text = f"{per_token}; measured {'equals' if matches else 'DIFFERS from'} {formula} at every step"
+        pairs.append(("KV cache", text))
     for note in s.get("notes", ()):
         pairs.append(("Note", note))
     return _lines("torch_flops generation profile", pairs)
@@ -151,7 +155,7 @@ def _sweep_cell(key: str, value: Any, fmt: Any) -> str:
     if key == "fits":
         return "yes" if value else "NO"
     if fmt is _rate:
-        return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+        return f"{value:,.0f}" if value >= 99.95 else f"{value:#.3g}"  # 3 digits, kept: 15.0, not 15
     return str(fmt(value))
 
 
