@@ -140,15 +140,8 @@ def get_model_profile(
             if top_modules:
                 parts.append(report.top_modules_text(result, top_modules, module_depth))
             text = "\n\n".join(parts)
-        if output_file is not None:
-            report.write_atomic(output_file, text + "\n")
-        else:
-            print(text)
-    flops, macs, params = result.total_flops, result.total_macs, result.total_params
-    if as_string:
-        return (report.format_count(flops, "FLOPs"), report.format_count(macs, "MACs"),
-                report.format_count(params))
-    return flops, macs, params
+        _emit(text, output_file)
+    return _totals(result, as_string)
 
 
 def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], print_profile: bool,
@@ -174,11 +167,21 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
         elif top_modules:
             parts.append(report.top_modules_text(whole, top_modules, module_depth))
         text = "\n\n".join(parts)
-        if output_file is not None:
-            report.write_atomic(output_file, text + "\n")
-        else:
-            print(text)
-    flops, macs, params = whole.total_flops, whole.total_macs, whole.total_params
+        _emit(text, output_file)
+    return _totals(whole, as_string)
+
+
+def _emit(text: str, output_file: str | None) -> None:
+    """DeepSpeed's output: printed, or written (atomically) to ``output_file``."""
+    if output_file is not None:
+        report.write_atomic(output_file, text + "\n")
+    else:
+        print(text)
+
+
+def _totals(profile: Profile, as_string: bool) -> tuple[int | str, int | str, int | str]:
+    """DeepSpeed's return value: ``(flops, macs, params)``, as numbers or as text."""
+    flops, macs, params = profile.total_flops, profile.total_macs, profile.total_params
     if as_string:
         return (report.format_count(flops, "FLOPs"), report.format_count(macs, "MACs"),
                 report.format_count(params))

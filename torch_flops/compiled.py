@@ -121,12 +121,7 @@ def _compile_kwargs_of(compiled: nn.Module) -> dict[str, Any]:
     """The options an ``OptimizedModule`` was compiled with (Inductor's config patches, dynamic,
     fullgraph); ``ValueError`` for another backend (its regions are not Inductor kernels)."""
     ctx = getattr(compiled, "dynamo_ctx", None)
-    backend: Any = getattr(getattr(ctx, "callback", None), "_torchdynamo_orig_backend", None)
-    for _ in range(8):  # unwrap Dynamo's debug wrappers down to torch.compile's backend object
-        inner = getattr(backend, "_torchdynamo_orig_backend", None)
-        if inner is None or inner is backend:
-            break
-        backend = inner
+    backend = _backend_object(compiled)
     name = getattr(backend, "compiler_name", None) or type(backend).__name__
     if name != "inductor" and type(backend).__name__ != "_TorchCompileInductorWrapper":
         raise ValueError(f"model was compiled with backend {name!r}: profile_compiled reads Inductor's kernels, "
@@ -281,15 +276,21 @@ def call_signature(model: nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
             tuple(m.training for m in model.modules()))
 
 
-def backend_name(compiled: nn.Module) -> str:
-    """The backend a compiled model was compiled with (``"inductor"``, ``"eager"``, ...)."""
+def _backend_object(compiled: nn.Module) -> Any:
+    """torch.compile's backend object of an ``OptimizedModule``, under Dynamo's debug wrappers."""
     ctx = getattr(compiled, "dynamo_ctx", None)
     backend: Any = getattr(getattr(ctx, "callback", None), "_torchdynamo_orig_backend", None)
-    for _ in range(8):  # unwrap Dynamo's debug wrappers down to torch.compile's backend object
+    for _ in range(8):
         inner = getattr(backend, "_torchdynamo_orig_backend", None)
         if inner is None or inner is backend:
             break
         backend = inner
+    return backend
+
+
+def backend_name(compiled: nn.Module) -> str:
+    """The backend a compiled model was compiled with (``"inductor"``, ``"eager"``, ...)."""
+    backend = _backend_object(compiled)
     if type(backend).__name__ == "_TorchCompileInductorWrapper":
         return "inductor"
     name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None) or type(backend).__name__
