@@ -6,8 +6,9 @@ Autograd numbers every graph node it creates (``Node._sequence_nr()``) from a pe
 that only goes up (``torch.autograd._get_sequence_nr()`` reads its next value). While the eager
 front end records the forward, it notes that counter each time a forward node ends
 (:meth:`SequenceMap.close`): the autograd nodes created while forward node ``i`` ran are exactly
-those numbered from the previous mark up to this one. During ``backward()`` a
-``TorchDispatchMode`` (:class:`BackwardRecorder`) sees every aten op autograd runs and asks
+those numbered from the previous mark up to this one. During ``backward()`` the
+recording's ``TorchDispatchMode`` (:mod:`torch_flops.session`) hands every aten op autograd runs
+to a :class:`BackwardCounter`, which asks
 ``torch._C._current_autograd_node()`` which autograd node runs it; its sequence number, looked up
 between the marks, names the forward node. So a Linear's ``dX``/``dW`` matmuls and its bias's
 ``sum`` land on the Linear's record, counted by the same aten formulas as the forward

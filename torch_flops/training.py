@@ -1,8 +1,8 @@
 """Training steps in the user's own loop: :class:`TrainingProfiler` (DeepSpeed's verbs) and MFU.
 
 Between ``start_profile()`` and ``stop_profile()`` the loop runs unchanged (forward, loss,
-``loss.backward()``, ``optimizer.step()``) while the eager front end records it
-(:mod:`torch_flops.eager`): every forward node (the loss's too), the backward each caused
+``loss.backward()``, ``optimizer.step()``) while a recording
+(:class:`torch_flops.session.Recording`) follows it: every forward node (the loss's too), the backward each caused
 (:mod:`torch_flops.backward`) and the optimizer's step, three phases of one step's records. A
 step ends when the optimizer steps (without an optimizer: when a forward starts after a backward,
 or at ``stop_profile()``). Nothing runs twice, so model, optimizer and gradients end exactly as
