@@ -7,7 +7,9 @@ test files do not depend on how pytest puts ``tests/`` on ``sys.path``.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -127,13 +129,29 @@ class BNLinear(nn.Module):
         return self.fc(self.bn(x))
 
 
+class Breaks(nn.Module):
+    """A graph break at ``.item()``: two Dynamo frames. The code after the break specialises on the
+    value read, so a new value means a recompile (the program's own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        if y.sum().item() > -1e30:  # always true; Dynamo cannot trace .item(): the frame ends here
+            y = y * 2.0
+        return self.b(y)
+
+
 @pytest.fixture(scope="session")
 def models() -> SimpleNamespace:
     """The model classes above, by name."""
     return SimpleNamespace(
         MixedModel=MixedModel, MemoryChain=MemoryChain, LinearPlusOne=LinearPlusOne,
         DataDependent=DataDependent, WithUntraceable=WithUntraceable, CountingLeaf=CountingLeaf,
-        CountingModel=CountingModel, BNLinear=BNLinear,
+        CountingModel=CountingModel, BNLinear=BNLinear, Breaks=Breaks,
     )
 
 
@@ -195,6 +213,19 @@ def hand_profile() -> Callable[..., Profile]:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the HTML tests of the session (``tests/_chromium.py`` drives it)."""
+    spec = importlib.util.spec_from_file_location("torch_flops_tests_chromium", Path(__file__).with_name("_chromium.py"))
+    chromium = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(chromium)  # type: ignore[union-attr]
+    executable = chromium.find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
+    with chromium.Browser(executable) as b:
+        yield b
+
 
 
 @pytest.fixture(autouse=True)

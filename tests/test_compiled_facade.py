@@ -62,21 +62,6 @@ class Net(nn.Module):
         return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
 
 
-class Breaks(nn.Module):
-    """A graph break at ``.item()``; the code after it specialises on the value read (a new value:
-    a recompile, the program's own)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(8, 8)
-        self.b = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.a(x))
-        if y.sum().item() > -1e30:  # always true; Dynamo cannot trace .item(): the frame ends here
-            y = y * 2.0
-        return self.b(y)
-
 
 def _compiles() -> int:
     from torch._dynamo.utils import counters, get_compilation_metrics
@@ -362,9 +347,9 @@ def test_training_profiler_times_the_compiled_program_untimed_compile(training: 
     assert "compiled:" in text and "untimed warm-up" in text
 
 
-def test_training_profiler_over_a_graph_break_and_a_recompile() -> None:
+def test_training_profiler_over_a_graph_break_and_a_recompile(models: Any) -> None:
     torch.manual_seed(0)
-    base, batches = Breaks(), [torch.randn(4, 8) for _ in range(2)]
+    base, batches = models.Breaks(), [torch.randn(4, 8) for _ in range(2)]
     plain = _training(base, batches, compiled=True, profiled=False)
     profiled = _training(base, batches, compiled=True, profiled=True)
     eager = _training(base, batches, compiled=False, profiled=True)

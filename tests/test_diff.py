@@ -4,9 +4,7 @@ HTML diff view in headless Chromium."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +16,6 @@ import torch_flops
 from torch_flops import TorchFLOPsByFX
 from torch_flops.cli import main
 from torch_flops.diff import parse_check
-
-_spec = importlib.util.spec_from_file_location("torch_flops_tests_chromium", Path(__file__).with_name("_chromium.py"))
-chromium = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(chromium)  # type: ignore[union-attr]
 
 
 class Block(nn.Module):
@@ -240,14 +234,7 @@ def test_cli_formats_and_files(pair: dict[str, Any], capsys: pytest.CaptureFixtu
     assert target.read_text().startswith("<!DOCTYPE html>")
 
 
-# ---------------------------------------------------------------------- in a browser
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = chromium.find_chromium()
-    if executable is None:
-        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
-    with chromium.Browser(executable) as b:
-        yield b
+# ---------------------------------------------------------------------- in a browser (conftest's `browser`)
 
 
 def test_diff_view_in_chromium(pair: dict[str, Any], browser: Any, tmp_path: Path) -> None:

@@ -5,10 +5,8 @@ Chromium is installed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,6 @@ from torch import nn
 import torch_flops
 from torch_flops import TorchFLOPsByFX, TrainingProfiler, html, report, zoo
 from torch_flops.records import Status
-
-_spec = importlib.util.spec_from_file_location("torch_flops_tests_chromium", Path(__file__).with_name("_chromium.py"))
-chromium = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(chromium)  # type: ignore[union-attr]
 
 
 def _embedded(page: str) -> dict[str, Any]:
@@ -113,14 +107,7 @@ def test_sections_and_bad_input(unet: TorchFLOPsByFX, hand_profile: Any, tmp_pat
         html.write_html(hand_profile(), tmp_path / "no" / "p.html")
 
 
-# ---------------------------------------------------------------------- in a browser
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = chromium.find_chromium()
-    if executable is None:
-        pytest.skip("no Chromium here (Debian: apt-get install chromium)")
-    with chromium.Browser(executable) as b:
-        yield b
+# ---------------------------------------------------------------------- in a browser (conftest's `browser`)
 
 
 def _rows(page: Any, table: str, column: int) -> list[str]:
