@@ -30,35 +30,33 @@ def _transforms(points: int, batch: int, per_point_log: float) -> int:
     return round(batch * per_point_log * points * math.log2(points))
 
 
-def _dims(x: Any, dim: Any) -> list[int]:
-    return [int(d) % x.dim() for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+def _fft(signal: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], per_point_log: float,
+         per_scaled_element: int) -> int:
+    # the aten FFTs' (self, dim, normalization, ...): N = product of signal's sizes over dim, one
+    # transform per numel(signal) / N; a normalisation (normalization != 0) scales each output
+    # element: per_scaled_element FLOPs (2 complex, 1 real)
+    dim = arg(args, kwargs, 0, "dim")
+    points = prod(int(signal.shape[int(d) % signal.dim()]) for d in (dim if isinstance(dim, (list, tuple)) else [dim]))
+    scale = per_scaled_element * numel(out) if arg(args, kwargs, 1, "normalization", 0) else 0
+    return _transforms(points, numel(signal) // max(points, 1), per_point_log) + scale
 
 
 @register(*aten_ops("_fft_c2c"))
 def fft_c2c_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # _fft_c2c(self, dim, normalization, forward): 5 N log2 N per transform + 2 per output element
-    # when normalised (normalization != 0)
-    dims = _dims(x, arg(args, kwargs, 0, "dim"))
-    points = prod(int(x.shape[d]) for d in dims)
-    scale = 2 * numel(out) if arg(args, kwargs, 1, "normalization", 0) else 0
-    return _transforms(points, numel(x) // max(points, 1), 5) + scale
+    # when normalised
+    return _fft(x, out, args, kwargs, per_point_log=5, per_scaled_element=2)
 
 
 @register(*aten_ops("_fft_r2c"))
 def fft_r2c_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # _fft_r2c(self, dim, normalization, onesided): 2.5 N log2 N per transform of the real input
     # + 2 per complex output element when normalised
-    dims = _dims(x, arg(args, kwargs, 0, "dim"))
-    points = prod(int(x.shape[d]) for d in dims)
-    scale = 2 * numel(out) if arg(args, kwargs, 1, "normalization", 0) else 0
-    return _transforms(points, numel(x) // max(points, 1), 2.5) + scale
+    return _fft(x, out, args, kwargs, per_point_log=2.5, per_scaled_element=2)
 
 
 @register(*aten_ops("_fft_c2r"))
 def fft_c2r_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
     # _fft_c2r(self, dim, normalization, last_dim_size): 2.5 N log2 N per transform of the real
     # output (N from the output's dims) + 1 per real output element when normalised
-    dims = _dims(out, arg(args, kwargs, 0, "dim"))
-    points = prod(int(out.shape[d]) for d in dims)
-    scale = numel(out) if arg(args, kwargs, 1, "normalization", 0) else 0
-    return _transforms(points, numel(out) // max(points, 1), 2.5) + scale
+    return _fft(out, out, args, kwargs, per_point_log=2.5, per_scaled_element=1)
