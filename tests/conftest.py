@@ -8,6 +8,8 @@ test files do not depend on how pytest puts ``tests/`` on ``sys.path``.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -213,6 +215,18 @@ def hand_profile() -> Callable[..., Profile]:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="session")
+def inductor_on_cpu() -> None:
+    """Skips unless torch.compile with Inductor can run here: Dynamo's platform support and a C++
+    compiler. Session-scoped, so it is set up (and skips) before a test module's own fixtures compile."""
+    try:
+        supported = torch._dynamo.is_dynamo_supported()
+    except Exception:  # noqa: BLE001  (a torch without Dynamo)
+        supported = False
+    if not (supported and (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"))):
+        pytest.skip("torch.compile (Inductor on CPU) needs Dynamo support and a C++ compiler")
+
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:

@@ -10,8 +10,6 @@ the same model (an independent path: eager modules and our formulas, no Inductor
 from __future__ import annotations
 
 import inspect
-import os
-import shutil
 from typing import Any
 
 import pytest
@@ -37,16 +35,7 @@ def _config() -> dict[str, Any]:
 _CONFIG_BEFORE = _config()  # before any profile of this file ran
 
 
-def _compile_works() -> bool:
-    """torch.compile with Inductor on CPU needs Dynamo's platform support and a C++ compiler."""
-    try:
-        supported = torch._dynamo.is_dynamo_supported()
-    except Exception:  # noqa: BLE001  (a torch without Dynamo)
-        return False
-    return bool(supported and (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")))
-
-
-pytestmark = pytest.mark.skipif(not _compile_works(), reason="torch.compile (Inductor on CPU) needs Dynamo support and a C++ compiler")
+pytestmark = pytest.mark.usefixtures("inductor_on_cpu")  # conftest: skips without Inductor on CPU
 
 
 class ScaleShiftReLU(nn.Module):

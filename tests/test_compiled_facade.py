@@ -15,7 +15,6 @@ import contextlib
 import copy
 import os
 import re
-import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,18 +32,7 @@ from torch_flops.compiled import DynamoStats
 from torch_flops.session import installed
 from torch_flops.training import TrainingProfiler
 
-
-def _compile_works() -> bool:
-    """torch.compile with Inductor on CPU needs Dynamo's platform support and a C++ compiler."""
-    try:
-        supported = torch._dynamo.is_dynamo_supported()
-    except Exception:  # noqa: BLE001  (a torch without Dynamo)
-        return False
-    return bool(supported and (shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")))
-
-
-pytestmark = pytest.mark.skipif(not _compile_works(),
-                                reason="torch.compile (Inductor on CPU) needs Dynamo support and a C++ compiler")
+pytestmark = pytest.mark.usefixtures("inductor_on_cpu")  # conftest: skips without Inductor on CPU
 
 
 class Net(nn.Module):
