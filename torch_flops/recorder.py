@@ -59,7 +59,7 @@ class EagerGraph(NodeMeasurer):
 
     def __init__(self, index: ModelIndex, table: FormulaTable, ignored: Iterable[str], timer: Timer,
                  memory: MemoryProbe, sequences: SequenceMap | None = None, progress: Progress | None = None,
-                 planned: dict[Any, OpPlan] | None = None) -> None:
+                 planned: dict[Any, OpPlan] | None = None, structures: dict[Any, Any] | None = None) -> None:
         self._index = index
         self.index = index  #: the model walk this graph was recorded with
         self._table = table
@@ -79,6 +79,8 @@ class EagerGraph(NodeMeasurer):
         #: target (module, ...) -> its plan: shared by the graphs of one recording (a training or
         #: generation step repeats its targets) and of one propagate's calls
         self._planned: dict[Any, OpPlan] = {} if planned is None else planned
+        #: (name candidates, input positions) -> (names, needed, frees): shared like ``planned``
+        self._structures: dict[Any, Any] = {} if structures is None else structures
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
         self._getitems: dict[tuple[int, int], int] = {}
@@ -325,17 +327,23 @@ class EagerGraph(NodeMeasurer):
 
     def _names(self) -> list[str]:
         """Each node's name, as an fx graph names them (``add``, ``add_1``, ``_0`` for ``0``)."""
-        namespace = fx.graph._Namespace()
-        create = namespace.create_name
-        return [create(entry[6], None) for entry in self._entries]
+        return _names([entry[6] for entry in self._entries])
 
     def _build(self) -> Plan:
         entries = self._entries
+        inputs = tuple(entry[5] for entry in entries)
+        # the graph's shape (names, which nodes the output needs, when each value dies) depends only
+        # on the name candidates and the input positions: the steps of a generation or a training
+        # loop repeat it, and share it through the recording's memo
+        key = (tuple(entry[6] for entry in entries), inputs)
+        found = self._structures.get(key)
+        if found is None:
+            names = _names(key[0])
+            found = self._structures[key] = (names, needed_nodes(inputs, len(inputs) - 1) if inputs else [],
+                                              last_uses(inputs))
+        names, needed, frees = found
         nodes = [RecordedNode(name, op, target, node_args, node_kwargs)
-                 for name, (op, target, _, node_args, node_kwargs, _, _) in zip(self._names(), entries)]
-        inputs = [entry[5] for entry in entries]
-        needed = needed_nodes(inputs, len(inputs) - 1) if inputs else []
-        frees = last_uses(inputs)
+                 for name, (op, target, _, node_args, node_kwargs, _, _) in zip(names, entries)]
         plans = [node_plan(op, node, i, entry[2], entry[5], needed[i], frees[i])
                  for i, (op, node, entry) in enumerate(zip(self._ops, nodes, entries))]
         return Plan(graph=None, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
@@ -370,6 +378,12 @@ class EagerGraph(NodeMeasurer):
             locations[node] = location
         gm = _LazyGraphModule(self._owners, graph, self._root_type)
         return CapturedGraph(graph_module=gm, locations=locations, binder=None)
+
+
+def _names(candidates: Iterable[str]) -> list[str]:
+    """Each node's name, as an fx graph names nodes with these name candidates, in order."""
+    create = fx.graph._Namespace().create_name
+    return [create(candidate, None) for candidate in candidates]
 
 
 def op_name(target: Any) -> str:

@@ -172,6 +172,7 @@ class Recording:
         self._progress = progress if progress is not None and progress.enabled else None
         #: each target's plan, shared by the steps of this recording (given: by more recordings)
         self._planned: dict[Any, Any] = {} if planned is None else planned
+        self._structures: dict[Any, Any] = {}  #: the graphs' shapes, shared by its steps (EagerGraph)
         self._record_forward = sequences is None
         self._sequences = sequences
         self._forward_nodes = forward_nodes
@@ -382,7 +383,7 @@ class Recording:
         if self._record_forward:
             sequences = self._sequences = SequenceMap() if self._backward else None
             self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences,
-                                     self._progress, self._planned)
+                                     self._progress, self._planned, self._structures)
         else:
             sequences, self._graph = self._sequences, None
         if sequences is not None:
