@@ -5,6 +5,10 @@
    :func:`torch_flops.profile_generate` (``baseline=False``: one run), interleaved in one process,
    medians. Two ratios: the profiled ``generate`` call alone (the recording's cost while the model
    runs) and the whole ``profile_generate`` call (the per-step profiles built afterwards included).
+   Beside them, the floor of following the model op by op from Python: the same ``generate`` with
+   only an empty ``TorchFunctionMode`` on while the model runs (taken off inside the modules the
+   recording keeps whole, as the recording does) and a pair of do-nothing global module hooks:
+   what any per-op recorder in Python pays before it records anything.
 2. cProfile of one profiled run: where the time goes.
 3. ``sweep_generation`` of a Llama-2-70B shape on the meta device: batch {1, 8, 64} x prompt
    {128, 2048} x generated {128, 512} = 12 points, on h100-sxm.
@@ -17,11 +21,14 @@ Prints, never asserts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -47,14 +54,24 @@ def main() -> None:
     def plain() -> torch.Tensor:
         return model.generate(ids, **kwargs)
 
+    floor = _interception_floor(model)
+
+    def intercepted() -> torch.Tensor:
+        with floor():
+            return model.generate(ids, **kwargs)
+
     expected = plain()  # warm up both paths (allocator, transformers' first-call set-up, lazy imports)
     gp = profile_generate(model, ids, baseline=False, **kwargs)
     assert torch.equal(gp.output, expected)
-    plain_s, recorded_s, whole_s = [], [], []
+    intercepted()
+    plain_s, recorded_s, whole_s, floor_s = [], [], [], []
     for _ in range(args.reps):
         start = time.perf_counter()
         plain()
         plain_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        intercepted()
+        floor_s.append(time.perf_counter() - start)
         start = time.perf_counter()
         gp = profile_generate(model, ids, baseline=False, **kwargs)
         whole_s.append(time.perf_counter() - start)
@@ -64,6 +81,8 @@ def main() -> None:
     print(f"GPT-2 small (124 M params, float32, CPU, {torch.get_num_threads()} threads), prompt {args.prompt}, "
           f"{args.new_tokens} new tokens, {args.reps} interleaved repetitions, medians:")
     print(f"  generate, plain:                      {base * 1e3:8.1f} ms")
+    print(f"  generate, intercepted only (floor):   {statistics.median(floor_s) * 1e3:8.1f} ms   "
+          f"ratio {statistics.median(floor_s) / base:.2f}x")
     print(f"  generate, recorded (profiled run):    {statistics.median(recorded_s) * 1e3:8.1f} ms   "
           f"ratio {statistics.median(recorded_s) / base:.2f}x")
     print(f"  profile_generate (+ building the {len(gp.steps)} step profiles): {statistics.median(whole_s) * 1e3:8.1f} ms"
@@ -90,6 +109,53 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         print(f"\nLlama-2-70B shape on meta, {len(sweep.points)} points ({len(sweep.prefill)} prefill + "
               f"{len(sweep.decode)} decode graphs recorded): {elapsed:.1f} s")
+
+
+def _interception_floor(model: torch.nn.Module) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """A context in which ``model``'s calls run under an empty function mode (off inside the
+    modules a recording keeps whole) and two do-nothing global module hooks: the cost of being
+    called back for every torch function and module call, with nothing recorded."""
+    from torch.nn.modules import module as module_hooks
+    from torch.overrides import TorchFunctionMode
+
+    from torch_flops.capture import ModelIndex
+    from torch_flops.formulas import FORMULAS
+
+    leaves = ModelIndex(model, FORMULAS.copy()).leaves
+
+    class Empty(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    state: dict[str, Any] = {"mode": None, "leaf": None}
+
+    def pre(module: torch.nn.Module, inputs: Any) -> None:
+        if module is model:
+            state["mode"] = Empty()
+            state["mode"].__enter__()
+        elif state["mode"] is not None and state["leaf"] is None and id(module) in leaves:
+            state["leaf"] = module
+            torch._C._pop_torch_function_stack()
+
+    def post(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        if module is model and state["mode"] is not None:
+            state["mode"].__exit__(None, None, None)
+            state["mode"] = None
+        elif module is state["leaf"]:
+            state["leaf"] = None
+            torch._C._push_on_torch_function_stack(state["mode"])
+
+    @contextlib.contextmanager
+    def installed() -> Iterator[None]:
+        handles = [module_hooks.register_module_forward_pre_hook(pre), module_hooks.register_module_forward_hook(post)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return installed
 
 
 if __name__ == "__main__":
