@@ -382,3 +382,25 @@ def test_train_bad_combinations(capsys: pytest.CaptureFixture[str], tiny_module:
                                 message: str) -> None:
     code, _, err = run_main(capsys, "tinynet_cli:build", "--input-shape", "3,8", *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_writes_its_html_report_and_refuses_what_it_cannot_draw(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    hf = pytest.importorskip("transformers")
+    hf.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=50, max_position_embeddings=64,
+                   architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    config = str(tmp_path / "config.json")
+    page = tmp_path / "gen.html"
+    assert main([config, "--generate", "3", "--tokens", "1,4", "--html", str(page), "--hardware", "l4"]) == 0
+    assert f"wrote {page}" in capsys.readouterr().err
+    text = page.read_text()
+    # the whole run, the prefill (4 prompt tokens) and the 2 decode steps (3 new tokens: the last is never fed)
+    for title in ("whole generation (3 steps)", "prefill (step 0, 4 tokens in, context 4)",
+                  "decode (step 1, 1 token in, context 5)", "decode (step 2, 1 token in, context 6)"):
+        assert json.dumps(title) in text
+    for argv, message in (([config, "--generate", "2", "--plot", str(tmp_path / "r.png")], "--plot needs --hardware"),
+                          ([config, "--meta", "--generate", "2", "--sweep", "batch=1", "--hardware", "l4", "--html",
+                            str(page)], "--html writes the steps of one --generate run")):
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err

@@ -233,3 +233,54 @@ def test_an_empty_profile_draws_without_an_error(browser: Any, tmp_path: Path) -
     page = browser.open(Path(html.write_html(torch_flops.Profile(records=()), tmp_path / "empty.html")).as_uri())
     assert page.evaluate("document.body.dataset.ready") == "1" and page.errors() == []
     assert page.evaluate("document.querySelector('#nodes .info').textContent") == "0 of 0 rows"
+
+
+# ---------------------------------------------------------------------- a generation's report
+
+
+@pytest.fixture(scope="module")
+def generation() -> Any:
+    hf = pytest.importorskip("transformers")
+    config = hf.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=50, max_position_embeddings=64,
+                            attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.LlamaForCausalLM(config).eval()
+    ids = torch.randint(1, 50, (1, 6), generator=torch.Generator().manual_seed(0))
+    return torch_flops.profile_generate(model, ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
+                                        min_new_tokens=5, do_sample=False, pad_token_id=0, baseline=False)
+
+
+def test_generation_report_has_a_section_per_step(generation: Any, tmp_path: Path) -> None:
+    gp = generation
+    doc = _embedded(Path(gp.to_html(tmp_path / "gen.html", hardware="h100-sxm")).read_text())
+    # 5 new tokens: the prefill (the 6 prompt tokens) and 4 decode steps fed 1 token each (the 5th token made is
+    # never fed back), so the contexts are 6, 7, 8, 9, 10
+    assert [s["title"] for s in doc["sections"]] == [
+        "whole generation (5 steps)", "prefill (step 0, 6 tokens in, context 6)",
+        *(f"decode (step {k}, 1 token in, context {6 + k})" for k in range(1, 5))]
+    # the whole run holds every step's nodes (each marked with its step), then one section per step
+    whole, *steps = doc["sections"]
+    assert [len(s["nodes"]) for s in steps] == [len(p.records) for p in gp.profiles]
+    graph = html.NODE_FIELDS.index("graph")
+    assert [row[graph] for row in whole["nodes"]] == [k for k, p in enumerate(gp.profiles) for _ in p.records]
+    flops = html.NODE_FIELDS.index("flops")
+    assert [sum(row[flops] or 0 for row in s["nodes"]) for s in steps] == [p.total_flops for p in gp.profiles]
+    assert {s["roofline"]["hardware"] for s in doc["sections"]} == {"h100-sxm"}
+    # at most 2 decode steps: the first and the last; 3: decode positions k * (4 - 1) / (3 - 1) for k = 0, 1, 2:
+    # 0, 1.5 -> 2 (rounded half to even), 3, i.e. steps 1, 3 and 4
+    assert [t for t, _, _ in gp.html_sections(max_decode_steps=2)][2:] == [
+        "decode (step 1, 1 token in, context 7)", "decode (step 4, 1 token in, context 10)"]
+    assert [t.split(",")[0] for t, _, _ in gp.html_sections(max_decode_steps=3)][2:] == [
+        "decode (step 1", "decode (step 3", "decode (step 4"]
+    with pytest.raises(ValueError, match="max_decode_steps must be an int >= 0"):
+        gp.html_sections(max_decode_steps=-1)
+
+
+def test_generation_report_in_chromium(generation: Any, browser: Any, tmp_path: Path) -> None:
+    page = browser.open(Path(generation.to_html(tmp_path / "gen.html")).as_uri())
+    assert page.evaluate("[...document.querySelectorAll('.sections button')].length") == 6
+    _click(page, ".sections button[data-section='2']")
+    assert page.evaluate("[...document.querySelectorAll('h1')].filter(h => h.offsetParent).map(h => h.textContent)") \
+        == ["decode (step 1, 1 token in, context 7) \u2014 torch_flops report"]
+    assert page.errors() == []

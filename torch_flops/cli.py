@@ -873,6 +873,11 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
         raise CLIError("--generate takes token prompts (--tokens B,S), not --train or --input-shape", 2)
     if ns.chrome_trace:
         raise CLIError("--chrome-trace is for one call of the model, not a --generate run", 2)
+    if ns.sweep is not None and ns.html:
+        raise CLIError("--html writes the steps of one --generate run: with --sweep, draw the sweep with --plot PNG", 2)
+    for option, path in (("--html", ns.html), ("--plot", ns.plot)):
+        if path:
+            _check_writable(option, path)
     if ns.sweep is not None:
         if device.type != "meta":
             raise CLIError("--sweep runs on the meta device: add --meta", 2)
@@ -887,6 +892,7 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
         _emit(ns, text)
         if ns.plot:
             sweep.save_plot(ns.plot)
+            _wrote(ns.plot, ns.quiet)
         return 0
     if device.type == "meta":
         raise CLIError("--generate runs the model (sampling reads the logits): drop --meta, or add --sweep", 2)
@@ -912,10 +918,14 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
     else:
         text = gp.text(depth=ns.depth, hardware=spec)
     _emit(ns, text)
+    if ns.html:
+        gp.to_html(ns.html, hardware=spec)
+        _wrote(ns.html, ns.quiet)
     if ns.plot and spec is not None:
         from torch_flops.plot import save_roofline_plot
 
         save_roofline_plot(roofline(gp.decode[0] if gp.decode else gp.prefill, spec), ns.plot)
+        _wrote(ns.plot, ns.quiet)
     return 0
 
 

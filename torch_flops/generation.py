@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import threading
 import time
 import warnings
@@ -438,6 +439,51 @@ class GenerationProfile:
     def csv_text(self) -> str:
         """The per-step table as CSV."""
         return generation_report.steps_csv([s.as_dict() for s in self.steps])
+
+    def html_sections(self, hardware: str | HardwareSpec | None = None,
+                      max_decode_steps: int = 32) -> list[tuple[str, Profile, Any]]:
+        """The sections of :meth:`to_html`: the whole generation (every step's nodes, ``graph`` =
+        the step), the prefill, and the decode steps (all of them up to ``max_decode_steps``, else
+        that many evenly spread, the first and the last included), each titled with its step, its
+        tokens and its context, with its roofline on ``hardware`` when given."""
+        if isinstance(max_decode_steps, bool) or not isinstance(max_decode_steps, int) or max_decode_steps < 0:
+            raise ValueError(f"max_decode_steps must be an int >= 0, got {max_decode_steps!r}")
+        spec = None if hardware is None else get_hardware(hardware)
+        n = len(self.decode)
+        if n <= max_decode_steps:
+            chosen = list(range(n))
+        elif max_decode_steps == 1:
+            chosen = [0]
+        else:  # evenly spread: 0, ..., n - 1
+            chosen = sorted({round(k * (n - 1) / (max_decode_steps - 1)) for k in range(max_decode_steps)})
+
+        def title(row: GenerationStep) -> str:
+            context = "" if row.context_length is None else f", context {row.context_length}"
+            tokens = "" if row.tokens_in is None else f", {row.tokens_in} token{'s' if row.tokens_in != 1 else ''} in"
+            return f"{row.phase} (step {row.step}{tokens}{context})"
+
+        sections: list[tuple[str, Profile, Any]] = []
+        whole = self.total
+        sections.append((f"whole generation ({len(self.steps)} steps)", whole,
+                         None if spec is None else roofline(whole, spec)))
+        for i, profile in [(0, self.prefill), *((k + 1, self.decode[k]) for k in chosen)]:
+            sections.append((title(self.steps[i]), profile, None if spec is None else roofline(profile, spec)))
+        return sections
+
+    def to_html(self, path: str | os.PathLike[str], hardware: str | HardwareSpec | None = None,
+                max_decode_steps: int = 32) -> str:
+        """Write the one-file HTML report of the generation to ``path`` (atomically): a section per
+        :meth:`html_sections` (the whole run, the prefill, the decode steps) with a selector, each
+        with the module tree, icicle, node and operator tables, memory curve and, on ``hardware``,
+        the roofline. Returns the path written."""
+        from torch_flops import html
+
+        report.check_writable(path)
+        sections = self.html_sections(hardware, max_decode_steps)
+        page = html.render_document(sections, title=f"{self.model_name} generate: {self.new_tokens} new tokens "
+                                                    f"- torch_flops report")
+        report.write_atomic(path, page)
+        return os.fspath(path)
 
 
 def max_batch(memory_bytes: int, weights: int, kv_per_token: float | None, context: int) -> int | None:
