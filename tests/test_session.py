@@ -378,3 +378,33 @@ def test_a_long_run_shows_its_nodes_on_a_terminal() -> None:
     quiet = io.StringIO()
     Progress(None, quiet).nodes(256)  # not a terminal: nothing
     assert quiet.getvalue() == ""
+
+
+def test_steps_share_a_plan_only_when_they_ran_the_same_nodes() -> None:
+    from torch_flops.generation import _Session
+
+    class Switch(nn.Module):
+        """Each call: x @ w, then relu (calls 1, 2) or times the call's number minus 1 (calls 3, 4, 5:
+        the same nodes, with another argument each time)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 8))
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            y = x @ self.w
+            return y.relu() if self.calls < 3 else y * self.calls - 1
+
+    model = Switch()
+    x = torch.randn(4, 8)
+    session = _Session(model, torch.device("cpu"), None)
+    _, steps, _ = session.run(lambda: [model(x) for _ in range(5)])
+    plans = [step.graph.plan for step in steps]
+    # calls 1 and 2 ran the same nodes: one plan; calls 3, 4, 5 each differ from the one before (relu -> mul,
+    # then another factor: 3, 4, 5), so each builds its own
+    assert plans[1] is plans[0] and len({id(p) for p in plans}) == 4
+    targets = [[p.target for p in plan.nodes if p.node.op.startswith("call_")] for plan in plans]
+    assert targets == [["Tensor.matmul", "Tensor.relu"]] * 2 + [["Tensor.matmul", "Tensor.mul", "Tensor.sub"]] * 3
+    assert [plan.nodes[-3].node.args[1] for plan in plans[2:]] == [3, 4, 5]

@@ -112,6 +112,15 @@ class NodeRef:
     def __init__(self, position: int) -> None:
         self.position = position
 
+    def __eq__(self, other: object) -> bool:  # (two recorded graphs compare equal node by node)
+        return type(other) is NodeRef and other.position == self.position
+
+    def __hash__(self) -> int:
+        return hash(("NodeRef", self.position))
+
+    def __repr__(self) -> str:
+        return f"NodeRef({self.position})"
+
 
 class RecordedNode:
     """A node of a graph recorded as it ran (the eager front end): what a plan and the records read

@@ -49,6 +49,7 @@ from torch_flops.plan import (
 from torch_flops.progress import Progress
 
 _NOT_SEEN: tuple[Any, int, Any, Any] = (None, 0, None, None)  # a node measured when it has run
+_LAST = object()  # the key of the last plan built, in the graphs' shared memo (EagerGraph._structures)
 
 __all__ = ["EagerGraph", "check_call", "check_leaves", "named_inputs", "op_name"]
 
@@ -330,6 +331,22 @@ class EagerGraph(NodeMeasurer):
         return _names([entry[6] for entry in self._entries])
 
     def _build(self) -> Plan:
+        entries = self._entries
+        # a step that ran exactly the previous graph's nodes (the decode steps of a generation, a
+        # training loop's steps) has its plan: the same nodes, arguments and target plans
+        last = self._structures.get(_LAST)
+        if last is not None and len(last[0]) == len(entries):
+            try:
+                same = last[1] == self._ops and last[0] == entries
+            except Exception:  # noqa: BLE001  (an argument whose == is no bool, e.g. an array: not the same)
+                same = False
+            if same:
+                return last[2]  # type: ignore[no-any-return]
+        plan = self._new_plan()
+        self._structures[_LAST] = (entries, self._ops, plan)
+        return plan
+
+    def _new_plan(self) -> Plan:
         entries = self._entries
         inputs = tuple(entry[5] for entry in entries)
         # the graph's shape (names, which nodes the output needs, when each value dies) depends only
