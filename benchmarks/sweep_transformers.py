@@ -75,6 +75,16 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     ids = [i for v in ids for i in (v if isinstance(v, list) else [v]) if isinstance(i, int)]
     if isinstance(d.get("vocab_size"), int):
         out["vocab_size"] = min(d["vocab_size"], max([99, *(i + 1 for i in ids)]))
+    if "kv_lora_rank" in d:  # multi-head latent attention: every head has its keys, and a derived query width
+        if isinstance(out.get("num_key_value_heads"), int) and isinstance(out.get("num_attention_heads"), int):
+            out["num_key_value_heads"] = out["num_attention_heads"]
+        if isinstance(d.get("qk_head_dim"), int):
+            out["qk_head_dim"] = out.get("qk_nope_head_dim", 0) + out.get("qk_rope_head_dim", 0)
+    for period, offset in (("attn_layer_period", "attn_layer_offset"), ("expert_layer_period", "expert_layer_offset")):
+        if isinstance(d.get(period), int) and isinstance(d.get(offset), int):  # Jamba: one such layer in two
+            out[period], out[offset] = 2, 1
+    if isinstance(d.get("block_types"), list) and isinstance(out.get("num_hidden_layers"), int):
+        out["num_hidden_layers"] = max(out["num_hidden_layers"], len(d["block_types"]))  # every block type once
     _select_layers(d, out)
     return out
 
