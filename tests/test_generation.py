@@ -256,6 +256,26 @@ def test_per_layer_shapes_and_multi_query_kv(hf: Any) -> None:
     assert gp.kv_cache_matches_formula is True
 
 
+def test_multi_head_latent_attention_steps(hf: Any) -> None:
+    # DeepSeek V3 at toy sizes: compressed queries and keys (ranks 16), one dense layer then one MoE layer
+    config = hf.DeepseekV3Config(hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16,
+                                 qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, head_dim=8,
+                                 n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                 first_k_dense_replace=1, vocab_size=100, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.DeepseekV3ForCausalLM(config).eval()
+    inputs = prompt()
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain)
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    assert all(b is not None and b > 0 for b in gp.kv_cache_bytes) and gp.kv_cache[3].tokens == 8
+    assert gp.kv_cache_matches_formula is None  # keys and values of their own widths: no 2 x heads x head_dim
+
+
 # --------------------------------------------------------------------------- a decode loop of one's own
 
 

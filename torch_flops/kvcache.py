@@ -16,7 +16,8 @@ What is read (:func:`cache_layers`):
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
 whole preallocated length from the first step). The formula a measured cache is checked against
-(:func:`kv_cache_formula_bytes`; not for a cache holding a recurrent state)::
+(:func:`kv_cache_formula_bytes`; not for a cache holding a recurrent state, nor under multi-head
+latent attention)::
 
     2 (keys and values) x layers x kv_heads x head_dim x tokens x batch x dtype bytes
 
@@ -192,7 +193,18 @@ def kv_cache_formula_bytes(config: Any, tokens: int, batch: int, dtype: torch.dt
     """``2 x layers x kv_heads x head_dim x tokens x batch x dtype bytes`` from ``config`` (None
     when the config does not give the shape)."""
     shape = kv_cache_shape(config)
-    if shape is None:
+    if shape is None or _latent_attention(config):
         return None
     layers, kv_heads, head_dim = shape
     return 2 * layers * kv_heads * head_dim * tokens * batch * dtype.itemsize
+
+
+def _latent_attention(config: Any) -> bool:
+    """Multi-head latent attention (DeepSeek V2/V3: a ``kv_lora_rank``): its cache holds keys and
+    values of their own widths, laid out as the implementation chooses, which the formula does not describe."""
+    get_text = getattr(config, "get_text_config", None)
+    try:
+        rank = getattr(get_text() if callable(get_text) else config, "kv_lora_rank", None)
+    except Exception:  # noqa: BLE001  (a per-layer config)
+        return False
+    return isinstance(rank, int) and not isinstance(rank, bool) and rank > 0
