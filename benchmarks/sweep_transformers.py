@@ -75,10 +75,58 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
     ids = [i for v in ids for i in (v if isinstance(v, list) else [v]) if isinstance(i, int)]
     if isinstance(d.get("vocab_size"), int):
         out["vocab_size"] = min(d["vocab_size"], max([99, *(i + 1 for i in ids)]))
-    if "layer_types" in d and isinstance(d["layer_types"], list):
-        layers = out.get("num_hidden_layers", len(d["layer_types"]))
-        out["layer_types"] = d["layer_types"][:layers]
+    if "kv_lora_rank" in d:  # multi-head latent attention: every head has its keys, and a derived query width
+        if isinstance(out.get("num_key_value_heads"), int) and isinstance(out.get("num_attention_heads"), int):
+            out["num_key_value_heads"] = out["num_attention_heads"]
+        if isinstance(d.get("qk_head_dim"), int):
+            out["qk_head_dim"] = out.get("qk_nope_head_dim", 0) + out.get("qk_rope_head_dim", 0)
+    for period, offset in (("attn_layer_period", "attn_layer_offset"), ("expert_layer_period", "expert_layer_offset")):
+        if isinstance(d.get(period), int) and isinstance(d.get(offset), int):  # Jamba: one such layer in two
+            out[period], out[offset] = 2, 1
+    if isinstance(d.get("block_types"), list) and isinstance(out.get("num_hidden_layers"), int):
+        out["num_hidden_layers"] = max(out["num_hidden_layers"], len(d["block_types"]))  # every block type once
+    _select_layers(d, out)
     return out
+
+
+#: the config attributes counting a model's (decoder's) layers
+_LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+_MAX_LAYERS = 4
+
+
+def _select_layers(d: dict[str, Any], out: dict[str, Any]) -> None:
+    """Per-layer attributes of ``d`` (lists as long as its layer count: ``layer_types``,
+    ``mlp_layer_types``, heads per layer, ...; dicts keyed by layer index) cut down to a few layers
+    of ``out``: the first layer of each distinct combination of their values (a hybrid keeps an
+    attention layer and a recurrent one; at most 4 layers), topped up to the shrunk layer count."""
+    count_key = next((k for k in _LAYER_COUNTS if isinstance(d.get(k), int) and not isinstance(d.get(k), bool)), None)
+    if count_key is None:
+        return
+    total, wanted = d[count_key], out[count_key]
+    if wanted >= total:
+        return
+    lists = {k: v for k, v in d.items() if isinstance(v, (list, tuple)) and len(v) == total and k not in _LISTS}
+    chosen: list[int] = []
+    seen: set[tuple[str, ...]] = set()
+    for i in range(total):
+        combo = tuple(repr(v[i]) for v in lists.values())
+        if combo not in seen and len(chosen) < _MAX_LAYERS:
+            seen.add(combo)
+            chosen.append(i)
+    rest = [i for i in range(total) if i not in chosen]
+    chosen = sorted(chosen + rest[:max(0, wanted - len(chosen))])
+    out[count_key] = len(chosen)
+    for key, values in lists.items():
+        base = key.removesuffix("_per_layer")
+        picked = [values[i] for i in chosen]
+        if base in _SIZES and all(isinstance(v, int) and not isinstance(v, bool) for v in picked):
+            picked = [min(v, _SIZES[base]) for v in picked]
+        out[key] = picked
+    position = {i: n for n, i in enumerate(chosen)}
+    for key, value in d.items():  # per-layer settings keyed by layer index (``per_layer_config``)
+        if "layer" in key and isinstance(value, dict) and value and all(str(k).isdigit() and int(k) < total
+                                                                         for k in value):
+            out[key] = {type(k)(position[int(k)]): v for k, v in value.items() if int(k) in position}
 
 
 def model_types() -> list[str]:
@@ -88,17 +136,25 @@ def model_types() -> list[str]:
 
 def tiny_model(model_type: str, device: str = "cpu") -> torch.nn.Module:
     """The base model of ``model_type`` at toy sizes, random weights, in eval mode."""
-    import transformers
-    from transformers import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    name = MODEL_MAPPING_NAMES[model_type]
-    cls = getattr(transformers, name if isinstance(name, str) else name[0])
+    return tiny_from_config(model_type, MODEL_MAPPING_NAMES[model_type], device)
+
+
+def tiny_from_config(model_type: str, class_name: str | tuple[str, ...], device: str = "cpu",
+                     **from_config: Any) -> torch.nn.Module:
+    """``transformers.<class_name>`` built from ``model_type``'s default config shrunk to toy sizes,
+    random weights (seed 0), in eval mode; ``from_config``: keyword arguments of the model class's
+    ``_from_config`` (``attn_implementation``, ``dtype``), when given."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    cls = getattr(transformers, class_name if isinstance(class_name, str) else class_name[0])
     config_cls = CONFIG_MAPPING[model_type]
     config = config_cls.from_dict(_shrink(config_cls().to_dict()))
     torch.manual_seed(0)
     with torch.device(device):
-        model = cls(config)
+        model = cls._from_config(config, **from_config) if from_config else cls(config)
     return model.eval()
 
 

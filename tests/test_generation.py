@@ -180,6 +180,102 @@ def test_read_cache_kinds(hf: Any) -> None:
         read_cache(3)
 
 
+def test_mamba_state_from_cache_params(hf: Any) -> None:
+    # a recurrent model: its cache is ``cache_params`` (no past_key_values), each layer a conv and an SSM state
+    config = hf.MambaConfig(hidden_size=32, state_size=16, expand=2, conv_kernel=4, num_hidden_layers=2,
+                            vocab_size=100)
+    torch.manual_seed(0)
+    model = hf.MambaForCausalLM(config).eval()
+    inputs = prompt()
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain)
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    # per layer: conv state batch 2 x (expand 2 x hidden 32 = 64 channels) x kernel 4 = 512 floats, SSM state
+    # 2 x 64 x state 16 = 2048 floats: 2560 x 4 bytes = 10240; two layers 20480, the same after every step
+    assert gp.kv_cache_bytes == [20480] * 4 and [s.layer_bytes for s in gp.kv_cache] == [(10240, 10240)] * 4
+    assert gp.kv_cache[0].recurrent_layers == 2 and gp.kv_cache[0].tokens is None
+    assert gp.kv_cache_matches_formula is None  # no KV formula describes a recurrent state
+    assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
+
+
+def test_model_without_a_cache_sees_the_whole_sequence(hf: Any) -> None:
+    # without a cache generate feeds the whole sequence at every step: its context is what it is fed
+    model = tiny_gpt2(hf)
+    inputs = prompt()
+    no_cache = {**GREEDY, "use_cache": False}
+    plain, per_call, _ = flop_counter_per_call(model, lambda: model.generate(**inputs, **no_cache))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **no_cache)
+    assert torch.equal(gp.output, plain)
+    assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == per_call
+    assert [s.tokens_in for s in gp.steps] == [5, 6, 7, 8] and [s.context_length for s in gp.steps] == [5, 6, 7, 8]
+    assert gp.kv_cache_bytes == [None] * 4
+    # a model that cannot use one is given an empty DynamicCache, which stays empty: 0 bytes, the sequence fed again
+    config = hf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64)
+    torch.manual_seed(0)
+    gpt = hf.OpenAIGPTLMHeadModel(config).eval()
+    plain, per_call, _ = flop_counter_per_call(gpt, lambda: gpt.generate(**inputs, **GREEDY))
+    gp = profile_generate(gpt, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False, **GREEDY)
+    assert torch.equal(gp.output, plain)
+    assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == per_call
+    assert [s.tokens_in for s in gp.steps] == [5, 6, 7, 8] and [s.context_length for s in gp.steps] == [5, 6, 7, 8]
+    assert gp.kv_cache_bytes == [0] * 4 and gp.kv_cache_matches_formula is False
+
+
+def test_per_layer_shapes_and_multi_query_kv(hf: Any) -> None:
+    # Gemma 4: the full-attention layer has its own head_dim (512), so the config refuses one global
+    # head_dim: the cache is still read per layer, with no single formula
+    config = hf.Gemma4TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=8, vocab_size=100,
+                                 layer_types=["sliding_attention", "full_attention"], vocab_size_per_layer_input=100,
+                                 hidden_size_per_layer_input=8, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.Gemma4ForCausalLM(config).eval()
+    inputs = prompt(length=5)
+    plain, per_call, _ = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain)
+    assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == per_call
+    # per layer 2 (K, V) x 2 KV heads x head_dim x tokens x batch 2 x 4 bytes: head_dim 8: 256 x tokens;
+    # head_dim 512: 16384 x tokens
+    assert [s.layer_bytes for s in gp.kv_cache] == [(256 * t, 16384 * t) for t in (5, 6, 7, 8)]
+    assert gp.kv_shape is None and gp.kv_cache_matches_formula is None
+    # Falcon's multi-query attention (the old architecture): one KV head whatever num_kv_heads says
+    falcon = hf.FalconConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, vocab_size=100,
+                             multi_query=True, new_decoder_architecture=False, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.FalconForCausalLM(falcon).eval()
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    # 2 (K, V) x 2 layers x 1 KV head x head_dim 8 x tokens x batch 2 x 4 bytes = 256 x tokens
+    assert gp.kv_shape == (2, 1, 8) and gp.kv_cache_bytes == [256 * t for t in (5, 6, 7, 8)]
+    assert gp.kv_cache_matches_formula is True
+
+
+def test_multi_head_latent_attention_steps(hf: Any) -> None:
+    # DeepSeek V3 at toy sizes: compressed queries and keys (ranks 16), one dense layer then one MoE layer
+    config = hf.DeepseekV3Config(hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16,
+                                 qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, head_dim=8,
+                                 n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                 first_k_dense_replace=1, vocab_size=100, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.DeepseekV3ForCausalLM(config).eval()
+    inputs = prompt()
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain)
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    assert all(b is not None and b > 0 for b in gp.kv_cache_bytes) and gp.kv_cache[3].tokens == 8
+    assert gp.kv_cache_matches_formula is None  # keys and values of their own widths: no 2 x heads x head_dim
+
+
 # --------------------------------------------------------------------------- a decode loop of one's own
 
 
@@ -240,6 +336,33 @@ def test_hand_written_loop_with_own_cache_tensors() -> None:
     assert gp.kv_cache[0].kind == "list" and gp.kv_cache_matches_formula is None  # no config to check against
     assert "KV cache:         512 B per token per sequence (no config to check it by)\n" in gp.text()
     assert gp.weights_bytes == 8 * 32 * 32 * 4  # 8 Linear(32, 32) weights
+
+
+class ArgumentCacheDecoder(Decoder):
+    """The decoder with its cache passed as ``past_key_values``, filled in place, not returned."""
+
+    def forward(self, x: torch.Tensor, past_key_values: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return super().forward(x, past_key_values)
+
+
+def test_cache_given_as_an_argument_and_filled_in_place() -> None:
+    torch.manual_seed(0)
+    model = ArgumentCacheDecoder().eval()
+    x0 = torch.randn(1, 5, 32)
+    cache = empty_cache()
+
+    def loop() -> torch.Tensor:
+        x, outs = x0, []
+        with torch.no_grad():
+            for _ in range(4):
+                x = model(x, past_key_values=cache)[:, -1:]
+                outs.append(x)
+        return torch.cat(outs, 1)
+
+    gp = profile_generate(model, loop=loop)  # no kv_cache=: read from the call's past_key_values
+    # 2 layers x (K, V) x tokens x 32 x 4 bytes = 512 x tokens
+    assert gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)] and gp.kv_cache[0].tokens == 5
+    assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
 
 
 def test_decode_step_prediction_on_h100_by_hand() -> None:

@@ -64,8 +64,9 @@ from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import roofline
 from torch_flops.session import Recording, Step, Steps
 
-__all__ = ["GenerationPrediction", "GenerationProfile", "GenerationStep", "GenerationTiming", "max_batch",
-           "profile_generate", "profile_generation_call", "profile_one_call", "tokens_in", "weights_bytes"]
+__all__ = ["GenerationPrediction", "GenerationProfile", "GenerationStep", "GenerationTiming", "context_lengths",
+           "max_batch", "profile_generate", "profile_generation_call", "profile_one_call", "tokens_in",
+           "weights_bytes"]
 
 PREFILL, DECODE = "prefill", "decode"
 
@@ -520,6 +521,9 @@ class _CallLog:
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.inputs: list[tuple[int | None, int | None]] = []  # (batch, tokens) per call
+        self.mask_lengths: list[int | None] = []  # per call: the length of its 2-D attention mask
+        self.no_cache: list[bool] = []  # per call: called with use_cache=False
+        self.cache: Any = None  # the cache the latest call was given (only the latest: not every step's)
         self.allocated: list[int] = []
         self._cuda = device.type == "cuda"
         self._handles: list[Any] = []
@@ -532,11 +536,18 @@ class _CallLog:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self.cache = None
 
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if threading.get_ident() != self.thread:
             return
         self.inputs.append(tokens_in(args, kwargs))
+        mask = kwargs.get("attention_mask")
+        # (a shape read only, as in tokens_in)
+        self.mask_lengths.append(int(mask.shape[-1]) if isinstance(mask, torch.Tensor) and len(mask.shape) == 2
+                                 else None)
+        self.cache = next((c for name in _CACHE_NAMES if (c := kwargs.get(name)) is not None), None)
+        self.no_cache.append(kwargs.get("use_cache") is False)
         if self._cuda:
             self.allocated.append(torch.cuda.memory_allocated(self.device))
         self.starts.append(time.perf_counter())
@@ -554,6 +565,27 @@ class _CallLog:
         forward = tuple((e - s) * 1e3 for s, e in zip(self.starts, self.ends))
         return GenerationTiming(total_ms=(t_end - t0) * 1e3, latency_ms=latency, forward_ms=forward,
                                 profiled=profiled)
+
+
+def context_lengths(tokens: Sequence[int | None], mask_lengths: Sequence[int | None],
+                    fresh: Sequence[bool]) -> list[int | None]:
+    """Tokens per sequence each call has seen, from the tokens fed to each call, the length of its
+    2-D attention mask (None: none given) and whether it starts afresh (``fresh``: no cache, or an
+    empty one: a model without a cache is fed the whole sequence again at each step): the tokens
+    fed for a call starting afresh, else the previous context plus the tokens fed (a decode step
+    over a cache), or the mask's length where that is shorter and covers the tokens fed (a mask
+    longer than that, padded to a preallocated cache, does not count)."""
+    contexts: list[int | None] = []
+    context = 0
+    for fed, mask, new in zip(tokens, mask_lengths, fresh):
+        if fed is None:
+            contexts.append(None)
+            continue
+        context = fed if new else context + fed
+        if mask is not None and fed <= mask < context:
+            context = mask
+        contexts.append(context)
+    return contexts
 
 
 def tokens_in(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -623,7 +655,11 @@ class _Session:
         state = None
         if self.kv_error is None:
             try:
-                cache = self.kv_reader() if self.kv_reader is not None else _output_cache(step.output)
+                if self.kv_reader is not None:
+                    cache = self.kv_reader()
+                else:  # what the model returned; else the cache it was given (one it filled in place, or left empty)
+                    cache = _output_cache(step.output)
+                    cache = cache if cache is not None else self.log.cache
                 state = None if cache is None else read_cache(cache)
             except Exception as e:  # noqa: BLE001  (the user's generation must not fail on the profiler's reading)
                 self.kv_error = f"{type(e).__name__}: {e}"
@@ -631,11 +667,18 @@ class _Session:
         step.output = None
 
 
+#: where a transformers model's cache goes in its arguments and output: attention KV, a recurrent state (Mamba)
+_CACHE_NAMES = ("past_key_values", "cache_params")
+
+
 def _output_cache(output: Any) -> Any:
-    cache = getattr(output, "past_key_values", None)
-    if cache is None and isinstance(output, Mapping):
-        cache = output.get("past_key_values")
-    return cache
+    for name in _CACHE_NAMES:
+        cache = getattr(output, name, None)
+        if cache is None and isinstance(output, Mapping):
+            cache = output.get(name)
+        if cache is not None:
+            return cache
+    return None
 
 
 def _step_profile(step: Step, index: ModelIndex, timer: Timer, device: torch.device,
@@ -823,11 +866,11 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         notes.append(f"the KV cache could not be read: {session.kv_error}")
         warnings.warn(f"torch_flops: the KV cache could not be read ({session.kv_error}); pass kv_cache= (a "
                       "callable returning it)", stacklevel=3)
-    contexts: list[int | None] = []
-    context = 0
-    for _, tokens in inputs:
-        context += tokens or 0
-        contexts.append(None if tokens is None else context)
+    masks = log.mask_lengths if len(log.mask_lengths) == len(steps) else [None] * len(steps)
+    # a call starts afresh without a cache (use_cache=False), or after a step that left the cache empty
+    fresh = [i == 0 or (i < len(log.no_cache) and log.no_cache[i])
+             or ((before := kv_states[i - 1]) is not None and before.total_bytes == 0) for i in range(len(steps))]
+    contexts = context_lengths([tokens for _, tokens in inputs], masks, fresh)
     with gc_paused():  # (thousands of records per step)
         profiles = [_step_profile(step, index, session.timer, device, {
             "generation_step": i, "generation_phase": PREFILL if i == 0 else DECODE, "tokens_in": inputs[i][1],
@@ -841,7 +884,8 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         state = kv_states[i]
         formula = None
         held = state.max_length if state is not None and state.max_length is not None else contexts[i]
-        if state is not None and dtype is not None and batch is not None and held is not None:
+        if state is not None and not state.recurrent_layers and dtype is not None and batch is not None \
+                and held is not None:
             formula = kv_cache_formula_bytes(config, held, batch, dtype)
         activation = profile.max_memory
         if device.type == "cuda" and step.peak_memory is not None and i < len(log.allocated):

@@ -4,8 +4,10 @@ bytes they hold, and the bytes the model's shape says they should hold.
 What is read (:func:`cache_layers`):
 
 * a transformers ``Cache`` (``DynamicCache``, ``StaticCache``, ``SlidingWindowCache``, quantized
-  caches, ...): its ``layers``, each layer's ``keys`` and ``values`` (or, for a layer without
-  them, every tensor the layer holds); an ``EncoderDecoderCache``: its self-attention layers
+  caches, ...): its ``layers``, each layer's ``keys`` and ``values`` and a recurrent layer's
+  state (Mamba, linear attention: its ``conv_states`` and ``recurrent_states``, beside keys and
+  values in a hybrid layer), or, for a layer with none of these, every tensor the layer holds;
+  an ``EncoderDecoderCache``: its self-attention layers
   followed by its cross-attention layers; an older ``Cache`` with ``key_cache``/``value_cache``
   lists: one layer per list item;
 * legacy tuples: one item per layer, each a ``(key, value)`` tuple (or any tuple of tensors);
@@ -14,7 +16,8 @@ What is read (:func:`cache_layers`):
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
 whole preallocated length from the first step). The formula a measured cache is checked against
-(:func:`kv_cache_formula_bytes`)::
+(:func:`kv_cache_formula_bytes`; not for a cache holding a recurrent state, nor under multi-head
+latent attention)::
 
     2 (keys and values) x layers x kv_heads x head_dim x tokens x batch x dtype bytes
 
@@ -46,6 +49,8 @@ class KVCacheState:
     tokens: int | None = None
     #: the length a preallocating cache (StaticCache) holds whatever it was filled with, else None
     max_length: int | None = None
+    #: layers holding a recurrent state (Mamba, linear attention), which no KV formula describes
+    recurrent_layers: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -53,7 +58,8 @@ class KVCacheState:
 
     def as_dict(self) -> dict[str, Any]:
         return {"layer_bytes": list(self.layer_bytes), "kind": self.kind, "tokens": self.tokens,
-                "max_length": self.max_length, "total_bytes": self.total_bytes}
+                "max_length": self.max_length, "recurrent_layers": self.recurrent_layers,
+                "total_bytes": self.total_bytes}
 
 
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
@@ -82,10 +88,27 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
 
 def _layer_tensors(layer: Any) -> list[torch.Tensor]:
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-    if isinstance(keys, torch.Tensor) or isinstance(values, torch.Tensor):
-        return [t for t in (keys, values) if isinstance(t, torch.Tensor)]
-    # a layer that stores something else (quantized keys, a state): every tensor it holds
-    return [v for v in vars(layer).values() if isinstance(v, torch.Tensor)]
+    tensors = [t for t in (keys, values) if isinstance(t, torch.Tensor)]
+    # a recurrent (Mamba, linear attention) layer's state, held beside or instead of keys and values:
+    # ``conv_states``/``recurrent_states``, one tensor per state index
+    held = getattr(layer, "__dict__", {})
+    tensors += [t for name, v in held.items() if name.endswith("_states") for t in tensors_of(v)]
+    if tensors:
+        return tensors
+    # a layer that stores something else (quantized keys): every tensor it holds
+    return [t for v in held.values() for t in tensors_of(v)]
+
+
+def _tokens(cache: Any, layers: list[list[torch.Tensor]]) -> int | None:
+    """Tokens per sequence: the sequence dimension of the first layer's keys (a recurrent layer's
+    state has none); for tuples and the user's own tensors, of the first layer's first tensor."""
+    cache_layers = getattr(cache, "layers", None)
+    if isinstance(cache_layers, (list, tuple)) and not isinstance(cache, (list, tuple)):
+        keys = next((k for layer in cache_layers if isinstance(k := getattr(layer, "keys", None), torch.Tensor)
+                     and k.dim() >= 2), None)
+        return None if keys is None else int(keys.shape[-2])
+    first = next((ts[0] for ts in layers if ts and ts[0].dim() >= 2), None)
+    return None if first is None else int(first.shape[-2])
 
 
 def read_cache(cache: Any) -> KVCacheState:
@@ -103,18 +126,36 @@ def read_cache(cache: Any) -> KVCacheState:
             seen.add(key)
             total += nbytes if t.layout is torch.strided else tensor_nbytes(t)
         per_layer.append(total)
-    first = next((ts[0] for ts in layers if ts and ts[0].dim() >= 2), None)
     max_length = getattr(cache, "max_cache_len", None)
     if max_length is None:  # transformers 5: each layer of a preallocating cache knows its length
         max_length = getattr(next(iter(getattr(cache, "layers", None) or ()), None), "max_cache_len", None)
+    recurrent = sum(any(tensors_of(v) for name, v in getattr(layer, "__dict__", {}).items() if name.endswith("_states"))
+                    for layer in _cache_layer_objects(cache))
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
-                        tokens=int(first.shape[-2]) if first is not None else None,
-                        max_length=max_length if isinstance(max_length, int) and max_length > 0 else None)
+                        tokens=_tokens(cache, layers),
+                        max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
+                        recurrent_layers=recurrent)
+
+
+def _cache_layer_objects(cache: Any) -> list[Any]:
+    """The layer objects of a transformers ``Cache`` (an ``EncoderDecoderCache``'s parts'), else none."""
+    parts = [getattr(cache, name, None) for name in ("self_attention_cache", "cross_attention_cache")]
+    out: list[Any] = []
+    for part in parts if parts[0] is not None else [cache]:
+        layers = getattr(part, "layers", None)
+        if isinstance(layers, (list, tuple)) and not isinstance(part, (list, tuple)):
+            out += layers
+    return out
+
+
+class _Heterogeneous(Exception):
+    """A config whose layers differ in a shape attribute: no one shape for all its layers."""
 
 
 def kv_cache_shape(config: Any) -> tuple[int, int, int] | None:
     """``(layers, kv_heads, head_dim)`` of a transformers config (its text config for a
-    multimodal one), or None when the config does not say."""
+    multimodal one), or None when the config does not say, or its layers differ (a per-layer
+    config refusing one global value)."""
     if config is None:
         return None
     get_text = getattr(config, "get_text_config", None)
@@ -123,16 +164,26 @@ def kv_cache_shape(config: Any) -> tuple[int, int, int] | None:
 
     def first(*names: str) -> int | None:
         for name in names:
-            value = getattr(config, name, None)
+            try:
+                value = getattr(config, name, None)
+            except AttributeError:
+                value = None
+            except Exception as e:  # transformers' per-layer configs: AmbiguousGlobalPerLayerAttributeError
+                raise _Heterogeneous from e
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
         return None
 
-    layers = first("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    heads = first("num_attention_heads", "n_head", "num_heads")
-    kv_heads = first("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") or heads
-    hidden = first("hidden_size", "n_embd", "d_model")
-    head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
+    try:
+        layers = first("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+        heads = first("num_attention_heads", "n_head", "num_heads")
+        kv_heads = first("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") or heads
+        if getattr(config, "multi_query", None) is True and not getattr(config, "new_decoder_architecture", False):
+            kv_heads = 1  # Falcon's multi-query attention: one KV head (num_kv_heads counts only with the new architecture)
+        hidden = first("hidden_size", "n_embd", "d_model")
+        head_dim = first("head_dim") or (hidden // heads if hidden and heads else None)
+    except _Heterogeneous:
+        return None
     if layers is None or kv_heads is None or head_dim is None:
         return None
     return layers, kv_heads, head_dim
@@ -142,7 +193,18 @@ def kv_cache_formula_bytes(config: Any, tokens: int, batch: int, dtype: torch.dt
     """``2 x layers x kv_heads x head_dim x tokens x batch x dtype bytes`` from ``config`` (None
     when the config does not give the shape)."""
     shape = kv_cache_shape(config)
-    if shape is None:
+    if shape is None or _latent_attention(config):
         return None
     layers, kv_heads, head_dim = shape
     return 2 * layers * kv_heads * head_dim * tokens * batch * dtype.itemsize
+
+
+def _latent_attention(config: Any) -> bool:
+    """Multi-head latent attention (DeepSeek V2/V3: a ``kv_lora_rank``): its cache holds keys and
+    values of their own widths, laid out as the implementation chooses, which the formula does not describe."""
+    get_text = getattr(config, "get_text_config", None)
+    try:
+        rank = getattr(get_text() if callable(get_text) else config, "kv_lora_rank", None)
+    except Exception:  # noqa: BLE001  (a per-layer config)
+        return False
+    return isinstance(rank, int) and not isinstance(rank, bool) and rank > 0
