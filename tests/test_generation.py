@@ -79,6 +79,20 @@ def prompt(batch: int = 2, length: int = 5) -> dict[str, torch.Tensor]:
 GREEDY = {"max_new_tokens": 4, "min_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
 
 
+def greedy_against_flop_counter(model: nn.Module) -> Any:
+    """Greedy ``generate`` of :func:`prompt`, plain under FlopCounterMode and then profiled: the same
+    tokens, and each step's FLOPs (``flop_counter`` convention) equal FlopCounterMode's over that call
+    of the model, their sum its count over the whole call. The generation profile."""
+    inputs = prompt()
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
+    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
+                          **GREEDY)
+    assert torch.equal(gp.output, plain)
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    return gp
+
+
 # --------------------------------------------------------------------------- transformers generate
 
 
@@ -185,14 +199,7 @@ def test_mamba_state_from_cache_params(hf: Any) -> None:
     config = hf.MambaConfig(hidden_size=32, state_size=16, expand=2, conv_kernel=4, num_hidden_layers=2,
                             vocab_size=100)
     torch.manual_seed(0)
-    model = hf.MambaForCausalLM(config).eval()
-    inputs = prompt()
-    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
-    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
-                          **GREEDY)
-    assert torch.equal(gp.output, plain)
-    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
-    assert counted == per_call and sum(counted) == whole
+    gp = greedy_against_flop_counter(hf.MambaForCausalLM(config).eval())
     # per layer: conv state batch 2 x (expand 2 x hidden 32 = 64 channels) x kernel 4 = 512 floats, SSM state
     # 2 x 64 x state 16 = 2048 floats: 2560 x 4 bytes = 10240; two layers 20480, the same after every step
     assert gp.kv_cache_bytes == [20480] * 4 and [s.layer_bytes for s in gp.kv_cache] == [(10240, 10240)] * 4
@@ -264,14 +271,7 @@ def test_multi_head_latent_attention_steps(hf: Any) -> None:
                                  n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
                                  first_k_dense_replace=1, vocab_size=100, attn_implementation="eager")
     torch.manual_seed(0)
-    model = hf.DeepseekV3ForCausalLM(config).eval()
-    inputs = prompt()
-    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(**inputs, **GREEDY))
-    gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"], baseline=False,
-                          **GREEDY)
-    assert torch.equal(gp.output, plain)
-    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
-    assert counted == per_call and sum(counted) == whole
+    gp = greedy_against_flop_counter(hf.DeepseekV3ForCausalLM(config).eval())
     assert all(b is not None and b > 0 for b in gp.kv_cache_bytes) and gp.kv_cache[3].tokens == 8
     assert gp.kv_cache_matches_formula is None  # keys and values of their own widths: no 2 x heads x head_dim
 
