@@ -58,7 +58,7 @@ from torch_flops.capture import ModelIndex
 from torch_flops.formulas import FormulaTable
 from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
-from torch_flops.kvcache import KVCacheState, kv_cache_formula_bytes, kv_cache_shape, read_cache
+from torch_flops.kvcache import KVCacheState, found_cache, kv_cache_formula_bytes, kv_cache_shape, read_cache
 from torch_flops.measure import Timer, input_device, make_memory_probe, make_timer, storage_key
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import roofline
@@ -546,7 +546,7 @@ class _CallLog:
         # (a shape read only, as in tokens_in)
         self.mask_lengths.append(int(mask.shape[-1]) if isinstance(mask, torch.Tensor) and len(mask.shape) == 2
                                  else None)
-        self.cache = next((c for name in _CACHE_NAMES if (c := kwargs.get(name)) is not None), None)
+        self.cache = found_cache(kwargs)
         self.no_cache.append(kwargs.get("use_cache") is False)
         if self._cuda:
             self.allocated.append(torch.cuda.memory_allocated(self.device))
@@ -658,27 +658,13 @@ class _Session:
                 if self.kv_reader is not None:
                     cache = self.kv_reader()
                 else:  # what the model returned; else the cache it was given (one it filled in place, or left empty)
-                    cache = _output_cache(step.output)
+                    cache = found_cache(step.output)
                     cache = cache if cache is not None else self.log.cache
                 state = None if cache is None else read_cache(cache)
             except Exception as e:  # noqa: BLE001  (the user's generation must not fail on the profiler's reading)
                 self.kv_error = f"{type(e).__name__}: {e}"
         self.kv.append(state)
         step.output = None
-
-
-#: where a transformers model's cache goes in its arguments and output: attention KV, a recurrent state (Mamba)
-_CACHE_NAMES = ("past_key_values", "cache_params")
-
-
-def _output_cache(output: Any) -> Any:
-    for name in _CACHE_NAMES:
-        cache = getattr(output, name, None)
-        if cache is None and isinstance(output, Mapping):
-            cache = output.get(name)
-        if cache is not None:
-            return cache
-    return None
 
 
 def _step_profile(step: Step, index: ModelIndex, timer: Timer, device: torch.device,
@@ -766,7 +752,8 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             ``max_new_tokens`` then only says how many tokens it makes (default: one per call).
         kv_cache: a callable returning the KV cache now (a transformers ``Cache``, legacy tuples,
             or your own tensors: a sequence with one item per layer, or a mapping layer -> tensors),
-            read after every call of the model. Default: the ``past_key_values`` of the model's output.
+            read after every call of the model. Default: the cache in the model's output (``cache``,
+            ``past_key_values`` before transformers 5.24, Mamba's ``cache_params``), else the one it was given.
         baseline: also run the same call without the profiler, from the same random state, for
             the measured times and the profiler's overhead (see the module docstring). Default:
             for ``generate`` without a cache object or streamer of yours (it would see the call
@@ -804,7 +791,7 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             kwargs["max_new_tokens"] = max_new_tokens
         call = functools.partial(generate, input_ids, **kwargs) if input_ids is not None else \
             functools.partial(generate, **kwargs)
-        shared = [name for name in ("past_key_values", "streamer") if kwargs.get(name) is not None]
+        shared = [name for name in ("cache", "past_key_values", "streamer") if kwargs.get(name) is not None]
         if baseline and shared:
             raise ValueError(f"baseline=True would run generate() twice on your {' and '.join(shared)}: pass "
                              "baseline=False (the times are then the profiled run's)")

@@ -20,8 +20,8 @@ Per point ``(B, P, G)``:
 A transformers causal LM (a config, or a model built on meta) needs nothing more. Any other model
 on meta takes ``inputs(batch, tokens_in, cache_length) -> kwargs`` (its meta inputs for a call
 feeding ``tokens_in`` tokens over a cache of ``cache_length``) and, to measure its cache,
-``kv_cache(kwargs, output)`` returning it (default: the ``past_key_values`` of the output or the
-kwargs).
+``kv_cache(kwargs, output)`` returning it (default: the cache of the output or of the kwargs,
+``cache`` from transformers 5.24, ``past_key_values`` before).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from torch_flops.capture import ModelIndex
 from torch_flops.generation import profile_one_call, weights_bytes
 from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
-from torch_flops.kvcache import KVCacheState, read_cache
+from torch_flops.kvcache import KVCacheState, cache_argument, found_cache, read_cache
 from torch_flops.records import Profile
 from torch_flops.roofline import roofline
 
@@ -217,8 +217,8 @@ def _grown(template: Any, length: int, config: Any) -> Any:
 
 
 def _default_kv(kwargs: Mapping[str, Any], output: Any) -> Any:
-    cache = getattr(output, "past_key_values", None)
-    return cache if cache is not None else kwargs.get("past_key_values")
+    cache = found_cache(output)
+    return cache if cache is not None else found_cache(kwargs)
 
 
 def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_lengths: Sequence[int],
@@ -274,6 +274,7 @@ def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_le
 
     # what generate() passes: the cache, and logits for the last position alone where the model can
     extra: dict[str, Any] = {"use_cache": True}
+    cache_name = cache_argument(model)  # ``cache`` (transformers >= 5.24) or ``past_key_values``
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         extra["logits_to_keep"] = 1
     points: list[SweepPoint] = []
@@ -287,7 +288,7 @@ def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_le
                 length = p + max(g - 2, 0) // 2
                 if (b, length) not in decode:
                     decode[(b, length)], decode_kv[(b, length)] = _decode(
-                        call, read_kv, inputs, templates[(b, p)], b, length, config, extra)
+                        call, read_kv, inputs, templates[(b, p)], b, length, config, extra, cache_name)
                 pre, dec = prefill[(b, p)], decode[(b, length)]
                 pre_line, dec_line = line(pre), line(dec)
                 state = decode_kv[(b, length)]
@@ -311,7 +312,8 @@ def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_le
 
 def _decode(call: Callable[[Mapping[str, Any], str], tuple[Any, Profile]],
             read_kv: Callable[[Mapping[str, Any], Any], Any], inputs: InputsFn | None, template: Any, batch: int,
-            length: int, config: Any, extra: Mapping[str, Any]) -> tuple[Profile, KVCacheState | None]:
+            length: int, config: Any, extra: Mapping[str, Any],
+            cache_name: str = "past_key_values") -> tuple[Profile, KVCacheState | None]:
     """One decode step over a cache of ``length`` tokens: its profile and the cache after it."""
     if inputs is not None:
         kwargs: Mapping[str, Any] = inputs(batch, 1, length)
@@ -319,8 +321,8 @@ def _decode(call: Callable[[Mapping[str, Any], str], tuple[Any, Profile]],
         cache = _grown(template, length, config)
         if cache is None:  # another kind of cache: a prefill of `length` tokens makes one
             out, _ = call({"input_ids": _meta_ids(batch, length), **extra}, "prefill")
-            cache = getattr(out, "past_key_values", None)
-        kwargs = {"input_ids": _meta_ids(batch, 1), "past_key_values": cache, **extra}
+            cache = found_cache(out)
+        kwargs = {"input_ids": _meta_ids(batch, 1), cache_name: cache, **extra}
     out, profile = call(kwargs, "decode")
     found = read_kv(kwargs, out)
     return profile, None if found is None else read_cache(found)

@@ -27,6 +27,7 @@ attention) and head dimension read off the model's config.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,13 @@ import torch
 
 from torch_flops.measure import storage_key, tensor_nbytes, tensors_of
 
-__all__ = ["KVCacheState", "cache_layers", "kv_cache_formula_bytes", "kv_cache_shape", "read_cache"]
+__all__ = ["CACHE_NAMES", "KVCacheState", "cache_argument", "cache_layers", "found_cache", "kv_cache_formula_bytes",
+           "kv_cache_shape", "read_cache"]
+
+#: the names a transformers model gives its cache, in its forward's arguments and in its output:
+#: ``cache`` (transformers 5.24 renamed it), ``past_key_values`` (before, and still accepted as an
+#: argument), ``cache_params`` (Mamba's recurrent state)
+CACHE_NAMES = ("cache", "past_key_values", "cache_params")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,38 @@ class KVCacheState:
         return {"layer_bytes": list(self.layer_bytes), "kind": self.kind, "tokens": self.tokens,
                 "max_length": self.max_length, "recurrent_layers": self.recurrent_layers,
                 "total_bytes": self.total_bytes}
+
+
+def found_cache(holder: Any) -> Any:
+    """The cache in a model's output or in the keyword arguments of its call (an attribute or a
+    mapping key named as in :data:`CACHE_NAMES`), or None. A value under the generic name ``cache``
+    counts only when it looks like one (a transformers ``Cache``, or tuples of layers)."""
+    for name in CACHE_NAMES:
+        value = holder.get(name) if isinstance(holder, Mapping) else None
+        if value is None:
+            try:
+                value = getattr(holder, name, None)
+            except Exception:  # noqa: BLE001  (an output whose attributes raise: no cache there)
+                value = None
+        if value is None or (name == "cache" and not _cache_like(value)):
+            continue
+        return value
+    return None
+
+
+def _cache_like(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) or any(
+        hasattr(value, attribute) for attribute in ("layers", "get_seq_length", "key_cache"))
+
+
+def cache_argument(model: Any) -> str:
+    """The keyword ``model``'s forward takes its cache by: ``cache`` where its signature names it
+    (transformers >= 5.24), else ``past_key_values``."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters and "past_key_values" not in parameters else "past_key_values"
 
 
 def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
