@@ -576,3 +576,27 @@ def test_sweep_table_rates_keep_three_digits() -> None:
     point.update(decode_tokens_per_s=99.96, tokens_per_s=1953.4)  # 3 digits would read "100." : a whole number
     cells = sweep_table([point]).splitlines()[-1].split()
     assert "100" in cells and "1,953" in cells
+
+
+def test_the_cache_is_found_under_either_transformers_name(hf: Any) -> None:
+    from torch_flops.kvcache import cache_argument, found_cache
+
+    cache = hf.DynamicCache()
+    # transformers 5.24 calls it ``cache`` (argument and output field), earlier versions ``past_key_values``;
+    # Mamba's state is ``cache_params``
+    assert found_cache({"cache": cache}) is cache and found_cache({"past_key_values": cache}) is cache
+    assert found_cache({"cache_params": cache, "logits": None}) is cache
+    legacy = ((torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)),)
+    assert found_cache({"cache": legacy}) is legacy
+    # under the generic name only what looks like a cache counts: a user's output may hold anything there
+    assert found_cache({"cache": "a note"}) is None and found_cache(torch.zeros(2)) is None
+
+    class New(nn.Module):
+        def forward(self, x: torch.Tensor, cache: Any = None) -> torch.Tensor:
+            return x
+
+    class Old(nn.Module):
+        def forward(self, x: torch.Tensor, past_key_values: Any = None) -> torch.Tensor:
+            return x
+
+    assert cache_argument(New()) == "cache" and cache_argument(Old()) == "past_key_values"
