@@ -208,6 +208,20 @@ def test_mamba_state_from_cache_params(hf: Any) -> None:
     assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
 
 
+def test_xlstm_state_from_its_own_cache_object(hf: Any) -> None:
+    # xLSTM's cache is no transformers Cache: an xLSTMCache whose ``rnn_state`` maps each layer to its
+    # (C, n, m) state; the widths are multiples of 64 (the cache rounds hidden x 0.5 and hidden x 1 up to 64)
+    config = hf.xLSTMConfig(hidden_size=128, embedding_dim=128, num_heads=4, num_hidden_layers=2, num_blocks=2,
+                            vocab_size=100)
+    torch.manual_seed(0)
+    gp = greedy_against_flop_counter(hf.xLSTMForCausalLM(config).eval())
+    # per layer, batch 2 x 4 heads: C 16 (qk 64 / 4) x 32 (v 128 / 4) = 512, n 16, m 1: 2 x 4 x 529 = 4232
+    # floats = 16928 bytes; the same after every step
+    assert [s.layer_bytes for s in gp.kv_cache] == [(16928, 16928)] * 4 and gp.kv_cache[0].kind == "xLSTMCache"
+    assert gp.kv_cache[0].recurrent_layers == 2 and gp.kv_cache[0].tokens is None
+    assert gp.kv_cache_matches_formula is None and not gp.notes
+
+
 def test_model_without_a_cache_sees_the_whole_sequence(hf: Any) -> None:
     # without a cache generate feeds the whole sequence at every step: its context is what it is fed
     model = tiny_gpt2(hf)

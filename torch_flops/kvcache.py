@@ -12,7 +12,9 @@ What is read (:func:`cache_layers`):
   lists: one layer per list item;
 * legacy tuples: one item per layer, each a ``(key, value)`` tuple (or any tuple of tensors);
 * what a user's own ``kv_cache`` callable returns: any of the above, a sequence with one item per
-  layer (a tensor, or a tuple/list/dict of tensors), or a mapping layer name -> tensors.
+  layer (a tensor, or a tuple/list/dict of tensors), or a mapping layer name -> tensors;
+* a recurrent model's own cache object (xLSTM's ``xLSTMCache``): its per-layer state, the first
+  attribute named ``*_state``/``*_states`` holding a mapping layer -> tensors or one item per layer.
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
 whole preallocated length from the first step). The formula a measured cache is checked against
@@ -82,8 +84,24 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
         return [tensors_of(v) for v in cache.values()]
     if isinstance(cache, Sequence) and not isinstance(cache, (str, bytes)):
         return [tensors_of(item) for item in cache]
+    state = _recurrent_state(cache)
+    if state is not None:
+        return state
     raise TypeError(f"cannot read a KV cache from a {type(cache).__name__}: expected a transformers Cache, legacy "
                     "tuples (one (key, value) per layer), or a sequence/mapping of tensors per layer")
+
+
+def _recurrent_state(cache: Any) -> list[list[torch.Tensor]] | None:
+    """The per-layer state of a recurrent model's own cache object (xLSTM's ``rnn_state``: a mapping
+    layer -> tensors; a sequence with one item per layer): its first attribute named ``*_state`` or
+    ``*_states`` holding one, else None."""
+    for name, value in getattr(cache, "__dict__", {}).items():
+        if name.endswith(("_state", "_states")) and isinstance(value, (Mapping, list, tuple)) and value:
+            items = value.values() if isinstance(value, Mapping) else value
+            layers = [tensors_of(item) for item in items]
+            if all(layers):
+                return layers
+    return None
 
 
 def _layer_tensors(layer: Any) -> list[torch.Tensor]:
@@ -131,10 +149,14 @@ def read_cache(cache: Any) -> KVCacheState:
         max_length = getattr(next(iter(getattr(cache, "layers", None) or ()), None), "max_cache_len", None)
     recurrent = sum(any(tensors_of(v) for name, v in getattr(layer, "__dict__", {}).items() if name.endswith("_states"))
                     for layer in _cache_layer_objects(cache))
+    # a recurrent model's own cache object (xLSTM): every layer a state, no tokens dimension
+    own_state = not recurrent and not isinstance(cache, (torch.Tensor, Mapping, Sequence)) \
+        and getattr(cache, "layers", None) is None and getattr(cache, "key_cache", None) is None \
+        and _recurrent_state(cache) is not None
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
-                        tokens=_tokens(cache, layers),
+                        tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
-                        recurrent_layers=recurrent)
+                        recurrent_layers=len(layers) if own_state else recurrent)
 
 
 def _cache_layer_objects(cache: Any) -> list[Any]:
