@@ -277,6 +277,21 @@ def test_per_layer_shapes_and_multi_query_kv(hf: Any) -> None:
     assert gp.kv_cache_matches_formula is True
 
 
+def test_kv_shared_layers_hold_no_cache_of_their_own(hf: Any) -> None:
+    # Gemma 3n: the last num_kv_shared_layers layers reuse the keys and values of the last earlier layer
+    # of their type, so only 4 - 2 = 2 layers hold a cache
+    config = hf.Gemma3nTextConfig(hidden_size=32, intermediate_size=[64] * 4, num_hidden_layers=4,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=100,
+                                  layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                                  activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0], vocab_size_per_layer_input=100,
+                                  hidden_size_per_layer_input=8, laurel_rank=8, attn_implementation="eager")
+    torch.manual_seed(0)
+    gp = greedy_against_flop_counter(hf.Gemma3nForCausalLM(config).eval())
+    # 2 (K, V) x 2 layers x 2 KV heads x head_dim 8 x tokens x batch 2 x 4 bytes = 512 x tokens
+    assert gp.kv_shape == (2, 2, 8) and gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)]
+    assert gp.kv_cache_matches_formula is True
+
+
 def test_multi_head_latent_attention_steps(hf: Any) -> None:
     # DeepSeek V3 at toy sizes: compressed queries and keys (ranks 16), one dense layer then one MoE layer
     config = hf.DeepseekV3Config(hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,

@@ -23,7 +23,8 @@ latent attention)::
 
     2 (keys and values) x layers x kv_heads x head_dim x tokens x batch x dtype bytes
 
-with the layers, KV heads (``num_key_value_heads``: fewer than the query heads under grouped-query
+with the layers (less the ``num_kv_shared_layers`` that reuse an earlier layer's keys and values:
+Gemma 3n), KV heads (``num_key_value_heads``: fewer than the query heads under grouped-query
 attention) and head dimension read off the model's config.
 """
 
@@ -198,6 +199,9 @@ def kv_cache_shape(config: Any) -> tuple[int, int, int] | None:
 
     try:
         layers = first("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+        shared = first("num_kv_shared_layers")  # Gemma 3n: the last layers reuse earlier layers' keys and values
+        if layers is not None and shared is not None and shared < layers:
+            layers -= shared
         heads = first("num_attention_heads", "n_head", "num_heads")
         kv_heads = first("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") or heads
         if getattr(config, "multi_query", None) is True and not getattr(config, "new_decoder_architecture", False):
