@@ -54,7 +54,8 @@ _SIZES: dict[str, int] = {
     "image_size": 32, "patch_size": 8, "embedding_size": 16, "num_mel_bins": 16, "max_source_positions": 16,
     "conv_dim_size": 32, "max_position_embeddings": 512, "audio_seq_length": 16,
     "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16, "time_step_rank": 8, "mamba_dt_rank": 8,
-    "num_experts_per_token": 2, "num_expert_group": 1, "shared_intermediate_size": 32,
+    "num_experts_per_token": 2, "num_expert_group": 1, "shared_intermediate_size": 32, "linear_head_dim": 8,
+    "linear_num_heads": 4,
 }
 #: config attribute -> toy value where the default config has it unset (None) and its model needs a number
 #: (DeepSeek V2's and dots.llm1's routers)
@@ -81,7 +82,8 @@ _OVERRIDES: dict[str, dict[str, Any]] = {
     # the hybrid layers share one transformer block, tied from the first into the others: two of them
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
     # the attention reads a rope_theta its config class does not define, clamps to a clip_qkv left unset
-    "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+    # (num_key_value_heads: the top config's copy of kv_n_heads, which from_dict would keep at the default's)
+    "dbrx": {"num_key_value_heads": 2, "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
              "ffn_config": {"ffn_hidden_size": 64, "moe_top_k": 2}},
     # the last layers reuse the keys and values of the last earlier layer of their type: one of each kind
     "gemma3n_text": {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2,
@@ -154,6 +156,8 @@ def _consistent_widths(d: dict[str, Any], out: dict[str, Any]) -> None:
             out[heads] = max(1, d[expand] * new_hidden // out[width])
             if isinstance(d.get(groups), int):
                 out[groups] = 1
+            if isinstance(d.get("mamba_d_ssm"), int):  # Falcon-H1: the mixer's width, heads x head width
+                out["mamba_d_ssm"] = out[heads] * out[width]
     for key, value in _UNSET.items():  # counts a default config leaves unset although its model reads them
         if key in d and d[key] is None:
             out[key] = value
