@@ -53,10 +53,54 @@ _SIZES: dict[str, int] = {
     "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "n_group": 1, "topk_group": 1,
     "image_size": 32, "patch_size": 8, "embedding_size": 16, "num_mel_bins": 16, "max_source_positions": 16,
     "conv_dim_size": 32, "max_position_embeddings": 512, "audio_seq_length": 16,
+    "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16, "time_step_rank": 8, "mamba_dt_rank": 8,
+    "num_experts_per_token": 2, "num_expert_group": 1, "shared_intermediate_size": 32, "linear_head_dim": 8,
+    "linear_num_heads": 4,
 }
+#: config attribute -> toy value where the default config has it unset (None) and its model needs a number
+#: (DeepSeek V2's and dots.llm1's routers)
+_UNSET: dict[str, int] = {"num_experts_per_tok": 2, "n_routed_experts": 4, "n_shared_experts": 1}
+#: widths a config keeps at a multiple of its hidden size (RWKV's attention, xLSTM's embedding, Zamba's
+#: attention over the concatenated embeddings): the same multiple of the toy hidden size
+_HIDDEN_MULTIPLES = ("attention_hidden_size", "embedding_dim")
+#: Mamba2-style mixers (heads, head width, expansion, groups): heads x head width = expansion x hidden
+_MAMBA2 = (("num_heads", "head_dim", "expand", "n_groups"),
+           ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups"),
+           ("n_mamba_heads", "mamba_headdim", "mamba_expand", "mamba_ngroups"),
+           ("mamba_num_heads", "mamba_head_dim", "expand", "n_groups"))
 #: list-valued attributes: each entry shrunk to this (their lengths kept)
 _LISTS: dict[str, int] = {"hidden_sizes": 16, "conv_dim": 32, "embed_dims": 16, "depths": 1, "dims": 16,
                           "num_channels_list": 16, "encoder_hidden_sizes": 16, "decoder_hidden_sizes": 16}
+#: model type -> config attributes set after the shrink, where its default config cannot build or run a
+#: toy model (or has no layer of some kind to exercise)
+_OVERRIDES: dict[str, dict[str, Any]] = {
+    # a hybrid whose default is all Mamba layers: one attention layer too
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # no default layer types at all; a mixture-of-experts layer after the dense ones
+    "lfm2_moe": {"num_hidden_layers": 3, "num_dense_layers": 1, "layer_types": ["conv", "full_attention", "conv"]},
+    # the hybrid layers share one transformer block, tied from the first into the others: two of them
+    "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid", "hybrid"]},
+    # the attention reads a rope_theta its config class does not define, clamps to a clip_qkv left unset
+    # (num_key_value_heads: the top config's copy of kv_n_heads, which from_dict would keep at the default's)
+    "dbrx": {"num_key_value_heads": 2, "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+             "ffn_config": {"ffn_hidden_size": 64, "moe_top_k": 2}},
+    # the last layers reuse the keys and values of the last earlier layer of their type: one of each kind
+    "gemma3n_text": {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "intermediate_size": [64] * 4, "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0],
+                     "num_kv_shared_layers": 2, "vocab_size_per_layer_input": 99, "hidden_size_per_layer_input": 8,
+                     "laurel_rank": 8},
+    # its indexed attention's sizes are unset; the rest at toy sizes
+    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 8, "indexer_budget": 8,
+                       "indexer_compress_ratio": 2, "hc_lowrank": 8, "ple_embed_dim": 32, "linear_key_head_dim": 8,
+                       "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4},
+    # generate builds its cache from a layer count the top config lacks; the local models' view of the
+    # global width; the hash embeddings' vocabulary
+    "blt": {"num_hidden_layers": 2, "encoder_hash_byte_group_vocab": 101,
+            "encoder_config": {"hidden_size_global": 32}, "decoder_config": {"hidden_size_global": 32}},
+    # the cache rounds the query/key and value widths up to 64 (hidden x 0.5, hidden x 1), the layers do not
+    "xlstm": {"hidden_size": 128, "embedding_dim": 128, "num_blocks": 2},
+}
 _SEQ = 8
 _AUDIO = 4000
 
@@ -85,13 +129,49 @@ def _shrink(d: dict[str, Any]) -> dict[str, Any]:
             out[period], out[offset] = 2, 1
     if isinstance(d.get("block_types"), list) and isinstance(out.get("num_hidden_layers"), int):
         out["num_hidden_layers"] = max(out["num_hidden_layers"], len(d["block_types"]))  # every block type once
+    _consistent_widths(d, out)
     _select_layers(d, out)
     return out
+
+
+def _override(d: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with ``changes``; a nested config's changes merged into it."""
+    out = dict(d)
+    for key, value in changes.items():
+        out[key] = _override(d[key], value) if isinstance(value, dict) and isinstance(d.get(key), dict) else value
+    return out
+
+
+def _consistent_widths(d: dict[str, Any], out: dict[str, Any]) -> None:
+    """Widths of ``out`` that must agree with its shrunk hidden size, and defaults left unset."""
+    hidden, new_hidden = d.get("hidden_size"), out.get("hidden_size")
+    if not (isinstance(hidden, int) and isinstance(new_hidden, int)) or hidden <= 0:
+        return
+    for key in _HIDDEN_MULTIPLES:
+        if isinstance(d.get(key), int) and d[key] % hidden == 0:
+            out[key] = d[key] // hidden * new_hidden
+    for heads, width, expand, groups in _MAMBA2:
+        if all(isinstance(d.get(k), int) for k in (heads, width, expand)):
+            out[width] = min(d[width], 8)
+            out[heads] = max(1, d[expand] * new_hidden // out[width])
+            if isinstance(d.get(groups), int):
+                out[groups] = 1
+            if isinstance(d.get("mamba_d_ssm"), int):  # Falcon-H1: the mixer's width, heads x head width
+                out["mamba_d_ssm"] = out[heads] * out[width]
+    for key, value in _UNSET.items():  # counts a default config leaves unset although its model reads them
+        if key in d and d[key] is None:
+            out[key] = value
+    if "head_dim" in d and d["head_dim"] is None and isinstance(out.get("num_attention_heads"), int):
+        out["head_dim"] = new_hidden // out["num_attention_heads"]  # the usual default, left unset (HunYuan)
+    if "num_key_value_heads" in d and d["num_key_value_heads"] is None and "num_attention_heads" in out:
+        out["num_key_value_heads"] = out["num_attention_heads"]  # multi-head attention, left unset (Nemotron)
 
 
 #: the config attributes counting a model's (decoder's) layers
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
 _MAX_LAYERS = 4
+#: how the names of config attributes listing layer indices end (``hybrid_layer_ids``, ``attn_layer_indices``)
+_INDEX_LISTS = ("layer_ids", "layer_indices", "layers_idx", "attn_idxs", "layer_idxs")
 
 
 def _select_layers(d: dict[str, Any], out: dict[str, Any]) -> None:
@@ -106,10 +186,12 @@ def _select_layers(d: dict[str, Any], out: dict[str, Any]) -> None:
     if wanted >= total:
         return
     lists = {k: v for k, v in d.items() if isinstance(v, (list, tuple)) and len(v) == total and k not in _LISTS}
+    indices = {k: set(v) for k, v in d.items() if k.endswith(_INDEX_LISTS) and isinstance(v, (list, tuple)) and v
+               and all(isinstance(i, int) and 0 <= i < total for i in v) and k not in lists}
     chosen: list[int] = []
     seen: set[tuple[str, ...]] = set()
     for i in range(total):
-        combo = tuple(repr(v[i]) for v in lists.values())
+        combo = (*(repr(v[i]) for v in lists.values()), *(repr(i in v) for v in indices.values()))
         if combo not in seen and len(chosen) < _MAX_LAYERS:
             seen.add(combo)
             chosen.append(i)
@@ -123,6 +205,8 @@ def _select_layers(d: dict[str, Any], out: dict[str, Any]) -> None:
             picked = [min(v, _SIZES[base]) for v in picked]
         out[key] = picked
     position = {i: n for n, i in enumerate(chosen)}
+    for key, members in indices.items():  # lists of layer indices (Zamba2's hybrid layers): renumbered
+        out[key] = [position[i] for i in chosen if i in members]
     for key, value in d.items():  # per-layer settings keyed by layer index (``per_layer_config``)
         if "layer" in key and isinstance(value, dict) and value and all(str(k).isdigit() and int(k) < total
                                                                          for k in value):
@@ -151,7 +235,7 @@ def tiny_from_config(model_type: str, class_name: str | tuple[str, ...], device:
 
     cls = getattr(transformers, class_name if isinstance(class_name, str) else class_name[0])
     config_cls = CONFIG_MAPPING[model_type]
-    config = config_cls.from_dict(_shrink(config_cls().to_dict()))
+    config = config_cls.from_dict(_override(_shrink(config_cls().to_dict()), _OVERRIDES.get(model_type, {})))
     torch.manual_seed(0)
     with torch.device(device):
         model = cls._from_config(config, **from_config) if from_config else cls(config)

@@ -208,6 +208,20 @@ def test_mamba_state_from_cache_params(hf: Any) -> None:
     assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
 
 
+def test_xlstm_state_from_its_own_cache_object(hf: Any) -> None:
+    # xLSTM's cache is no transformers Cache: an xLSTMCache whose ``rnn_state`` maps each layer to its
+    # (C, n, m) state; the widths are multiples of 64 (the cache rounds hidden x 0.5 and hidden x 1 up to 64)
+    config = hf.xLSTMConfig(hidden_size=128, embedding_dim=128, num_heads=4, num_hidden_layers=2, num_blocks=2,
+                            vocab_size=100)
+    torch.manual_seed(0)
+    gp = greedy_against_flop_counter(hf.xLSTMForCausalLM(config).eval())
+    # per layer, batch 2 x 4 heads: C 16 (qk 64 / 4) x 32 (v 128 / 4) = 512, n 16, m 1: 2 x 4 x 529 = 4232
+    # floats = 16928 bytes; the same after every step
+    assert [s.layer_bytes for s in gp.kv_cache] == [(16928, 16928)] * 4 and gp.kv_cache[0].kind == "xLSTMCache"
+    assert gp.kv_cache[0].recurrent_layers == 2 and gp.kv_cache[0].tokens is None
+    assert gp.kv_cache_matches_formula is None and not gp.notes
+
+
 def test_model_without_a_cache_sees_the_whole_sequence(hf: Any) -> None:
     # without a cache generate feeds the whole sequence at every step: its context is what it is fed
     model = tiny_gpt2(hf)
@@ -260,6 +274,21 @@ def test_per_layer_shapes_and_multi_query_kv(hf: Any) -> None:
                           **GREEDY)
     # 2 (K, V) x 2 layers x 1 KV head x head_dim 8 x tokens x batch 2 x 4 bytes = 256 x tokens
     assert gp.kv_shape == (2, 1, 8) and gp.kv_cache_bytes == [256 * t for t in (5, 6, 7, 8)]
+    assert gp.kv_cache_matches_formula is True
+
+
+def test_kv_shared_layers_hold_no_cache_of_their_own(hf: Any) -> None:
+    # Gemma 3n: the last num_kv_shared_layers layers reuse the keys and values of the last earlier layer
+    # of their type, so only 4 - 2 = 2 layers hold a cache
+    config = hf.Gemma3nTextConfig(hidden_size=32, intermediate_size=[64] * 4, num_hidden_layers=4,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=100,
+                                  layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+                                  activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0], vocab_size_per_layer_input=100,
+                                  hidden_size_per_layer_input=8, laurel_rank=8, attn_implementation="eager")
+    torch.manual_seed(0)
+    gp = greedy_against_flop_counter(hf.Gemma3nForCausalLM(config).eval())
+    # 2 (K, V) x 2 layers x 2 KV heads x head_dim 8 x tokens x batch 2 x 4 bytes = 512 x tokens
+    assert gp.kv_shape == (2, 2, 8) and gp.kv_cache_bytes == [512 * t for t in (5, 6, 7, 8)]
     assert gp.kv_cache_matches_formula is True
 
 

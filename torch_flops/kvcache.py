@@ -12,7 +12,9 @@ What is read (:func:`cache_layers`):
   lists: one layer per list item;
 * legacy tuples: one item per layer, each a ``(key, value)`` tuple (or any tuple of tensors);
 * what a user's own ``kv_cache`` callable returns: any of the above, a sequence with one item per
-  layer (a tensor, or a tuple/list/dict of tensors), or a mapping layer name -> tensors.
+  layer (a tensor, or a tuple/list/dict of tensors), or a mapping layer name -> tensors;
+* a recurrent model's own cache object (xLSTM's ``xLSTMCache``): its per-layer state, the first
+  attribute named ``*_state``/``*_states`` holding a mapping layer -> tensors or one item per layer.
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
 whole preallocated length from the first step). The formula a measured cache is checked against
@@ -21,7 +23,8 @@ latent attention)::
 
     2 (keys and values) x layers x kv_heads x head_dim x tokens x batch x dtype bytes
 
-with the layers, KV heads (``num_key_value_heads``: fewer than the query heads under grouped-query
+with the layers (less the ``num_kv_shared_layers`` that reuse an earlier layer's keys and values:
+Gemma 3n), KV heads (``num_key_value_heads``: fewer than the query heads under grouped-query
 attention) and head dimension read off the model's config.
 """
 
@@ -121,8 +124,24 @@ def cache_layers(cache: Any) -> list[list[torch.Tensor]]:
         return [tensors_of(v) for v in cache.values()]
     if isinstance(cache, Sequence) and not isinstance(cache, (str, bytes)):
         return [tensors_of(item) for item in cache]
+    state = _recurrent_state(cache)
+    if state is not None:
+        return state
     raise TypeError(f"cannot read a KV cache from a {type(cache).__name__}: expected a transformers Cache, legacy "
                     "tuples (one (key, value) per layer), or a sequence/mapping of tensors per layer")
+
+
+def _recurrent_state(cache: Any) -> list[list[torch.Tensor]] | None:
+    """The per-layer state of a recurrent model's own cache object (xLSTM's ``rnn_state``: a mapping
+    layer -> tensors; a sequence with one item per layer): its first attribute named ``*_state`` or
+    ``*_states`` holding one, else None."""
+    for name, value in getattr(cache, "__dict__", {}).items():
+        if name.endswith(("_state", "_states")) and isinstance(value, (Mapping, list, tuple)) and value:
+            items = value.values() if isinstance(value, Mapping) else value
+            layers = [tensors_of(item) for item in items]
+            if all(layers):
+                return layers
+    return None
 
 
 def _layer_tensors(layer: Any) -> list[torch.Tensor]:
@@ -170,10 +189,14 @@ def read_cache(cache: Any) -> KVCacheState:
         max_length = getattr(next(iter(getattr(cache, "layers", None) or ()), None), "max_cache_len", None)
     recurrent = sum(any(tensors_of(v) for name, v in getattr(layer, "__dict__", {}).items() if name.endswith("_states"))
                     for layer in _cache_layer_objects(cache))
+    # a recurrent model's own cache object (xLSTM): every layer a state, no tokens dimension
+    own_state = not recurrent and not isinstance(cache, (torch.Tensor, Mapping, Sequence)) \
+        and getattr(cache, "layers", None) is None and getattr(cache, "key_cache", None) is None \
+        and _recurrent_state(cache) is not None
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
-                        tokens=_tokens(cache, layers),
+                        tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
-                        recurrent_layers=recurrent)
+                        recurrent_layers=len(layers) if own_state else recurrent)
 
 
 def _cache_layer_objects(cache: Any) -> list[Any]:
@@ -215,6 +238,9 @@ def kv_cache_shape(config: Any) -> tuple[int, int, int] | None:
 
     try:
         layers = first("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+        shared = first("num_kv_shared_layers")  # Gemma 3n: the last layers reuse earlier layers' keys and values
+        if layers is not None and shared is not None and shared < layers:
+            layers -= shared
         heads = first("num_attention_heads", "n_head", "num_heads")
         kv_heads = first("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") or heads
         if getattr(config, "multi_query", None) is True and not getattr(config, "new_decoder_architecture", False):
