@@ -49,9 +49,23 @@ from torch_flops.plan import (
 from torch_flops.progress import Progress
 
 _NOT_SEEN: tuple[Any, int, Any, Any] = (None, 0, None, None)  # a node measured when it has run
-_LAST = object()  # the key of the last plan built, in the graphs' shared memo (EagerGraph._structures)
 
-__all__ = ["EagerGraph", "check_call", "check_leaves", "named_inputs", "op_name"]
+__all__ = ["EagerGraph", "GraphMemo", "check_call", "check_leaves", "named_inputs", "op_name"]
+
+
+class GraphMemo:
+    """What the graphs of one recording keep of the last one built, for the next that repeats it
+    (the decode steps of a generation, a training loop's steps): its shape (names, which nodes
+    the output needs, when each value dies), a function of its name candidates and input
+    positions alone, and its plan, for a graph that ran exactly the same nodes."""
+
+    __slots__ = ("plan", "shape")
+
+    def __init__(self) -> None:
+        #: (name candidates, input positions) and (names, needed, frees)
+        self.shape: tuple[Any, tuple[list[str], list[bool], list[tuple[int, ...]]]] | None = None
+        #: (entries, target plans) and the plan built from them
+        self.plan: tuple[list[Any], list[OpPlan], Plan] | None = None
 
 
 class EagerGraph(NodeMeasurer):
@@ -60,7 +74,7 @@ class EagerGraph(NodeMeasurer):
 
     def __init__(self, index: ModelIndex, table: FormulaTable, ignored: Iterable[str], timer: Timer,
                  memory: MemoryProbe, sequences: SequenceMap | None = None, progress: Progress | None = None,
-                 planned: dict[Any, OpPlan] | None = None, structures: dict[Any, Any] | None = None) -> None:
+                 planned: dict[Any, OpPlan] | None = None, memo: GraphMemo | None = None) -> None:
         self._index = index
         self.index = index  #: the model walk this graph was recorded with
         self._table = table
@@ -80,8 +94,7 @@ class EagerGraph(NodeMeasurer):
         #: target (module, ...) -> its plan: shared by the graphs of one recording (a training or
         #: generation step repeats its targets) and of one propagate's calls
         self._planned: dict[Any, OpPlan] = {} if planned is None else planned
-        #: (name candidates, input positions) -> (names, needed, frees): shared like ``planned``
-        self._structures: dict[Any, Any] = {} if structures is None else structures
+        self._memo = GraphMemo() if memo is None else memo  #: the last graph built: shared like ``planned``
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
         self._getitems: dict[tuple[int, int], int] = {}
@@ -331,34 +344,29 @@ class EagerGraph(NodeMeasurer):
         return _names([entry[6] for entry in self._entries])
 
     def _build(self) -> Plan:
-        entries = self._entries
-        # a step that ran exactly the previous graph's nodes (the decode steps of a generation, a
-        # training loop's steps) has its plan: the same nodes, arguments and target plans
-        last = self._structures.get(_LAST)
+        entries, memo = self._entries, self._memo
+        # a step that ran exactly the previous graph's nodes has its plan: the same nodes, arguments
+        # and target plans
+        last = memo.plan
         if last is not None and len(last[0]) == len(entries):
             try:
                 same = last[1] == self._ops and last[0] == entries
             except Exception:  # noqa: BLE001  (an argument whose == is no bool, e.g. an array: not the same)
                 same = False
             if same:
-                return last[2]  # type: ignore[no-any-return]
+                return last[2]
         plan = self._new_plan()
-        self._structures[_LAST] = (entries, self._ops, plan)
+        memo.plan = (entries, self._ops, plan)
         return plan
 
     def _new_plan(self) -> Plan:
-        entries = self._entries
+        entries, memo = self._entries, self._memo
         inputs = tuple(entry[5] for entry in entries)
-        # the graph's shape (names, which nodes the output needs, when each value dies) depends only
-        # on the name candidates and the input positions: the steps of a generation or a training
-        # loop repeat it, and share it through the recording's memo
         key = (tuple(entry[6] for entry in entries), inputs)
-        found = self._structures.get(key)
-        if found is None:
-            names = _names(key[0])
-            found = self._structures[key] = (names, needed_nodes(inputs, len(inputs) - 1) if inputs else [],
-                                              last_uses(inputs))
-        names, needed, frees = found
+        if memo.shape is None or memo.shape[0] != key:
+            memo.shape = (key, (_names(key[0]), needed_nodes(inputs, len(inputs) - 1) if inputs else [],
+                                last_uses(inputs)))
+        names, needed, frees = memo.shape[1]
         nodes = [RecordedNode(name, op, target, node_args, node_kwargs)
                  for name, (op, target, _, node_args, node_kwargs, _, _) in zip(names, entries)]
         plans = [node_plan(op, node, i, entry[2], entry[5], needed[i], frees[i])

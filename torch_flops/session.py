@@ -75,7 +75,7 @@ from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inp
 from torch_flops.optim import optimizer_step_flops, update_traffic
 from torch_flops.paths import module_chain
 from torch_flops.progress import Progress
-from torch_flops.recorder import EagerGraph, op_name, readable
+from torch_flops.recorder import EagerGraph, GraphMemo, op_name, readable
 
 __all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
 
@@ -172,7 +172,7 @@ class Recording:
         self._progress = progress if progress is not None and progress.enabled else None
         #: each target's plan, shared by the steps of this recording (given: by more recordings)
         self._planned: dict[Any, Any] = {} if planned is None else planned
-        self._structures: dict[Any, Any] = {}  #: the graphs' shapes, shared by its steps (EagerGraph)
+        self._memo = GraphMemo()  #: the last graph its steps built (EagerGraph)
         self._record_forward = sequences is None
         self._sequences = sequences
         self._forward_nodes = forward_nodes
@@ -383,7 +383,7 @@ class Recording:
         if self._record_forward:
             sequences = self._sequences = SequenceMap() if self._backward else None
             self._graph = EagerGraph(self.index, self._table, self._ignored, self.timer, self._memory, sequences,
-                                     self._progress, self._planned, self._structures)
+                                     self._progress, self._planned, self._memo)
         else:
             sequences, self._graph = self._sequences, None
         if sequences is not None:
