@@ -4,6 +4,7 @@ can remove say why, and options that cannot apply are named."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -67,6 +68,26 @@ def test_reads_export_cannot_follow_either_get_a_clear_error(how: str) -> None:
     note = "\n".join(info.value.__notes__)
     assert "cannot be profiled on meta" in note and "Run it on CPU with small shapes" in note
     assert "torch_flops: running node" in note  # which op read values (in which module, when in one)
+
+
+def test_a_failed_export_does_not_print_its_partial_graph(capfd: pytest.CaptureFixture[str]) -> None:
+    # torch.export prints the graph it traced so far to stderr when it fails (``def forward(self, ...)``,
+    # tens of kB for a real model); the error torch_flops raises says what happened. Other writes to
+    # stderr meanwhile (the model's own) pass through.
+    class Nonzero(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            print("model says hi", file=sys.stderr)
+            out = x * 2
+            for i in (x.sum(1) > 0).nonzero():  # export fails here (a loop over an unbacked size)
+                out = out + x[i]
+            return out
+
+    with pytest.raises(Exception, match="nonzero"):
+        TorchFLOPsByFX(Nonzero().to("meta")).propagate(torch.randn(3, 8, device="meta"))
+    err = capfd.readouterr().err
+    assert "def forward(self" not in err
+    assert "model says hi" in err
+    assert type(sys.stderr).__name__ != "_PartialGraphDropped"  # nothing left installed
 
 
 def test_cpu_tensors_built_in_forward_say_what_to_do_on_meta() -> None:

@@ -19,6 +19,7 @@ import inspect
 import logging
 import operator
 import re
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -395,6 +396,41 @@ def _quiet_torch_logs() -> Iterator[None]:
             logger.setLevel(level)
 
 
+class _PartialGraphDropped:
+    """``sys.stderr`` while torch.export traces: everything passes through but the partial graph
+    torch prints there when tracing fails (``print(e.partial_fx_graph, file=sys.stderr)``: the
+    generated ``def forward(...)`` code, tens of kB for a real model), which would bury the error
+    torch_flops raises about it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._dropped = False  # the graph was just dropped: print's newline after it goes too
+
+    def write(self, text: str) -> int:
+        dropped, self._dropped = self._dropped, False
+        if text.lstrip("\n").startswith("def forward(self"):
+            self._dropped = True
+            return len(text)
+        if dropped and text == "\n":
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _partial_graph_dropped() -> Iterator[None]:
+    stream = sys.stderr
+    proxy = _PartialGraphDropped(stream)
+    sys.stderr = proxy
+    try:
+        yield
+    finally:
+        if sys.stderr is proxy:  # (something else that replaced it meanwhile keeps its place)
+            sys.stderr = stream
+
+
 @contextlib.contextmanager
 def _buffers_kept(model: nn.Module) -> Iterator[None]:
     """Symbolic tracing runs the forward's Python code, and an in-place update of a real buffer
@@ -504,7 +540,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     wrapper = _ExportWrapper(model, dropped)
     was_training = [(m, m.training) for m in index.modules]
     try:
-        with TRACE_GATE.tracing(), _quiet_torch_logs(), torch.no_grad():
+        with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped(), torch.no_grad():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
         error = TracingError(
