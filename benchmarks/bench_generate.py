@@ -8,7 +8,9 @@
    Beside them, the floor of following the model op by op from Python: the same ``generate`` with
    only an empty ``TorchFunctionMode`` on while the model runs (taken off inside the modules the
    recording keeps whole, as the recording does) and a pair of do-nothing global module hooks:
-   what any per-op recorder in Python pays before it records anything.
+   what any per-op recorder in Python pays before it records anything. And the peer: the same
+   ``generate`` under ``torch.utils.flop_counter.FlopCounterMode`` (FLOPs only: no times, bytes,
+   memory or graph), what the reference counter costs on the same call.
 2. cProfile of one profiled run: where the time goes.
 3. ``sweep_generation`` of a Llama-2-70B shape on the meta device: batch {1, 8, 64} x prompt
    {128, 2048} x generated {128, 512} = 12 points, on h100-sxm.
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import profile_generate, sweep_generation
 
@@ -56,6 +59,10 @@ def main() -> None:
 
     floor = _interception_floor(model)
 
+    def counted() -> torch.Tensor:
+        with FlopCounterMode(display=False):
+            return model.generate(ids, **kwargs)
+
     def intercepted() -> torch.Tensor:
         with floor():
             return model.generate(ids, **kwargs)
@@ -64,7 +71,8 @@ def main() -> None:
     gp = profile_generate(model, ids, baseline=False, **kwargs)
     assert torch.equal(gp.output, expected)
     intercepted()
-    plain_s, recorded_s, whole_s, floor_s = [], [], [], []
+    counted()
+    plain_s, recorded_s, whole_s, floor_s, peer_s = [], [], [], [], []
     for _ in range(args.reps):
         start = time.perf_counter()
         plain()
@@ -72,6 +80,9 @@ def main() -> None:
         start = time.perf_counter()
         intercepted()
         floor_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        counted()
+        peer_s.append(time.perf_counter() - start)
         start = time.perf_counter()
         gp = profile_generate(model, ids, baseline=False, **kwargs)
         whole_s.append(time.perf_counter() - start)
@@ -85,6 +96,8 @@ def main() -> None:
           f"ratio {statistics.median(floor_s) / base:.2f}x")
     print(f"  generate, recorded (profiled run):    {statistics.median(recorded_s) * 1e3:8.1f} ms   "
           f"ratio {statistics.median(recorded_s) / base:.2f}x")
+    print(f"  generate under FlopCounterMode (peer): {statistics.median(peer_s) * 1e3:8.1f} ms   "
+          f"ratio {statistics.median(peer_s) / base:.2f}x")
     print(f"  profile_generate (+ building the {len(gp.steps)} step profiles): {statistics.median(whole_s) * 1e3:8.1f} ms"
           f"   ratio {statistics.median(whole_s) / base:.2f}x")
     nodes = [len(p.records) for p in gp.profiles]
