@@ -220,6 +220,11 @@ class TorchFLOPsByFX:
                 advice = meta_advice(e)
                 if advice:
                     add_note(e, advice)
+                elif front.needs_values or reads_values(e):
+                    add_note(e, "torch_flops: the model reads tensor values in Python (.item(), .tolist(), nonzero, a "
+                                "boolean mask...), which meta tensors do not have: it cannot run on meta with "
+                                f"tracer={self.options.tracer!r}. tracer='auto' tries the graph torch.export traces; "
+                                "or run it on CPU with small shapes (its counts depend on shapes only).")
                 raise
             error = e
         graph = GraphFront(self.model, self._settings, "export", fx_error=self._fx_error)

@@ -84,7 +84,10 @@ _SELF = object()  # "inside a node": the profiler's own bookkeeping, or a paused
 #: aten ops that read tensor values into Python (meta tensors have none)
 _NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "nonzero_static",
                            "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
-                           "repeat_interleave", "bincount", "allclose", "tolist"})
+                           "repeat_interleave", "bincount", "allclose", "tolist",
+                           # on meta these fail only in their value-reading forms: torch.where(cond),
+                           # x[mask] and x[mask] = v (a boolean mask is a nonzero)
+                           "where", "getitem", "setitem", "index", "index_put"})
 _AMP_UPDATE = "_amp_update_scale_"  # GradScaler.update(): the end of an AMP step, the optimizer's or not
 #: Tensor dunder methods that fx records as the ``operator`` function
 _DUNDERS = {"__getitem__": __import__("operator").getitem, "__setitem__": __import__("operator").setitem}
@@ -643,6 +646,9 @@ class Recording:
             name = fx_target if op == "call_method" else op_name(fx_target)
             what = f"Tensor.{fx_target}" if op == "call_method" else readable(op, fx_target)
             self._failed = (f"node {self._next_name(name)!r} ({what})", args)
+            if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta
+                                             for a in (*args, *kwargs.values())):
+                self.needs_values = True  # torch.masked_select, torch.repeat_interleave: a node of their own
             raise
         finally:
             end = self._tick()
@@ -724,6 +730,11 @@ class Recording:
         if found is _UNKNOWN:
             found = self._function_targets[func] = _function_target(func, self._table)
         return found  # type: ignore[return-value]
+
+    def failure_note(self, e: BaseException) -> str:
+        """The note naming the op or module whose call raised ``e`` (for an exception that left the
+        model outside :meth:`record_call`, e.g. in the user's own training loop)."""
+        return f"torch_flops: {self._failure_message(e)}"
 
     def _failure_message(self, e: BaseException) -> str:
         if self._in_loss and self._failed is None:  # the model returned; loss_fn's own code raised

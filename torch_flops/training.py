@@ -37,10 +37,12 @@ from torch import nn
 
 from torch_flops import formulas, hardware, report
 from torch_flops._version import versions
+from torch_flops.calls import reads_values
 from torch_flops.capture import ModelIndex
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import CompiledCalls, split_compiled
 from torch_flops.measure import input_device, make_memory_probe, make_timer
+from torch_flops.measuring import add_note
 from torch_flops.optim import formula_for
 from torch_flops.paths import module_chain
 from torch_flops.records import NodeRecord, Profile, Status
@@ -165,6 +167,13 @@ class TrainingProfiler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        error, recording = exc[1], self._recording
+        if isinstance(error, Exception) and recording is not None and (
+                recording.needs_values or (self._device.type == "meta" and reads_values(error))):
+            add_note(error, f"{recording.failure_note(error)}: the model reads tensor values in Python (.item(), "
+                            ".tolist(), nonzero, a boolean mask...), which meta tensors do not have, so its step "
+                            "cannot be profiled on meta. Run it on CPU with small shapes (its counts depend on "
+                            "shapes only).")
         self.stop_profile()
 
     # ------------------------------------------------------------------ the numbers

@@ -80,6 +80,14 @@ def unique_dim_flops(module: Any, out: Any, x: Any, dim: int, *args: Any, **kwar
     return _unique_flops(x, int(x.shape[dim]) if x.dim() else 1)
 
 
+@register(*functions("unique"), *methods("unique"))
+def unique_call_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.unique(input, sorted, return_inverse, return_counts, dim) as one node (fx keeps the call
+    # whole): aten._unique2's count without dim, aten.unique_dim's with it (the op the call runs)
+    dim = arg(args, kwargs, 3, "dim")
+    return _unique_flops(x, numel(x)) if dim is None else _unique_flops(x, int(x.shape[dim]) if x.dim() else 1)
+
+
 @register(*functions("unique_consecutive"), *methods("unique_consecutive"), *aten_ops("unique_consecutive"))
 def unique_consecutive_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # one comparison of each element with its neighbour; float data only

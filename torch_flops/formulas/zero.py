@@ -74,7 +74,7 @@ _PLUMBING = ["getitem", "setitem", "getattr", "is_tensor", "numel", "_assert", "
              "contains"]
 _METHOD_ONLY = [
     "to", "type", "type_as", "float", "half", "double", "bfloat16", "int", "long", "short", "bool", "byte",
-    "char", "cpu", "cuda", "size", "dim", "ndimension", "nelement", "element_size", "stride", "storage_offset",
+    "char", "cpu", "cuda", "size", "dim", "ndimension", "numel", "nelement", "element_size", "stride", "storage_offset",
     "is_contiguous", "is_floating_point", "is_complex", "item", "tolist", "new_zeros", "new_ones",
     "new_empty", "new_full", "new_tensor", "zero_", "fill_", "copy_", "scatter_", "index_copy_",
     "index_fill_", "masked_scatter_", "requires_grad_", "detach_", "squeeze_", "unsqueeze_", "t_",
