@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import pytest
 import torch
 
@@ -60,3 +63,92 @@ def test_deepspeed_flops_follow_from_its_rules(resnet) -> None:
                   "ReLU": elements, "MaxPool2d": 64 * 112 * 112, "AdaptiveAvgPool2d": 2048 * 7 * 7}.get(kind, 0)
     assert total == 8_211_108_352
     assert p.total_flops - total == 28_551_144  # ours: + linear bias 1,000, + residual adds, pools, relu
+
+
+# --------------------------------------------------------------------------- fvcore's JitModelAnalysis semantics
+
+
+class _Shared(torch.nn.Module):
+    """One Linear(10, 10) reached through two parents, one Linear(10, 1) under two names, and a
+    Linear(10, 1) of a submodule run through a method other than its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        inner = torch.nn.Linear(10, 10)
+        self.submod1, self.submod2 = torch.nn.Sequential(inner), torch.nn.Sequential(inner)
+        self.multiname1 = self.multiname2 = torch.nn.Linear(10, 1)
+        self.side = torch.nn.Module()
+        self.side.fc = torch.nn.Linear(10, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.submod1(x) + self.submod2(x)
+        return self.multiname1(x) + self.multiname2(x) + self.side.fc(x)
+
+
+def test_fvcore_shared_modules_aliases_and_ancestor_modes() -> None:
+    # MACs at batch 1: the shared Linear(10, 10) 100 per call (2 calls), Linear(10, 1) 10 per call
+    # (2 calls under its two names), side.fc 10: total 200 + 20 + 10 = 230
+    x = torch.randn(1, 10)
+    owner = FlopCountAnalysis(_Shared(), x)  # fvcore's default: counted into the owners by name
+    assert owner.by_module() == {"": 230, "submod1": 200, "submod1.0": 200, "submod2": 0, "multiname1": 20,
+                                 "side": 10, "side.fc": 10}
+    assert owner.canonical_module_name("multiname2") == "multiname1"
+    assert owner.canonical_module_name("submod2.0") == "submod1.0"
+    assert owner.total("multiname2") == 20 and owner.by_operator("submod2.0") == {"linear": 200}
+    assert owner.uncalled_modules() == set()
+    with pytest.raises(KeyError, match="nope"):
+        owner.total("nope")
+    caller = FlopCountAnalysis(_Shared(), x).ancestor_mode("caller")  # into the modules called on the way
+    assert caller.by_module() == {"": 230, "submod1": 100, "submod1.0": 200, "submod2": 100, "multiname1": 20,
+                                  "side": 0, "side.fc": 10}
+    assert caller.uncalled_modules() == {"side"}  # its forward never ran
+    with pytest.raises(ValueError, match="owner"):
+        caller.ancestor_mode("parent")
+
+
+def test_fvcore_copy_clear_handles_warnings_and_logging(caplog: pytest.LogCaptureFixture) -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.conv, self.unused = torch.nn.Linear(8, 4), torch.nn.Conv1d(2, 3, 1), torch.nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            warnings.warn("from the model", RuntimeWarning)
+            return self.fc(x).sum() + self.conv(x.view(-1, 2, 4)).sum()
+
+    x = torch.randn(2, 8)
+    with caplog.at_level(logging.WARNING):
+        flops = FlopCountAnalysis(Net(), x).tracer_warnings("none")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "none": the model's own warnings are silenced
+            # linear 2*8*4 = 64 MACs, conv 2 x (3 out channels x 4 positions x 2 in) = 48
+            assert flops.by_operator() == {"linear": 64, "conv": 48}
+    log = caplog.text
+    assert "Unsupported operator aten::sum encountered 2 time(s)" in log and "never called" in log and "unused" in log
+    caplog.clear()
+    quiet = flops.copy().unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    assert quiet._warn_trace == "none" and quiet.total() == 112 and caplog.text == ""
+    assert flops.copy(new_inputs=torch.randn(3, 8)).total() == 112 // 2 * 3  # batch 3
+    with pytest.warns(RuntimeWarning, match="from the model"):
+        flops.copy().tracer_warnings("all").total()
+    with pytest.raises(ValueError, match="no_tracer_warning"):
+        flops.tracer_warnings("loud")
+    flops.set_op_handle("aten::_convolution", lambda module, out, *args, **kwargs: 7)  # every convolution
+    assert flops.by_operator() == {"linear": 64, "conv": 7}
+    acts = ActivationCountAnalysis(Net(), x).tracer_warnings("none")
+    assert acts.set_op_handle("aten::_convolution", lambda *a, **k: 7).total() == 8 + 7  # linear: 2 x 4 outputs
+    flops.clear_op_handles()  # fvcore's defaults go too: nothing counted, every op unsupported
+    assert flops.by_module_and_operator()["fc"] == {} and flops.unsupported_ops()["aten::linear"] == 1
+
+
+def test_fvcore_table_aligns_numbers_as_fvcore() -> None:
+    # fvcore 0.1.5's table for this model: a column of plain numbers is right-aligned
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
+    x = torch.randn(1, 10)
+    table = flop_count_table(FlopCountAnalysis(model, x), activations=ActivationCountAnalysis(model, x),
+                             show_param_shapes=False)
+    assert table.splitlines() == ["| module   | #parameters   | #flops   |   #activations |",
+                                  "|:---------|:--------------|:---------|---------------:|",
+                                  "| model    | 0.22K         | 0.2K     |             20 |",
+                                  "| 0        | 0.11K         | 100      |             10 |",
+                                  "| 1        | 0.11K         | 100      |             10 |"]

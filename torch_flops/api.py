@@ -14,8 +14,11 @@ All run the forward pass under ``torch.no_grad()`` and leave the model as they f
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,6 +40,7 @@ from torch_flops.formulas import fvcore as fvcore_rules
 from torch_flops.formulas._shapes import prod
 from torch_flops.generation import profile_generation_call
 from torch_flops.options import TracerName
+from torch_flops.paths import ancestors, module_chain
 from torch_flops.records import NodeRecord, Profile, is_internal
 from torch_flops.state import copy_inputs
 
@@ -100,7 +104,8 @@ def get_model_profile(
             (-1 = innermost modules).
         top_modules: how many top modules to list (0 = none).
         warm_up: untimed runs before the measured one.
-        as_string: return ``('8.21 GFLOPs', '4.09 GMACs', '25.6 M')`` instead of integers.
+        as_string: return DeepSpeed's text, ``('8.24 G', '4.09 GMACs', '25.56 M')``, instead of
+            integers (two decimals; FLOPs without a unit, as DeepSpeed gives them).
         output_file: write the printed profile to this file instead of stdout.
         ignore_modules: module classes (or class names) whose calls count 0 FLOPs.
         mode: ``"forward"`` (a forward call) or ``"generate"``: ``model.generate(*args, **kwargs)``
@@ -182,10 +187,19 @@ def _emit(text: str, output_file: str | None) -> None:
 def _totals(profile: Profile, as_string: bool) -> tuple[int | str, int | str, int | str]:
     """DeepSpeed's return value: ``(flops, macs, params)``, as numbers or as text."""
     flops, macs, params = profile.total_flops, profile.total_macs, profile.total_params
-    if as_string:
-        return (report.format_count(flops, "FLOPs"), report.format_count(macs, "MACs"),
-                report.format_count(params))
+    if as_string:  # DeepSpeed's own text: '33.56 M' (FLOPs carry no unit there), '16.78 MMACs', '16.78 M'
+        return _deepspeed_count(flops), _deepspeed_count(macs) + "MACs", _deepspeed_count(params).strip()
     return flops, macs, params
+
+
+def _deepspeed_count(n: int) -> str:
+    """DeepSpeed's number text: the value in T/G/M/K (from 1e12/1e9/1e6/1e3 up) rounded to 2
+    decimals, trailing zeros dropped, then a space and the prefix: ``16777216 -> '16.78 M'``,
+    ``412 -> '412 '``."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{round(n / scale, 2):g} {prefix}"
+    return f"{n:g} "
 
 
 def _token_ids_like_model(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
@@ -236,7 +250,8 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "__matmul__": "matmul", "getitem": None, "__getitem__": None, "setitem": "index_put_",
                  "__setitem__": "index_put_", "neg": "neg", "pow": "pow", "__pow__": "pow",
                  "max_pool2d_with_indices": "max_pool2d", "max_pool1d_with_indices": "max_pool1d",
-                 "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None}
+                 "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None,
+                 "item": "Int", "_local_scalar_dense": "Int"}  # a trace reads .item() as aten::Int (ignored)
 
 
 def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
@@ -288,11 +303,13 @@ class FlopCountAnalysis:
     >>> flops = FlopCountAnalysis(model, (x,))
     >>> flops.total(), flops.by_module()["layer1"], flops.by_operator()["conv"]
 
-    ``inputs`` is one tensor or a tuple of positional inputs. The profile runs once, on first use;
-    :attr:`profile` is the full :class:`Profile` (fvcore's counts in its ``flops`` for the ops
-    whose handle is a formula, torch_flops' MACs for the convolutions and matmuls).
-    :meth:`set_op_handle` takes a formula of the table's convention, ``handle(module, out, *args,
-    **kwargs)`` (not fvcore's TorchScript handle), or None to ignore the op.
+    ``inputs`` is one tensor or a tuple of positional inputs. The model runs once, eagerly, on
+    first use (again after a setting that changes the counts); :attr:`profile` is the full
+    :class:`Profile` (fvcore's counts in its ``flops`` for the ops whose handle is a formula,
+    torch_flops' MACs for the convolutions and matmuls). :meth:`set_op_handle` takes a formula of
+    the table's convention, ``handle(module, out, *args, **kwargs)`` (not fvcore's TorchScript
+    handle), or None to ignore the op. A module shared under several names is reported under its
+    first name (:meth:`canonical_module_name`); every query accepts any of its names.
     """
 
     #: fvcore's handles this analysis starts with (ActivationCountAnalysis: its own)
@@ -303,10 +320,19 @@ class FlopCountAnalysis:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self._model = model
         self._inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        self._profile: Profile | None = None
-        self._counts: tuple[dict[str, Counter[str]], Counter[tuple[str, str]], set[str]] | None = None
+        self._stats: _FvcoreStats | None = None  # the run and its tally (fvcore's name: None re-runs)
         self._handles: dict[str, Formula | None] = {}  # set_op_handle's, by fvcore op name
         self._ignored: set[str] = set(fvcore_rules.IGNORED)
+        # fvcore's settings, under its names: warnings logged, tracer warnings shown, ancestors
+        self._enable_warn_unsupported_ops = True
+        self._enable_warn_uncalled_mods = True
+        self._warn_trace = "no_tracer_warning"
+        self._ancestor_mode = "owner"
+        aliases: dict[str, str] = {}
+        canonical: dict[int, str] = {}
+        for name, module in model.named_modules(remove_duplicate=False):
+            aliases[name] = canonical.setdefault(id(module), name)
+        self._aliases = aliases
 
     def set_op_handle(self, *args: Any, **kwargs: Any) -> FlopCountAnalysis:
         """fvcore's ``set_op_handle(name, handle, name2, handle2, ...)`` or ``(**{name: handle})``:
@@ -324,8 +350,29 @@ class FlopCountAnalysis:
             if handle is not None and not fvcore_rules.op_targets(name):
                 raise ValueError(f"set_op_handle: no module, function or aten op of this torch runs {name!r}")
             self._handles[name] = handle
-        self._profile = self._counts = None
+        self._stats = None
         return self
+
+    def clear_op_handles(self) -> FlopCountAnalysis:
+        """fvcore's ``clear_op_handles()``: forget every handle, fvcore's defaults included, so
+        that every op not ignored is unsupported and counts 0. Returns the analysis."""
+        self._handles = {}
+        self._default_ops = frozenset()
+        self._stats = None
+        return self
+
+    def copy(self, new_model: nn.Module | None = None, new_inputs: Any = None) -> FlopCountAnalysis:
+        """fvcore's ``copy(new_model=None, new_inputs=None)``: a new analysis with this one's
+        handles and settings, on another model and/or inputs (default: the same). It runs anew."""
+        other = type(self)(self._model if new_model is None else new_model,
+                           self._inputs if new_inputs is None else new_inputs)
+        other._handles = dict(self._handles)
+        other._default_ops = self._default_ops
+        other._enable_warn_unsupported_ops = self._enable_warn_unsupported_ops
+        other._enable_warn_uncalled_mods = self._enable_warn_uncalled_mods
+        other._warn_trace = self._warn_trace
+        other._ancestor_mode = self._ancestor_mode
+        return other
 
     def _enabled(self, op: str) -> bool:
         if op in self._handles:
@@ -345,9 +392,91 @@ class FlopCountAnalysis:
 
     @property
     def profile(self) -> Profile:
-        if self._profile is None:
-            self._profile = profile(self._model, *self._inputs, custom_formulas=self._custom_formulas())
-        return self._profile
+        return self._analyse().profile
+
+    def _run(self) -> tuple[Profile, set[tuple[str, ...]]]:
+        """One eager call of the model (fvcore traces one call too), with fvcore's warning filter;
+        in ``ancestor_mode("caller")`` also the stacks of (canonical) module names that were
+        called, read by a pair of global module hooks removed right after."""
+        stacks: set[tuple[str, ...]] = set()
+        hooks: list[Any] = []
+        if self._ancestor_mode == "caller":
+            names = {id(m): name for name, m in self._model.named_modules()}
+            stack: list[str | None] = []
+
+            def enter(module: nn.Module, args: Any) -> None:
+                stack.append(names.get(id(module)))
+                stacks.add(tuple(n for n in stack if n is not None))
+
+            def leave(module: nn.Module, args: Any, output: Any) -> None:
+                if stack:
+                    stack.pop()
+
+            hooks = [nn.modules.module.register_module_forward_pre_hook(enter),
+                     nn.modules.module.register_module_forward_hook(leave)]
+        try:
+            with warnings.catch_warnings():
+                if self._warn_trace == "none":
+                    warnings.simplefilter("ignore")
+                elif self._warn_trace == "no_tracer_warning":
+                    warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                result = profile(self._model, *self._inputs, tracer="eager", custom_formulas=self._custom_formulas())
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return result, stacks
+
+    def _ancestors(self, r: NodeRecord, stacks: set[tuple[str, ...]]) -> tuple[set[str], set[str]]:
+        """(the modules a node counts into, the modules it shows were called): fvcore's owner
+        mode counts a node into its module and that module's owners by name; caller mode into
+        the modules on its call stack (a method other than ``forward`` is no call)."""
+        chain = r.module_chain
+        if self._ancestor_mode == "caller":
+            ends = [s for s in stacks if (s[-1] if s else "") == r.module_path]
+            stack = next((s for s in ends if module_chain(s) == chain), None)
+            called = {"", *(stack if stack is not None else chain)}
+            return called, called
+        owners = set(ancestors(r.module_path))
+        return owners, owners | set(chain)
+
+    def _analyse(self) -> _FvcoreStats:
+        if self._stats is None:
+            result, stacks = self._run()
+            modules = dict(self._model.named_modules())
+            by_module: dict[str, Counter[str]] = {path: Counter() for path in modules}
+            unsupported: Counter[tuple[str, str]] = Counter()
+            called: set[str] = set()
+            for r in result.records:
+                op = _fvcore_op(r, modules)
+                if op is None:
+                    continue
+                counted, seen = self._ancestors(r, stacks)
+                called |= seen
+                if self._enabled(op):
+                    count = self._count(r, op)
+                    for path in counted:
+                        by_module.setdefault(path, Counter())[_fvcore_name(op)] += count
+                elif op not in self._ignored and op not in self._handles:
+                    for path in counted:
+                        unsupported[(path, op)] += 1
+            self._stats = _FvcoreStats(result, by_module, unsupported, called)
+            self._log_warnings()
+        return self._stats
+
+    def _log_warnings(self) -> None:
+        """fvcore's two warnings, logged (``logging``, logger ``torch_flops.api``) when enabled."""
+        log = logging.getLogger(__name__)
+        if self._enable_warn_unsupported_ops:
+            for op, n in self.unsupported_ops().items():
+                log.warning("Unsupported operator %s encountered %d time(s)", op, n)
+        if self._enable_warn_uncalled_mods:
+            modules = dict(self._model.named_modules())
+            silent = {nn.Module.forward, nn.ModuleList.forward, nn.ModuleDict.forward, nn.Identity.forward}
+            uncalled = sorted(p for p in self.uncalled_modules() if type(modules[p]).forward not in silent)
+            if uncalled:
+                log.warning("These submodules were never called during the run: %s. They are unused, or run only "
+                            "through another method than their forward, in which case their counts go to the "
+                            "module that called that method.", ", ".join(uncalled))
 
     def _count(self, r: NodeRecord, op: str) -> int:
         """fvcore's count of one node whose op it handles."""
@@ -355,70 +484,78 @@ class FlopCountAnalysis:
             return r.macs or 0
         return r.flops or 0
 
-    def _tally(self) -> tuple[dict[str, Counter[str]], Counter[tuple[str, str]], set[str]]:
-        """(module -> operator -> count, (module, op) -> unsupported nodes, modules that ran an op)."""
-        if self._counts is None:
-            modules = dict(self._model.named_modules())
-            by_module: dict[str, Counter[str]] = {path: Counter() for path in modules}
-            unsupported: Counter[tuple[str, str]] = Counter()
-            called: set[str] = set()
-            for r in self.profile.records:
-                op = _fvcore_op(r, modules)
-                if op is None:
-                    continue
-                chain = ("", *r.module_chain)
-                called.update(chain)
-                if self._enabled(op):
-                    count = self._count(r, op)
-                    for path in chain:
-                        by_module.setdefault(path, Counter())[_fvcore_name(op)] += count
-                elif op not in self._ignored and op not in self._handles:
-                    for path in chain:
-                        unsupported[(path, op)] += 1
-            self._counts = (by_module, unsupported, called)
-        return self._counts
+    def canonical_module_name(self, name: str) -> str:
+        """fvcore's ``canonical_module_name``: the name this analysis reports a module under (its
+        first name in ``model.named_modules()``); ``KeyError`` for a name no module has."""
+        if name not in self._aliases:
+            raise KeyError(f"no module {name!r} in the analysed model; modules are {list(self._aliases)[:10]}...")
+        return self._aliases[name]
 
     def total(self, module_name: str = "") -> int:
         """fvcore's count of the whole model, or of the module at ``module_name`` (submodules included)."""
-        by_module = self._tally()[0]
-        if module_name not in by_module:
-            raise KeyError(f"no module {module_name!r}; modules are {list(by_module)[:10]}...")
-        return sum(by_module[module_name].values())
+        return sum(self._analyse().by_module[self.canonical_module_name(module_name)].values())
 
     def by_module(self) -> Counter[str]:
         """Module path ("" = the root) -> its count, submodules included (every module)."""
-        return Counter({path: sum(ops.values()) for path, ops in self._tally()[0].items()})
+        return Counter({path: sum(ops.values()) for path, ops in self._analyse().by_module.items()})
 
     def by_operator(self, module_name: str = "") -> Counter[str]:
         """Operator (fvcore's name) -> count, inside ``module_name`` ("" = the whole model)."""
-        return Counter(self._tally()[0].get(module_name, Counter()))
+        return Counter(self._analyse().by_module[self.canonical_module_name(module_name)])
 
     def by_module_and_operator(self) -> dict[str, Counter[str]]:
         """Module path -> (operator -> count), each module's submodules included."""
-        return {path: Counter(ops) for path, ops in self._tally()[0].items()}
+        return {path: Counter(ops) for path, ops in self._analyse().by_module.items()}
 
     def unsupported_ops(self, module_name: str = "") -> Counter[str]:
         """fvcore's unsupported ops (``aten::add`` -> nodes) inside ``module_name``: ops it has no
         handle for and does not ignore."""
-        return Counter({op: n for (path, op), n in self._tally()[1].items() if path == module_name})
+        name = self.canonical_module_name(module_name)
+        return Counter({op: n for (path, op), n in self._analyse().unsupported.items() if path == name})
 
     def uncalled_modules(self) -> set[str]:
-        """Submodules that ran no op (fvcore's trace never enters them: an ``nn.Identity`` too)."""
-        called = self._tally()[2]
+        """Submodules that ran no op (fvcore's trace never enters them: an ``nn.Identity`` too;
+        in caller mode also those whose ``forward`` never ran, their methods called directly)."""
+        called = self._analyse().called
         return {path for path, _ in self._model.named_modules() if path and path not in called}
 
     # fvcore's configuration methods, which return the analysis for chaining
     def unsupported_ops_warnings(self, enabled: bool) -> FlopCountAnalysis:
+        """Log (``logging.warning``) each unsupported op and its count when the analysis runs (default: on)."""
+        self._enable_warn_unsupported_ops = _validate.check_bool("enabled", enabled)
         return self
 
     def uncalled_modules_warnings(self, enabled: bool) -> FlopCountAnalysis:
+        """Log the modules never called (containers and ``nn.Identity`` aside) when the analysis runs (default: on)."""
+        self._enable_warn_uncalled_mods = _validate.check_bool("enabled", enabled)
         return self
 
     def tracer_warnings(self, mode: str) -> FlopCountAnalysis:
+        """Python warnings raised while the model runs: ``"all"``, ``"no_tracer_warning"`` (the
+        default: all but ``torch.jit.TracerWarning``) or ``"none"`` (silenced). Runs anew."""
+        if mode not in ("all", "no_tracer_warning", "none"):
+            raise ValueError(f"tracer_warnings mode must be 'all', 'no_tracer_warning' or 'none', got {mode!r}")
+        self._warn_trace, self._stats = mode, None
         return self
 
     def ancestor_mode(self, mode: str) -> FlopCountAnalysis:
+        """Which modules a node counts into: ``"owner"`` (the default: its module and the modules
+        that own it by name) or ``"caller"`` (the modules whose forward it ran inside; a module
+        shared by two callers counts into each for its own calls). Runs anew."""
+        if mode not in ("owner", "caller"):
+            raise ValueError(f"ancestor_mode must be 'owner' or 'caller', got {mode!r}")
+        self._ancestor_mode, self._stats = mode, None
         return self
+
+
+@dataclass(frozen=True)
+class _FvcoreStats:
+    """One run of a :class:`FlopCountAnalysis` and its tally."""
+
+    profile: Profile
+    by_module: dict[str, Counter[str]]  #: module -> operator -> count
+    unsupported: Counter[tuple[str, str]]  #: (module, op) -> nodes
+    called: set[str]  #: modules that ran an op
 
 
 class ActivationCountAnalysis(FlopCountAnalysis):
@@ -429,7 +566,12 @@ class ActivationCountAnalysis(FlopCountAnalysis):
     _default_ops = frozenset(op for op in fvcore_rules.MAC_OPS if op != "aten::mm")
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
-        return {}
+        # no fvcore FLOP rules here, but the handles set_op_handle was given
+        custom: dict[Any, Formula | None] = {}
+        for op, handle in self._handles.items():
+            if handle is not None:
+                custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
+        return custom
 
     def _count(self, r: NodeRecord, op: str) -> int:
         if op in self._handles:
@@ -518,7 +660,7 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     rows.append([root or "model", *cells(root)])
     if max_depth >= 1:
         fill(root, 1)
-    return tabulate(rows, headers=["module", *columns], tablefmt="pipe", disable_numparse=True)
+    return tabulate(rows, headers=["module", *columns], tablefmt="pipe")  # numbers parsed (aligned) as fvcore does
 
 
 # ---------------------------------------------------------------------------------------------

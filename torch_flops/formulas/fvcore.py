@@ -140,11 +140,17 @@ def op_targets(name: str) -> tuple[Any, ...]:
         name = "aten::upsample_nearest2d"
     if OVERRIDES.get(name):
         return tuple(key for keys, _ in OVERRIDES[name] for key in keys)
+    if name == "aten::_convolution":  # what every convolution (module, function, aten op) records in a trace
+        convs = tuple(c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.modules.conv._ConvNd))
+        return (*convs, *functions(*_CONV_FUNCTIONS), *aten_ops("convolution", "_convolution", *_CONV_FUNCTIONS))
     op = name.removeprefix("aten::")
     classes = tuple(c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Module)
                     and snake(c.__name__) == op)  # nn.MaxPool2d for aten::max_pool2d
     found = [f for f in functions(op) if callable(f)]
     return (*classes, *found, *aten_ops(op))
+
+
+_CONV_FUNCTIONS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
 
 
 def snake(name: str) -> str:
