@@ -58,6 +58,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops import _validate
 from torch_flops.backward import in_backward
+from torch_flops.errors import UnsupportedOpWarning
 from torch_flops.formulas import FORMULAS, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
@@ -872,6 +874,21 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         },
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
+    # (autograd's own nodes outside the graphs, AccumulateGrad and the loss's backward, are named
+    # by their nodes, not by aten ops: those stay as they are)
+    uncounted = [r for r in records if r.op == "eager" and r.flops is None and r.target.startswith("aten.")]
+    eager_frames = max(stats.frames_total - stats.frames_ok, 0)
+    if uncounted:
+        settings["compiled"].update(eager_uncounted=len(uncounted), frames_eager=eager_frames)  # type: ignore[attr-defined]
+        # the regions count what Inductor's kernels computed; ops outside them leave only profiler
+        # events (a name and a time), no shapes: say so, rather than a total that looks complete
+        warnings.warn(
+            f"torch_flops: {len(uncounted)} op(s) of {type(model).__name__} ran eagerly outside the compiled graphs"
+            + (f" (Dynamo compiled no graph for {eager_frames} frame(s): it ran them as plain Python)"
+               if eager_frames else " (the code between graph breaks)")
+            + ", e.g. " + ", ".join(sorted({r.target for r in uncounted})[:4])
+            + ": their time is measured, their FLOPs are not in this profile's totals. torch_flops.profile(model, "
+            "...) counts the whole program as it runs eagerly.", UnsupportedOpWarning, stacklevel=3)
     profile = Profile(records=tuple(records), device=str(device), tracer="inductor", memory_source="none",
                       module_types={p: type(m).__name__ for p, m in model.named_modules()},
                       module_params={p: sum(t.numel() for t in m.parameters(recurse=False))

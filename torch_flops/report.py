@@ -1189,7 +1189,11 @@ def compiled_text(settings: Mapping[str, Any]) -> str:
     if isinstance(regions, Mapping) and "frames" in regions:
         return (f"Inductor regions: call {format_time_ms(regions.get('call_ms'))}; compile "
                 f"{regions.get('compile_s', 0.0):.2f} s; {len(regions.get('frames') or ())} frame(s), "
-                f"{len(regions.get('graph_breaks') or ())} graph break(s), {regions.get('recompiles', 0)} recompile(s)")
+                f"{len(regions.get('graph_breaks') or ())} graph break(s), {regions.get('recompiles', 0)} recompile(s)"
+                + (f"; {regions['eager_uncounted']} op(s) ran eagerly outside the compiled graphs"
+                   + (f" ({regions.get('frames_eager')} frame(s) Dynamo did not compile)"
+                      if regions.get("frames_eager") else "") + ": timed, FLOPs not counted"
+                   if regions.get("eager_uncounted") else ""))
     return ""
 
 
