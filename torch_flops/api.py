@@ -133,6 +133,8 @@ def get_model_profile(
     _validate.check_depth("module_depth", module_depth)
     _validate.check_int("top_modules", top_modules, 0)
     ignore = _class_names(ignore_modules or (), "ignore_modules")
+    if print_profile and output_file is not None:
+        report.check_writable(output_file)  # (before the model runs, not after)
     if mode == "generate":
         return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed, module_depth,
                                  top_modules, warm_up, as_string, output_file, ignore)

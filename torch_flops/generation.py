@@ -18,8 +18,8 @@ of each call), with ``t0`` when ``generate`` is called and ``b_n`` when it retur
     tokens/s                    = sequences x new tokens / (b_n - t0)
 
 The profiler's own cost inflates the profiled run's times; with ``baseline=True`` (the default
-where it is safe: ``generate`` without a cache object or streamer of yours) the same call runs a
-second time without the recording, from the same random state (which is put back as the profiled
+where it is safe: ``generate`` without a cache object, streamer, logits processor or stopping criterion
+of yours, on a model without forward hooks) the same call runs a second time without the recording, from the same random state (which is put back as the profiled
 run left it), and the times above come from that run; ``overhead`` is the ratio of the two.
 
 Memory: the weights (every parameter and buffer storage once), the KV cache (bytes held by the
@@ -756,8 +756,9 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             ``past_key_values`` before transformers 5.24, Mamba's ``cache_params``), else the one it was given.
         baseline: also run the same call without the profiler, from the same random state, for
             the measured times and the profiler's overhead (see the module docstring). Default:
-            for ``generate`` without a cache object or streamer of yours (it would see the call
-            twice); never for a ``loop``.
+            for ``generate`` without a cache object, streamer, logits processor, stopping criterion
+            or ``prefix_allowed_tokens_fn`` of yours, on a model without forward hooks (each would
+            see the call twice); never for a ``loop``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -773,6 +774,14 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
         raise TypeError(f"baseline must be a bool or None, got {type(baseline).__name__}")
     if input_ids is not None and not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids is not None and loop is None and getattr(model, "main_input_name", None) == "input_ids":
+        # (a transformers model whose generate() takes token ids: an encoder-decoder's may take pixel_values or
+        # input_features there; dtype and shape reads only, checked before the model runs)
+        if input_ids.dtype == torch.bool or input_ids.dtype.is_floating_point or input_ids.dtype.is_complex:
+            raise TypeError(f"input_ids must hold integer token ids (torch.long), got a {input_ids.dtype} tensor")
+        if input_ids.dim() != 2 or input_ids.shape[-1] < 1:
+            raise ValueError(f"input_ids must be (batch, tokens) with at least one token, got shape "
+                             f"{tuple(input_ids.shape)}")
     if loop is not None:
         if not callable(loop):
             raise TypeError(f"loop must be a callable running your decode loop, got {type(loop).__name__}")
@@ -791,11 +800,14 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             kwargs["max_new_tokens"] = max_new_tokens
         call = functools.partial(generate, input_ids, **kwargs) if input_ids is not None else \
             functools.partial(generate, **kwargs)
-        shared = [name for name in ("cache", "past_key_values", "streamer") if kwargs.get(name) is not None]
+        shared = [name for name in ("cache", "past_key_values", "streamer", "logits_processor", "stopping_criteria",
+                                    "prefix_allowed_tokens_fn") if kwargs.get(name) is not None]
         if baseline and shared:
             raise ValueError(f"baseline=True would run generate() twice on your {' and '.join(shared)}: pass "
                              "baseline=False (the times are then the profiled run's)")
-        run_baseline = (not shared) if baseline is None else baseline
+        # (forward hooks of the user's on the model would see a baseline's calls too: none by default then)
+        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+        run_baseline = (not shared and not hooked) if baseline is None else baseline
     device = input_device(((input_ids,), generate_kwargs), model)
     run_baseline = run_baseline and device.type != "meta"
     return _profile(model, call, device, kv_cache=kv_cache, baseline=run_baseline,

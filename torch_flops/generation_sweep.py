@@ -246,6 +246,18 @@ def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_le
     if kv_cache is not None and not callable(kv_cache):
         raise TypeError(f"kv_cache must be a callable (kwargs, output) -> cache, got {kv_cache!r}")
     start = time.perf_counter()
+    # (the user's model: every module's training flag as it was, on every exit path; _build sets eval)
+    training = [(m, m.training) for m in model_or_config.modules()] if isinstance(model_or_config, nn.Module) else []
+    try:
+        return _sweep(model_or_config, batches, prompts, generated, spec, dtype, inputs, kv_cache, start)
+    finally:
+        for module, flag in training:
+            module.training = flag
+
+
+def _sweep(model_or_config: Any, batches: tuple[int, ...], prompts: tuple[int, ...], generated: tuple[int, ...],
+           spec: HardwareSpec, dtype: torch.dtype | None, inputs: InputsFn | None,
+           kv_cache: Callable[[Mapping[str, Any], Any], Any] | None, start: float) -> GenerationSweep:
     model = _build(model_or_config, dtype)
     config = getattr(model, "config", None)
     if inputs is None and config is None:

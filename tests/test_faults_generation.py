@@ -1,0 +1,123 @@
+"""Fault cases of the generation entry points found by a fault matrix: what the profiler leaves
+behind (the user's objects seen once, the model's flags) and bad input refused before the model
+runs. Models are built from transformers configs (no download); those tests skip without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torch_flops import get_model_profile, profile_generate, sweep_generation
+from torch_flops.session import installed
+
+
+@pytest.fixture(scope="module")
+def hf() -> Any:
+    return pytest.importorskip("transformers")
+
+
+def tiny_llama(hf: Any, device: str | None = None) -> nn.Module:
+    config = hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=128, max_position_embeddings=64,
+                            attn_implementation="eager", pad_token_id=0)
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return hf.LlamaForCausalLM(config)
+    return hf.LlamaForCausalLM(config).eval()
+
+
+def ids(batch: int = 2, length: int = 5) -> torch.Tensor:
+    return torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(1))
+
+
+GREEDY = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+
+
+def test_users_processor_criterion_and_hooks_see_the_generation_once(hf: Any) -> None:
+    model = tiny_llama(hf)
+    calls = {"processor": 0, "criterion": 0, "hook": 0}
+
+    class Count(hf.LogitsProcessor):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            calls["processor"] += 1
+            return scores
+
+    class Never(hf.StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            calls["criterion"] += 1
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    def run(**kw: Any) -> dict[str, int]:
+        for k in calls:
+            calls[k] = 0
+        model.generate(ids(), **GREEDY, **kw)
+        plain = dict(calls)
+        for k in calls:
+            calls[k] = 0
+        gp = profile_generate(model, ids(), **GREEDY, **kw)
+        assert gp.baseline is None  # no second generate() by default: it would call the user's objects again
+        return plain
+
+    # 3 new tokens: the processor and the criterion run once per token, as in the plain generate
+    assert run(logits_processor=hf.LogitsProcessorList([Count()])) == calls and calls["processor"] == 3
+    assert run(stopping_criteria=hf.StoppingCriteriaList([Never()])) == calls and calls["criterion"] == 3
+    handle = model.model.layers[0].register_forward_hook(lambda *a: calls.__setitem__("hook", calls["hook"] + 1))
+    try:
+        assert run() == calls and calls["hook"] == 3  # one prefill + 2 decode forwards
+    finally:
+        handle.remove()
+    with pytest.raises(ValueError, match="logits_processor"):
+        profile_generate(model, ids(), baseline=True, logits_processor=hf.LogitsProcessorList([Count()]), **GREEDY)
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+
+
+@pytest.mark.parametrize(("input_ids", "error", "match"), [
+    (torch.rand(2, 5), TypeError, "integer token ids"),
+    (torch.ones(2, 5, dtype=torch.bool), TypeError, "integer token ids"),
+    (torch.zeros(2, 5, 1, dtype=torch.long), ValueError, r"\(batch, tokens\)"),
+    (torch.tensor(3), ValueError, r"\(batch, tokens\)"),
+    (torch.zeros(2, 0, dtype=torch.long), ValueError, "at least one token"),
+])
+def test_bad_input_ids_refused_before_the_model_runs(hf: Any, input_ids: torch.Tensor, error: type,
+                                                      match: str) -> None:
+    model = tiny_llama(hf)
+    ran: list[int] = []
+    handle = model.register_forward_pre_hook(lambda *a: ran.append(1))
+    try:
+        with pytest.raises(error, match=match):
+            profile_generate(model, input_ids, max_new_tokens=2)
+    finally:
+        handle.remove()
+    assert ran == []
+
+
+def test_get_model_profile_output_file_checked_before_the_model_runs(hf: Any, tmp_path: Path) -> None:
+    model = tiny_llama(hf)
+    ran: list[int] = []
+    handle = model.register_forward_pre_hook(lambda *a: ran.append(1))
+    missing = tmp_path / "no-such-dir" / "profile.txt"
+    try:
+        for mode, kwargs in (("generate", GREEDY), ("forward", {})):
+            with pytest.raises(FileNotFoundError, match="no such directory"):
+                get_model_profile(model, args=(ids(),), kwargs=kwargs, mode=mode, output_file=str(missing))
+    finally:
+        handle.remove()
+    assert ran == []  # neither the warm-up nor the profiled call ran
+
+
+def test_sweep_leaves_the_models_training_flags(hf: Any) -> None:
+    model = tiny_llama(hf, "meta")
+    model.train()
+    model.model.layers[1].eval()  # mixed flags, as a user may leave them
+    flags = [m.training for m in model.modules()]
+    sweep_generation(model, [1], [4], [2], hardware="h100-sxm")
+    assert [m.training for m in model.modules()] == flags
+    model.get_submodule("model.layers.0.mlp").register_forward_hook(lambda *a: (_ for _ in ()).throw(KeyError("x")))
+    with pytest.raises(KeyError):
+        sweep_generation(model, [1], [4], [2], hardware="h100-sxm")
+    assert [m.training for m in model.modules()] == flags
