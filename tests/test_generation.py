@@ -222,6 +222,20 @@ def test_xlstm_state_from_its_own_cache_object(hf: Any) -> None:
     assert gp.kv_cache_matches_formula is None and not gp.notes
 
 
+def test_rwkv_stacked_state(hf: Any) -> None:
+    # RWKV's cache is ``state``: five (batch, hidden, layers) tensors, every layer's slice on the last
+    # dimension (its attention's x, numerator, denominator, running max, and the feed-forward's x)
+    config = hf.RwkvConfig(hidden_size=32, attention_hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                           vocab_size=100, context_length=64)
+    torch.manual_seed(0)
+    gp = greedy_against_flop_counter(hf.RwkvForCausalLM(config).eval())
+    # per layer: 5 tensors x batch 2 x hidden 32 = 320 floats = 1280 bytes; 3 layers 3840, after every step
+    assert [s.layer_bytes for s in gp.kv_cache] == [(1280, 1280, 1280)] * 4 and gp.kv_cache_bytes == [3840] * 4
+    assert gp.kv_cache[0].recurrent_layers == 3 and gp.kv_cache[0].tokens is None
+    assert gp.kv_cache_matches_formula is None and not gp.notes
+    assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
+
+
 def test_model_without_a_cache_sees_the_whole_sequence(hf: Any) -> None:
     # without a cache generate feeds the whole sequence at every step: its context is what it is fed
     model = tiny_gpt2(hf)

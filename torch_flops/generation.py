@@ -58,7 +58,14 @@ from torch_flops.capture import ModelIndex
 from torch_flops.formulas import FormulaTable
 from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
-from torch_flops.kvcache import KVCacheState, found_cache, kv_cache_formula_bytes, kv_cache_shape, read_cache
+from torch_flops.kvcache import (
+    KVCacheState,
+    found_cache,
+    found_state,
+    kv_cache_formula_bytes,
+    kv_cache_shape,
+    read_cache,
+)
 from torch_flops.measure import Timer, input_device, make_memory_probe, make_timer, storage_key
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import roofline
@@ -659,6 +666,7 @@ class _Session:
                     cache = self.kv_reader()
                 else:  # what the model returned; else the cache it was given (one it filled in place, or left empty)
                     cache = found_cache(step.output)
+                    cache = cache if cache is not None else found_state(step.output)  # RWKV's stacked state
                     cache = cache if cache is not None else self.log.cache
                 state = None if cache is None else read_cache(cache)
             except Exception as e:  # noqa: BLE001  (the user's generation must not fail on the profiler's reading)

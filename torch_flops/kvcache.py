@@ -14,7 +14,10 @@ What is read (:func:`cache_layers`):
 * what a user's own ``kv_cache`` callable returns: any of the above, a sequence with one item per
   layer (a tensor, or a tuple/list/dict of tensors), or a mapping layer name -> tensors;
 * a recurrent model's own cache object (xLSTM's ``xLSTMCache``): its per-layer state, the first
-  attribute named ``*_state``/``*_states`` holding a mapping layer -> tensors or one item per layer.
+  attribute named ``*_state``/``*_states`` holding a mapping layer -> tensors or one item per layer;
+* a recurrent state kept as a few tensors with every layer's slice on their last dimension (RWKV's
+  ``state``: five ``(batch, hidden, layers)`` tensors), found by :func:`found_state` and read as a
+  :class:`StackedState`.
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
 whole preallocated length from the first step). The formula a measured cache is checked against
@@ -39,8 +42,8 @@ import torch
 
 from torch_flops.measure import storage_key, tensor_nbytes, tensors_of
 
-__all__ = ["CACHE_NAMES", "KVCacheState", "cache_argument", "cache_layers", "found_cache", "kv_cache_formula_bytes",
-           "kv_cache_shape", "read_cache"]
+__all__ = ["CACHE_NAMES", "KVCacheState", "StackedState", "cache_argument", "cache_layers", "found_cache",
+           "found_state", "kv_cache_formula_bytes", "kv_cache_shape", "read_cache"]
 
 #: the names a transformers model gives its cache, in its forward's arguments and in its output:
 #: ``cache`` (transformers 5.24 renamed it), ``past_key_values`` (before, and still accepted as an
@@ -87,6 +90,38 @@ def found_cache(holder: Any) -> Any:
             continue
         return value
     return None
+
+
+@dataclass(frozen=True)
+class StackedState:
+    """A recurrent state held as a few tensors, each with one slice per layer on its last dimension
+    (RWKV's ``state``: its attention's and feed-forward's running values, ``(batch, hidden,
+    layers)`` each)."""
+
+    tensors: tuple[torch.Tensor, ...]
+
+    @property
+    def layers(self) -> int:
+        return int(self.tensors[0].shape[-1])
+
+
+def found_state(holder: Any) -> StackedState | None:
+    """A :class:`StackedState` under the name ``state`` in a model's output or call keywords: a
+    list or tuple of two or more tensors of at least two dimensions with the same last one (the
+    layers), else None."""
+    value = holder.get("state") if isinstance(holder, Mapping) else None
+    if value is None:
+        try:
+            value = getattr(holder, "state", None)
+        except Exception:  # noqa: BLE001  (an output whose attributes raise: no state there)
+            return None
+    if not isinstance(value, (list, tuple)) or len(value) < 2:
+        return None
+    if not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in value):
+        return None
+    if len({int(t.shape[-1]) for t in value}) != 1:
+        return None
+    return StackedState(tuple(value))
 
 
 def _cache_like(value: Any) -> bool:
@@ -172,6 +207,10 @@ def _tokens(cache: Any, layers: list[list[torch.Tensor]]) -> int | None:
 def read_cache(cache: Any) -> KVCacheState:
     """The bytes ``cache`` holds now, per layer (a storage shared between layers is counted in
     the first that holds it)."""
+    if isinstance(cache, StackedState):  # each layer: its slice of every tensor (numel / layers elements)
+        n = cache.layers
+        per = sum(t.numel() // n * t.element_size() for t in cache.tensors)
+        return KVCacheState(layer_bytes=(per,) * n, kind="StackedState", tokens=None, recurrent_layers=n)
     seen: set[int] = set()
     per_layer: list[int] = []
     layers = cache_layers(cache)
