@@ -134,9 +134,12 @@ def _page(data: Mapping[str, Any], title: str) -> str:
         payload = json.dumps(_finite(data), separators=(",", ":"), default=str, allow_nan=False)
     # nothing in the data may end the script element or open a comment: "\/" and "\u0021" are JSON escapes
     payload = payload.replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    # the page is ASCII (the JSON is, by json.dumps; the title's other characters become references), so it
+    # reads the same whatever encoding the locale writes the file in (a C locale, Windows' code pages)
+    title = std_html.escape(title).encode("ascii", "xmlcharrefreplace").decode("ascii")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{std_html.escape(title)}</title><style>{_CSS}</style></head>"
+            f"<title>{title}</title><style>{_CSS}</style></head>"
             f'<body><div id="app"><noscript>This report draws itself with JavaScript.</noscript></div>'
             f'<script type="application/json" id="tf-data">{payload}</script>'
             f"<script>{_JS}</script></body></html>\n")
@@ -309,7 +312,17 @@ function hideTip() { tip.style.display = "none"; }
 
 // ------------------------------------------------------------ numbers, as torch_flops.report writes them
 const PREFIX = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
-function three(x) { const a = Math.abs(x); return a >= 100 ? x.toFixed(0) : a >= 10 ? x.toFixed(1) : x.toFixed(2); }
+// x with d decimals as Python's f"{x:.{d}f}" writes it: toFixed rounds an exact tie (424.5, 10.25, 0.125) up,
+// Python to even; a tie is exact only when x * 2^(d+1) is an integer (scaling by a power of 2 is exact)
+function fixed(x, d) {
+  const a = Math.abs(x), s = a * Math.pow(10, d);
+  if (Number.isInteger(a * Math.pow(2, d + 1)) && s % 1 === 0.5) {
+    const n = Math.floor(s) + Math.floor(s) % 2;
+    return (x < 0 ? "-" : "") + (n / Math.pow(10, d)).toFixed(d);
+  }
+  return x.toFixed(d);
+}
+function three(x) { const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
 function count(n) {
   if (n === null || n === undefined) return "-";
   for (const [s, p] of PREFIX) if (Math.abs(n) >= s) return three(n / s) + " " + p;
@@ -331,7 +344,7 @@ function bytes(n) {
     v /= 1024;
   }
 }
-function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : (100 * part / whole).toFixed(2) + "%"; }
+function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : fixed(100 * part / whole, 2) + "%"; }
 function signed(fmt) { return v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fmt(v); }
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
 
@@ -459,10 +472,10 @@ function section(sec, root, k) {
   // module tree
   const METRICS = [["flops", "FLOPs"], ["macs", "MACs"], ["params", "params"], ["time", "time"], ["bytes", "bytes"]];
   const treeCols = [
-    ["params", "params", i => M.params[i], count], ["params_pct", "% params", i => M.params[i] / M.params[0], null],
-    ["flops", "FLOPs", i => sums.flops[i], count], ["flops_pct", "% FLOPs", i => sums.flops[i] / sums.flops[0], null],
+    ["params", "params", i => M.params[i], count], ["params_pct", "% params", i => 100 * M.params[i] / M.params[0], null],
+    ["flops", "FLOPs", i => sums.flops[i], count], ["flops_pct", "% FLOPs", i => 100 * sums.flops[i] / sums.flops[0], null],
     ["macs", "MACs", i => sums.macs[i], count], ["time", "time", i => sums.timed[i] ? sums.time[i] : null, time, true],
-    ["time_pct", "% time", i => sums.timed[i] && sums.time[0] ? sums.time[i] / sums.time[0] : null, null, true],
+    ["time_pct", "% time", i => sums.timed[i] && sums.time[0] ? 100 * sums.time[i] / sums.time[0] : null, null, true],
     ["flops_per_s", "FLOP/s", i => sums.timed[i] && sums.time[i] > 0 ? sums.flops[i] * 1e3 / sums.time[i] : null, count, true],
     ["bytes", "bytes", i => sums.bytes[i], bytes], ["nodes", "nodes", i => sums.nodes[i], String]];
   const treeHead = h("tr", null, [h("th", {text: "module", "data-key": "", onclick: () => { state.sortKey = null; drawTree(); }})]
@@ -493,7 +506,7 @@ function section(sec, root, k) {
       const tr = h("tr", {"data-path": M.path[i], "data-depth": depth[i]}, [label]);
       for (const [, , get, fmt, timed] of treeCols) {
         const v = get(i);
-        tr.appendChild(h("td", {cls: timed ? "num t" : "num", text: fmt ? fmt(v) : (v === null || v === undefined || !isFinite(v) ? "-" : (100 * v).toFixed(2) + "%")}));
+        tr.appendChild(h("td", {cls: timed ? "num t" : "num", text: fmt ? fmt(v) : (v === null || v === undefined || !isFinite(v) ? "-" : fixed(v, 2) + "%")}));
       }
       trs.push(tr);
       if (!open) return;
@@ -582,10 +595,10 @@ function section(sec, root, k) {
   const opCols = [
     {key: "op", label: "operator", get: o => o.op}, {key: "calls", label: "calls", num: true, get: o => o.calls},
     {key: "flops", label: "FLOPs", num: true, get: o => o.flops, fmt: count},
-    {key: "flops_pct", label: "% FLOPs", num: true, get: o => o.flops / opTotal.flops, fmt: v => isFinite(v) ? (100 * v).toFixed(2) + "%" : "-"},
+    {key: "flops_pct", label: "% FLOPs", num: true, get: o => 100 * o.flops / opTotal.flops, fmt: v => isFinite(v) ? fixed(v, 2) + "%" : "-"},
     {key: "macs", label: "MACs", num: true, get: o => o.macs, fmt: count},
     {key: "time", label: "time", num: true, timed: true, get: o => o.time, fmt: time},
-    {key: "time_pct", label: "% time", num: true, timed: true, get: o => o.time === null ? null : o.time / opTotal.time, fmt: v => v === null || !isFinite(v) ? "-" : (100 * v).toFixed(2) + "%"},
+    {key: "time_pct", label: "% time", num: true, timed: true, get: o => o.time === null ? null : 100 * o.time / opTotal.time, fmt: v => v === null || !isFinite(v) ? "-" : fixed(v, 2) + "%"},
     {key: "bytes", label: "bytes", num: true, get: o => o.bytes, fmt: bytes},
     {key: "unsupported", label: "unsupported", num: true, get: o => o.unsupported || null, fmt: v => v ? String(v) : ""}];
   const opTable = DataTable({id: "operators" + sid, columns: opCols, pageSize: 200, sort: ["flops", true], search: o => o.op,
@@ -693,7 +706,7 @@ function diffPage(D) {
   const totals = h("table", {cls: "data", id: "totals"}, [h("thead", null, [h("tr", null, ["metric", "A", "B", "change", "change %"].map((t, i) => h("th", {cls: i ? "num" : null, text: t})))]),
     h("tbody", null, D.metrics.map(m => { const t = D.totals[m]; const d = t.delta;
       return h("tr", null, [h("td", {text: D.labels[m]}), h("td", {cls: "num", text: fmtOf(m)(t.a)}), h("td", {cls: "num", text: fmtOf(m)(t.b)}),
-        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: t.relative === null ? "-" : (t.relative > 0 ? "+" : "") + t.relative.toFixed(2) + "%"})]); }))]);
+        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: t.relative === null ? "-" : (t.relative > 0 ? "+" : "") + fixed(t.relative, 2) + "%"})]); }))]);
   app.appendChild(h("div", {cls: "scroll"}, [totals]));
   if (D.checks && D.checks.length) {
     const bad = D.violations || [];
@@ -711,7 +724,7 @@ function diffPage(D) {
     cols.push({key: m + "_b", label: D.labels[m] + " B", num: true, get: r => r.b[m], fmt: f});
     cols.push({key: m + "_d", label: "\u0394 " + D.labels[m], num: true, get: r => r.delta[m], fmt: signed(f),
                cls: v => v > 0 ? "up" : v < 0 ? "down" : ""});
-    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + v.toFixed(2) + "%"});
+    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fixed(v, 2) + "%"});
   }
   const kinds = Array.from(new Set(D.rows.map(r => r.kind))), statuses = Array.from(new Set(D.rows.map(r => r.status)));
   const table = DataTable({id: "diff", columns: cols, rows: D.rows, pageSize: 200, search: r => (r.old_key || "") + " " + r.key + " " + (r.type || ""),
