@@ -466,3 +466,30 @@ def test_numbers_are_written_as_the_text_report_writes_them(hand_profile: Any, b
     by_op = p.by_operator()  # the operator table, most FLOPs first, its % of the total as the text's
     assert _rows(page, "#operators", 3)[0] == report.format_percent(next(iter(by_op.values())).flops, p.total_flops)
     assert page.errors() == []
+
+
+def test_a_parent_with_many_children_shows_the_first_500(rec: Any, browser: Any, tmp_path: Path) -> None:
+    # 600 modules side by side (a flat Sequential of 10,000 drew every row at load: 1.1 s, and over ~120,000
+    # modules the page failed with a RangeError): 500 rows, then "... and 100 more" that shows them all
+    n = 600
+    records = [rec(0, "x", "placeholder", "x", "", "Net", 0, 0, None, Status.ZERO),
+               *(rec(i + 1, f"l{i}", "call_module", "Linear", f"l{i}", "Linear", 2 * (i + 1), i + 1, None)
+                 for i in range(n)),
+               rec(n + 1, "output", "output", "output", "", "Net", 0, 0, None, Status.ZERO)]
+    p = torch_flops.Profile(records=tuple(records), module_types={"": "Net", **{f"l{i}": "Linear" for i in range(n)}},
+                            device="meta")
+    assert p.total_flops == n * (n + 1)  # 2 * (1 + ... + 600)
+    page = browser.open(Path(p.to_html(tmp_path / "flat.html")).as_uri())
+    count = "document.querySelectorAll('#tree tbody tr').length"
+    assert page.evaluate(count) == 1 + 500 + 1  # the root, its first 500 children, the "more" row
+    assert page.evaluate("document.querySelector('#tree tr.more').textContent").startswith("\u2026 and 100 more")
+    _click(page, "#tree th[data-key=flops]")  # the largest first: l599 (1,200 FLOPs) down to l100 (202)
+    flops = page.evaluate("[...document.querySelectorAll('#tree tbody tr:not(.more)')].map(r => r.children[3].textContent)")
+    assert len(flops) == 501 and flops[1:3] == ["1.20 K", "1.20 K"] and flops[500] == "202"
+    _click(page, "#tree a.show-all")
+    assert page.evaluate(count) == 1 + n
+    _click(page, ".collapse-all")
+    _click(page, ".expand-all")
+    assert page.evaluate(count) == len(p.by_module()) == 1 + n
+    assert _rows(page, "#tree", 3)[0] == report.format_count(p.total_flops) == "361 K"  # 600 * 601 = 360,600
+    assert page.errors() == []

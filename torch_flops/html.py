@@ -5,7 +5,7 @@ array per node, targets and module chains interned) in a ``<script type="applica
 and plain JavaScript inlined in the same file draws it in the browser: a summary header, phase
 tabs (one per ``phase`` the records carry, plus "backward" when the nodes carry a backward and
 "all phases" when there is more than one), the module tree (collapsible, sortable, % of the
-total), an icicle of the tree sized by a chosen metric (click to zoom), the node table (filter,
+total; a parent lists its first 500 children until asked for all), an icicle of the tree sized by a chosen metric (click to zoom), the node table (filter,
 sort, pages, status colours, unsupported nodes highlighted), the operator table, the memory
 curve over the nodes and, with a hardware, the roofline scatter. Only the visible rows are
 built, so a 4,000-node profile opens in well under two seconds.
@@ -265,7 +265,7 @@ td.status{font-weight:500}td.up{color:var(--bad)}td.down{color:var(--good)}
 .icicle{position:relative;border:1px solid var(--line);border-radius:4px;overflow:hidden;background:var(--panel)}
 .icicle div{position:absolute;height:21px;border:1px solid rgba(255,255,255,.9);overflow:hidden;white-space:nowrap;
 text-overflow:ellipsis;font-size:11px;padding:2px 4px;cursor:pointer;color:#10131a}
-.crumbs a{cursor:pointer;color:var(--accent)}
+.crumbs a,a.show-all{cursor:pointer;color:var(--accent)}
 .grid2{display:grid;grid-template-columns:1fr 1fr;gap:16px}@media (max-width:1000px){.grid2{grid-template-columns:1fr}}
 svg text{font:11px system-ui,sans-serif;fill:var(--muted)}svg .axis{stroke:#9aa3af}
 .tip{position:fixed;pointer-events:none;background:#1d2330;color:#fff;padding:3px 7px;border-radius:3px;font-size:12px;
@@ -306,6 +306,9 @@ function add(e, kids) {
   if (!kids) return;
   for (const c of kids) if (c !== null && c !== undefined) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
 }
+// a box's children replaced by many nodes: replaceChildren(...nodes) passes each as an argument, and past
+// about 120,000 of them (a tree row per module) that overflows the stack
+function fill(box, nodes) { const f = document.createDocumentFragment(); for (const e of nodes) f.appendChild(e); box.replaceChildren(f); }
 function showTip(ev, text) { tip.textContent = text; tip.style.display = "block";
   tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px"; }
 function hideTip() { tip.style.display = "none"; }
@@ -443,9 +446,12 @@ function section(sec, root, k) {
   const depth = new Int32Array(n);
   for (let i = 1; i < n; i++) { const p = M.parent[i]; if (p >= 0) kids[p].push(i); }
   (function walk(i, d) { depth[i] = d; for (const k of kids[i]) walk(k, d + 1); })(0, 0);
-  const maxDepth = Math.max(...depth);
+  const maxDepth = depth.reduce((a, b) => Math.max(a, b), 0);
   const vs = views(nodes);
-  const state = {view: vs[0], metric: "flops", zoom: 0, sortKey: null, desc: true, expanded: new Set([0])};
+  // a parent shows its first MAX_KIDS children (in the sorted order) until "show all" or "expand all": a tree
+  // of 10,000 modules side by side opens in a fraction of a second
+  const MAX_KIDS = 500;
+  const state = {view: vs[0], metric: "flops", zoom: 0, sortKey: null, desc: true, expanded: new Set([0]), all: new Set()};
   if (kids[0].length <= 30) for (const k of kids[0]) if (kids[k].length <= 60) state.expanded.add(k);
   let sums = null;
 
@@ -487,8 +493,8 @@ function section(sec, root, k) {
     [h("option", {value: "", text: "expand to depth\u2026"})].concat(Array.from({length: maxDepth}, (_, d) => h("option", {value: d + 1, text: String(d + 1)}))));
   root.appendChild(h("h2", {text: "Module tree"}));
   root.appendChild(h("div", {cls: "controls"}, [
-    h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) state.expanded.add(i); drawTree(); }}),
-    h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); drawTree(); }}), depthSel,
+    h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) { state.expanded.add(i); state.all.add(i); } drawTree(); }}),
+    h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); state.all = new Set(); drawTree(); }}), depthSel,
     h("span", {cls: "info", text: "click a header to sort siblings; click \u25b8 to open"})]));
   const treeBox = h("div", {cls: "scroll", id: "tree" + sid}, [h("table", {cls: "data tree"}, [h("thead", null, [treeHead]), treeBody])]);
   root.appendChild(treeBox);
@@ -514,10 +520,14 @@ function section(sec, root, k) {
       if (state.sortKey) { const k = state.sortKey, s = state.desc ? -1 : 1;
         order = order.slice().sort((a, b) => { const x = treeValue(a, k), y = treeValue(b, k);
           if (x === null || y === null) return x === y ? 0 : (x === null ? 1 : -1); return s * (x - y); }); }
-      for (const k of order) visit(k, level + 1);
+      const shown = state.all.has(i) ? order.length : MAX_KIDS;
+      for (const k of order.slice(0, shown)) visit(k, level + 1);
+      if (order.length > shown) trs.push(h("tr", {cls: "more"}, [h("td", {cls: "label", colspan: treeCols.length + 1,
+        style: "padding-left:" + (20 + 14 * level) + "px"}, [h("a", {cls: "show-all", text: "\u2026 and " + (order.length - shown) +
+        " more (show all; sort a column to see its largest first)", onclick: () => { state.all.add(i); drawTree(); }})])]));
     };
     visit(0, 0);
-    treeBody.replaceChildren(...trs);
+    fill(treeBody, trs);
     treeHead.querySelectorAll("th").forEach(th => { const on = th.dataset.key === (state.sortKey || "__");
       th.classList.toggle("desc", on && state.desc); th.classList.toggle("asc", on && !state.desc); });
   }
@@ -558,7 +568,7 @@ function section(sec, root, k) {
     };
     if (top > 0) place(z, 0, width);
     icicle.style.height = ((deepest + 1) * rowH + 2) + "px";
-    icicle.replaceChildren(...cells);
+    fill(icicle, cells);
     const trail = []; for (let i = z; i >= 0; i = M.parent[i]) trail.unshift(i);
     crumbs.replaceChildren(...trail.flatMap((i, k) => [k ? " \u203a " : "zoom: ", h("a", {text: i === 0 ? (M.type[0] || "(root)") : M.path[i].split(".").pop(),
       onclick: () => { state.zoom = i; drawIcicle(); }})]));
