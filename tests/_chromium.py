@@ -5,7 +5,7 @@ skip then).
 
     with Browser(find_chromium()) as browser:
         page = browser.open("file:///tmp/report.html")
-        page.evaluate("document.title"), page.errors(), page.screenshot()
+        page.evaluate("document.title"), page.errors(), page.requests(), page.screenshot()
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class Browser:
         """A new tab of ``width`` x ``height`` CSS pixels showing ``url``, once its load event fired."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
+        for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable", session=session)
         self.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
@@ -181,6 +181,11 @@ class Page:
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 found.append(params["entry"].get("text", ""))
         return found
+
+    def requests(self) -> list[str]:
+        """The URL of every request the page made so far (its own file's included)."""
+        return [event["params"]["request"]["url"] for event in self.browser.events(self.session)
+                if event.get("method") == "Network.requestWillBeSent"]
 
     def screenshot(self, full_page: bool = True) -> bytes:
         """A PNG of the page (all of it with ``full_page``)."""

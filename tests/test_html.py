@@ -284,3 +284,212 @@ def test_generation_report_in_chromium(generation: Any, browser: Any, tmp_path: 
     assert page.evaluate("[...document.querySelectorAll('h1')].filter(h => h.offsetParent).map(h => h.textContent)") \
         == ["decode (step 1, 1 token in, context 7) \u2014 torch_flops report"]
     assert page.errors() == []
+
+
+# ---------------------------------------------------------------------- edge cases, every control clicked
+
+# click every control a page offers: each section and phase tab, every option of every select, every column
+# header (twice: both orders), expand/collapse, the pages of a table, a filter with HTML in it, an icicle cell
+_EXERCISE = r"""(() => {
+  const shown = e => e.offsetParent !== null, all = s => [...document.querySelectorAll(s)].filter(shown);
+  const controls = () => {
+    for (const b of all('button.expand-all, button.collapse-all, button.next, button.prev')) b.click();
+    for (const s of all('select')) for (const o of [...s.options, s.options[0]]) { s.value = o.value; s.dispatchEvent(new Event('change')); }
+    for (const th of all('th')) { th.click(); th.click(); }
+    for (const f of all('input.filter')) for (const v of ['<b>"\\', '']) { f.value = v; f.dispatchEvent(new Event('input')); }
+    const cells = all('.icicle div'); if (cells.length) cells[cells.length - 1].click();
+  };
+  let views = 0;
+  for (const s of [...document.querySelectorAll('.sections button')].concat([null])) {
+    if (s) s.click(); else if (views) break;
+    const tabs = all('.phases button');
+    for (const t of tabs.length ? tabs : [null]) { if (t) t.click(); controls(); views++; }
+  }
+  return views;
+})()"""
+
+
+def _exercised(browser: Any, path: str | Path) -> Any:
+    """The page at ``path`` once every control was used: no error, no request but the page's own file."""
+    url = Path(path).as_uri()
+    page = browser.open(url)
+    assert page.evaluate("document.body.dataset.ready") == "1" and page.evaluate("document.querySelector('.error')") is None
+    assert page.evaluate(_EXERCISE) >= 1
+    assert page.errors() == []
+    assert page.requests() == [url]  # self-contained: nothing fetched, not even a favicon
+    return page
+
+
+def test_edge_case_pages_work_in_chromium(hand_profile: Any, browser: Any, tmp_path: Path) -> None:
+    x = torch.randn(2, 8)
+    meta = torch_flops.profile(nn.Sequential(nn.Linear(8, 16), nn.ReLU()).to("meta"), x.to("meta"))
+    assert meta.total_flops == 576  # Linear: 2*8*16 = 256 MACs -> 2*256 + 2*16 bias = 544; ReLU: 2*16 = 32
+    zero = torch_flops.profile(nn.Flatten(), torch.randn(2, 3, 4))
+    assert zero.total_flops == 0
+    single = torch_flops.profile(nn.Linear(3, 2), torch.randn(1, 3))
+    assert single.total_flops == 14  # 1*3*2 = 6 MACs -> 2*6 + 2 bias
+    hand = hand_profile()  # one unsupported node; times, memory that is None, negative, NaN and infinite below
+    r = list(hand.records)
+    r[1] = r[1]._replace(time_ms=float("inf"), mem_before=None, mem_after=-5)
+    r[2] = r[2]._replace(time_ms=float("nan"), mem_after=None)
+    odd = torch_flops.Profile(records=tuple(r), module_types=hand.module_types, module_params=hand.module_params,
+                              settings={"note": float("nan")})
+    for name, p in (("meta", meta), ("zero", zero), ("single", single), ("odd", odd)):
+        for hardware in (None, "h100-sxm") if p is not odd else (None,):  # the hand profile has no bytes
+            page = _exercised(browser, p.to_html(tmp_path / f"{name}-{hardware}.html", hardware=hardware))
+            assert page.evaluate("document.querySelector('#tree tbody tr td:nth-child(4)').textContent") == \
+                report.format_count(p.total_flops)
+            _set(page, "#nodes select.select-plumbing", "", "change")
+            assert page.evaluate("document.querySelector('#nodes .info').textContent") == \
+                f"{len(p.records)} of {len(p.records)} rows"
+    # a diff of two profiles whose modules and operators differ (added, removed, changed rows)
+    a = torch_flops.profile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), x)
+    b = torch_flops.profile(nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4), nn.Softmax(-1)), x)
+    d = torch_flops.diff(a, b)
+    assert {r.status for r in d.rows} == {"changed", "added", "removed"}
+    page = _exercised(browser, d.to_html(tmp_path / "diff.html", checks=["flops>+1%", "flops@*<-50%"]))
+    assert _rows(page, "#totals", 1)[0] == report.format_count(a.total_flops) == "840"  # 544 + 32 + 264
+    assert _rows(page, "#totals", 2)[0] == report.format_count(b.total_flops)
+    assert page.evaluate("[...document.querySelectorAll('#gate li')].map(l => l.className)") == ["fail", "pass"]
+    assert page.evaluate("document.querySelector('#diff .info').textContent") == f"{len(d.rows)} of {len(d.rows)} rows"
+
+
+class _Named(nn.Module):
+    """Module and buffer names with HTML and JavaScript in them (a ModuleDict key may hold anything but a dot)."""
+
+    KEYS = ("a<b>", 'x"y', "</script><script>top['__pwned']=1</script>", "back\\slash", "\u00fcn\u00ef\u20ac\U0001f600",
+            "it's", "<!--", "\u2028line")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = nn.ModuleDict({k: nn.Linear(4, 4) for k in self.KEYS})
+        self.register_buffer("b<img src=x onerror=top['__pwned']=2>", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self.d.values():
+            x = m(x)
+        return x + getattr(self, "b<img src=x onerror=top['__pwned']=2>")
+
+
+def test_names_with_html_and_script_in_them_are_text(browser: Any, tmp_path: Path) -> None:
+    p = torch_flops.profile(_Named(), torch.randn(2, 4))
+    paths = list(p.by_module())
+    assert paths[2:] == [f"d.{k}" for k in _Named.KEYS]
+    page = _exercised(browser, p.to_html(tmp_path / "names.html", hardware="h100-sxm"))
+    assert page.evaluate("top.__pwned === undefined && document.scripts.length === 2 && document.images.length === 0")
+    _click(page, ".expand-all")
+    assert page.evaluate("[...document.querySelectorAll('#tree tbody tr')].map(r => r.dataset.path)") == paths
+    labels = page.evaluate("[...document.querySelectorAll('#tree tbody td.label')].map(td => td.textContent)")
+    assert labels[2:] == [f"{k} (Linear)" for k in _Named.KEYS]
+    # 4*4 = 16 MACs per row of 2 -> 2*32 + 2*4 bias = 72 FLOPs each
+    assert [p.by_module()[f"d.{k}"].flops for k in _Named.KEYS] == [72] * len(_Named.KEYS)
+    assert _rows(page, "#tree", 3)[2:] == ["72"] * len(_Named.KEYS)
+
+
+def _non_ascii() -> tuple[torch_flops.Profile, torch_flops.ProfileDiff]:
+    model = type("Mod\u00e8le\u4e00", (nn.Sequential,), {})(nn.Linear(2, 2))
+    p = torch_flops.profile(model, torch.randn(1, 2))
+    return p, torch_flops.diff(p, p, labels=("avant", "apr\u00e8s"))
+
+
+def test_a_title_outside_ascii_leaves_the_page_ascii() -> None:
+    # the file is written in the locale's encoding: a C locale (ASCII) or a Windows code page could not write
+    # the title's characters, so they go in as references and the whole page is ASCII
+    p, d = _non_ascii()
+    page = html.render_html(p)
+    assert page.isascii() and "<title>Mod&#232;le&#19968; - torch_flops report</title>" in page
+    assert d.html().isascii() and "<title>torch_flops diff: avant -&gt; apr&#232;s</title>" in d.html()
+
+
+def test_a_title_outside_ascii_in_chromium(browser: Any, tmp_path: Path) -> None:
+    p, d = _non_ascii()
+    opened = _exercised(browser, p.to_html(tmp_path / "title.html"))
+    assert opened.evaluate("document.title") == "Mod\u00e8le\u4e00 - torch_flops report"
+    assert opened.evaluate("document.querySelector('h1').textContent") == "Mod\u00e8le\u4e00 \u2014 torch_flops report"
+    opened = _exercised(browser, d.to_html(tmp_path / "diff.html"))
+    assert opened.evaluate("document.title") == "torch_flops diff: avant -> apr\u00e8s"
+
+
+def _section_totals(page: Any, count: int) -> list[str]:
+    """The root's FLOPs in each section's tree, opening each section in turn."""
+    found = []
+    for k in range(count):
+        if count > 1:
+            _click(page, f".sections button[data-section='{k}']")
+        found.append(page.evaluate(f"document.querySelector('#tree{'-' + str(k) if k else ''} tbody tr "
+                                   "td:nth-child(4)').textContent"))
+    return found
+
+
+def test_generation_of_one_step_and_of_more_steps_than_shown(generation: Any, browser: Any, tmp_path: Path) -> None:
+    hf = pytest.importorskip("transformers")
+    config = hf.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=50, max_position_embeddings=64,
+                            attn_implementation="eager")
+    torch.manual_seed(0)
+    ids = torch.randint(1, 50, (1, 4), generator=torch.Generator().manual_seed(0))
+    one = torch_flops.profile_generate(hf.LlamaForCausalLM(config).eval(), ids, attention_mask=torch.ones_like(ids),
+                                       max_new_tokens=1, do_sample=False, pad_token_id=0, baseline=False)
+    assert len(one.profiles) == 1  # the prefill alone: its token is never fed back
+    page = _exercised(browser, one.to_html(tmp_path / "one.html", hardware="h100-sxm"))
+    assert page.evaluate("[...document.querySelectorAll('.sections button')].map(b => b.textContent)") == [
+        "whole generation (1 step)", "prefill (step 0, 4 tokens in, context 4)"]
+    assert _section_totals(page, 2) == [report.format_count(one.prefill.total_flops)] * 2
+    # 4 decode steps, 2 shown: the first and the last
+    page = _exercised(browser, generation.to_html(tmp_path / "two.html", max_decode_steps=2))
+    shown = [generation.total, generation.prefill, generation.decode[0], generation.decode[3]]
+    assert _section_totals(page, 4) == [report.format_count(p.total_flops) for p in shown]
+
+
+def test_numbers_are_written_as_the_text_report_writes_them(hand_profile: Any, browser: Any, tmp_path: Path) -> None:
+    # exact ties, which Python's format rounds half to even and JavaScript's toFixed rounds up: 424,500 FLOPs
+    # in all (424.5 K -> "424 K"), 10.25 ms (-> "10.2 ms"), 1 parameter of 800 (0.125% -> "0.12%")
+    hand = hand_profile()
+    r = list(hand.records)
+    r[1] = r[1]._replace(flops=424_500 - (40 + 40 + 168 + 168), time_ms=10.25)
+    p = torch_flops.Profile(records=tuple(r), module_types=hand.module_types,
+                            module_params={**hand.module_params, "head": 1, "unused": 689}, batch_size=4)
+    assert (p.total_flops, p.total_params, report.format_count(p.total_flops)) == (424_500, 800, "424 K")
+    assert (report.format_time_ms(10.25), report.format_percent(1, 800)) == ("10.2 ms", "0.12%")
+    page = browser.open(Path(p.to_html(tmp_path / "ties.html")).as_uri())
+    _click(page, ".expand-all")
+    modules, root = p.by_module(), p.by_module()[""]
+    cells = page.evaluate("[...document.querySelectorAll('#tree tbody tr')].map(r => [r.dataset.path, "
+                          "...[...r.children].slice(1, 8).map(c => c.textContent)])")
+    assert cells == [[path, report.format_count(m.params), report.format_percent(m.params, root.params),
+                      report.format_count(m.flops), report.format_percent(m.flops, root.flops),
+                      report.format_count(m.macs), report.format_time_ms(m.time_ms),
+                      report.format_percent(m.time_ms, root.time_ms)] for path, m in modules.items()]
+    _set(page, "#nodes select.select-plumbing", "", "change")
+    assert _rows(page, "#nodes", 5) == [report.format_count(x.flops) for x in p.records]
+    assert _rows(page, "#nodes", 7) == [report.format_time_ms(x.time_ms) for x in p.records]
+    by_op = p.by_operator()  # the operator table, most FLOPs first, its % of the total as the text's
+    assert _rows(page, "#operators", 3)[0] == report.format_percent(next(iter(by_op.values())).flops, p.total_flops)
+    assert page.errors() == []
+
+
+def test_a_parent_with_many_children_shows_the_first_500(rec: Any, browser: Any, tmp_path: Path) -> None:
+    # 600 modules side by side (a flat Sequential of 10,000 drew every row at load: 1.1 s, and over ~120,000
+    # modules the page failed with a RangeError): 500 rows, then "... and 100 more" that shows them all
+    n = 600
+    records = [rec(0, "x", "placeholder", "x", "", "Net", 0, 0, None, Status.ZERO),
+               *(rec(i + 1, f"l{i}", "call_module", "Linear", f"l{i}", "Linear", 2 * (i + 1), i + 1, None)
+                 for i in range(n)),
+               rec(n + 1, "output", "output", "output", "", "Net", 0, 0, None, Status.ZERO)]
+    p = torch_flops.Profile(records=tuple(records), module_types={"": "Net", **{f"l{i}": "Linear" for i in range(n)}},
+                            device="meta")
+    assert p.total_flops == n * (n + 1)  # 2 * (1 + ... + 600)
+    page = browser.open(Path(p.to_html(tmp_path / "flat.html")).as_uri())
+    count = "document.querySelectorAll('#tree tbody tr').length"
+    assert page.evaluate(count) == 1 + 500 + 1  # the root, its first 500 children, the "more" row
+    assert page.evaluate("document.querySelector('#tree tr.more').textContent").startswith("\u2026 and 100 more")
+    _click(page, "#tree th[data-key=flops]")  # the largest first: l599 (1,200 FLOPs) down to l100 (202)
+    flops = page.evaluate("[...document.querySelectorAll('#tree tbody tr:not(.more)')].map(r => r.children[3].textContent)")
+    assert len(flops) == 501 and flops[1:3] == ["1.20 K", "1.20 K"] and flops[500] == "202"
+    _click(page, "#tree a.show-all")
+    assert page.evaluate(count) == 1 + n
+    _click(page, ".collapse-all")
+    _click(page, ".expand-all")
+    assert page.evaluate(count) == len(p.by_module()) == 1 + n
+    assert _rows(page, "#tree", 3)[0] == report.format_count(p.total_flops) == "361 K"  # 600 * 601 = 360,600
+    assert page.errors() == []

@@ -472,7 +472,8 @@ class GenerationProfile:
 
         sections: list[tuple[str, Profile, Any]] = []
         whole = self.total
-        sections.append((f"whole generation ({len(self.steps)} steps)", whole,
+        steps = len(self.steps)
+        sections.append((f"whole generation ({steps} step{'s' if steps != 1 else ''})", whole,
                          None if spec is None else roofline(whole, spec)))
         for i, profile in [(0, self.prefill), *((k + 1, self.decode[k]) for k in chosen)]:
             sections.append((title(self.steps[i]), profile, None if spec is None else roofline(profile, spec)))

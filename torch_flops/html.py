@@ -5,7 +5,7 @@ array per node, targets and module chains interned) in a ``<script type="applica
 and plain JavaScript inlined in the same file draws it in the browser: a summary header, phase
 tabs (one per ``phase`` the records carry, plus "backward" when the nodes carry a backward and
 "all phases" when there is more than one), the module tree (collapsible, sortable, % of the
-total), an icicle of the tree sized by a chosen metric (click to zoom), the node table (filter,
+total; a parent lists its first 500 children until asked for all), an icicle of the tree sized by a chosen metric (click to zoom), the node table (filter,
 sort, pages, status colours, unsupported nodes highlighted), the operator table, the memory
 curve over the nodes and, with a hardware, the roofline scatter. Only the visible rows are
 built, so a 4,000-node profile opens in well under two seconds.
@@ -134,9 +134,12 @@ def _page(data: Mapping[str, Any], title: str) -> str:
         payload = json.dumps(_finite(data), separators=(",", ":"), default=str, allow_nan=False)
     # nothing in the data may end the script element or open a comment: "\/" and "\u0021" are JSON escapes
     payload = payload.replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    # the page is ASCII (the JSON is, by json.dumps; the title's other characters become references), so it
+    # reads the same whatever encoding the locale writes the file in (a C locale, Windows' code pages)
+    title = std_html.escape(title).encode("ascii", "xmlcharrefreplace").decode("ascii")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{std_html.escape(title)}</title><style>{_CSS}</style></head>"
+            f"<title>{title}</title><style>{_CSS}</style></head>"
             f'<body><div id="app"><noscript>This report draws itself with JavaScript.</noscript></div>'
             f'<script type="application/json" id="tf-data">{payload}</script>'
             f"<script>{_JS}</script></body></html>\n")
@@ -262,7 +265,7 @@ td.status{font-weight:500}td.up{color:var(--bad)}td.down{color:var(--good)}
 .icicle{position:relative;border:1px solid var(--line);border-radius:4px;overflow:hidden;background:var(--panel)}
 .icicle div{position:absolute;height:21px;border:1px solid rgba(255,255,255,.9);overflow:hidden;white-space:nowrap;
 text-overflow:ellipsis;font-size:11px;padding:2px 4px;cursor:pointer;color:#10131a}
-.crumbs a{cursor:pointer;color:var(--accent)}
+.crumbs a,a.show-all{cursor:pointer;color:var(--accent)}
 .grid2{display:grid;grid-template-columns:1fr 1fr;gap:16px}@media (max-width:1000px){.grid2{grid-template-columns:1fr}}
 svg text{font:11px system-ui,sans-serif;fill:var(--muted)}svg .axis{stroke:#9aa3af}
 .tip{position:fixed;pointer-events:none;background:#1d2330;color:#fff;padding:3px 7px;border-radius:3px;font-size:12px;
@@ -303,13 +306,26 @@ function add(e, kids) {
   if (!kids) return;
   for (const c of kids) if (c !== null && c !== undefined) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
 }
+// a box's children replaced by many nodes: replaceChildren(...nodes) passes each as an argument, and past
+// about 120,000 of them (a tree row per module) that overflows the stack
+function fill(box, nodes) { const f = document.createDocumentFragment(); for (const e of nodes) f.appendChild(e); box.replaceChildren(f); }
 function showTip(ev, text) { tip.textContent = text; tip.style.display = "block";
   tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px"; }
 function hideTip() { tip.style.display = "none"; }
 
 // ------------------------------------------------------------ numbers, as torch_flops.report writes them
 const PREFIX = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
-function three(x) { const a = Math.abs(x); return a >= 100 ? x.toFixed(0) : a >= 10 ? x.toFixed(1) : x.toFixed(2); }
+// x with d decimals as Python's f"{x:.{d}f}" writes it: toFixed rounds an exact tie (424.5, 10.25, 0.125) up,
+// Python to even; a tie is exact only when x * 2^(d+1) is an integer (scaling by a power of 2 is exact)
+function fixed(x, d) {
+  const a = Math.abs(x), s = a * Math.pow(10, d);
+  if (Number.isInteger(a * Math.pow(2, d + 1)) && s % 1 === 0.5) {
+    const n = Math.floor(s) + Math.floor(s) % 2;
+    return (x < 0 ? "-" : "") + (n / Math.pow(10, d)).toFixed(d);
+  }
+  return x.toFixed(d);
+}
+function three(x) { const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
 function count(n) {
   if (n === null || n === undefined) return "-";
   for (const [s, p] of PREFIX) if (Math.abs(n) >= s) return three(n / s) + " " + p;
@@ -331,7 +347,7 @@ function bytes(n) {
     v /= 1024;
   }
 }
-function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : (100 * part / whole).toFixed(2) + "%"; }
+function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : fixed(100 * part / whole, 2) + "%"; }
 function signed(fmt) { return v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fmt(v); }
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
 
@@ -430,9 +446,12 @@ function section(sec, root, k) {
   const depth = new Int32Array(n);
   for (let i = 1; i < n; i++) { const p = M.parent[i]; if (p >= 0) kids[p].push(i); }
   (function walk(i, d) { depth[i] = d; for (const k of kids[i]) walk(k, d + 1); })(0, 0);
-  const maxDepth = Math.max(...depth);
+  const maxDepth = depth.reduce((a, b) => Math.max(a, b), 0);
   const vs = views(nodes);
-  const state = {view: vs[0], metric: "flops", zoom: 0, sortKey: null, desc: true, expanded: new Set([0])};
+  // a parent shows its first MAX_KIDS children (in the sorted order) until "show all" or "expand all": a tree
+  // of 10,000 modules side by side opens in a fraction of a second
+  const MAX_KIDS = 500;
+  const state = {view: vs[0], metric: "flops", zoom: 0, sortKey: null, desc: true, expanded: new Set([0]), all: new Set()};
   if (kids[0].length <= 30) for (const k of kids[0]) if (kids[k].length <= 60) state.expanded.add(k);
   let sums = null;
 
@@ -459,10 +478,10 @@ function section(sec, root, k) {
   // module tree
   const METRICS = [["flops", "FLOPs"], ["macs", "MACs"], ["params", "params"], ["time", "time"], ["bytes", "bytes"]];
   const treeCols = [
-    ["params", "params", i => M.params[i], count], ["params_pct", "% params", i => M.params[i] / M.params[0], null],
-    ["flops", "FLOPs", i => sums.flops[i], count], ["flops_pct", "% FLOPs", i => sums.flops[i] / sums.flops[0], null],
+    ["params", "params", i => M.params[i], count], ["params_pct", "% params", i => 100 * M.params[i] / M.params[0], null],
+    ["flops", "FLOPs", i => sums.flops[i], count], ["flops_pct", "% FLOPs", i => 100 * sums.flops[i] / sums.flops[0], null],
     ["macs", "MACs", i => sums.macs[i], count], ["time", "time", i => sums.timed[i] ? sums.time[i] : null, time, true],
-    ["time_pct", "% time", i => sums.timed[i] && sums.time[0] ? sums.time[i] / sums.time[0] : null, null, true],
+    ["time_pct", "% time", i => sums.timed[i] && sums.time[0] ? 100 * sums.time[i] / sums.time[0] : null, null, true],
     ["flops_per_s", "FLOP/s", i => sums.timed[i] && sums.time[i] > 0 ? sums.flops[i] * 1e3 / sums.time[i] : null, count, true],
     ["bytes", "bytes", i => sums.bytes[i], bytes], ["nodes", "nodes", i => sums.nodes[i], String]];
   const treeHead = h("tr", null, [h("th", {text: "module", "data-key": "", onclick: () => { state.sortKey = null; drawTree(); }})]
@@ -474,8 +493,8 @@ function section(sec, root, k) {
     [h("option", {value: "", text: "expand to depth\u2026"})].concat(Array.from({length: maxDepth}, (_, d) => h("option", {value: d + 1, text: String(d + 1)}))));
   root.appendChild(h("h2", {text: "Module tree"}));
   root.appendChild(h("div", {cls: "controls"}, [
-    h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) state.expanded.add(i); drawTree(); }}),
-    h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); drawTree(); }}), depthSel,
+    h("button", {text: "expand all", cls: "expand-all", onclick: () => { for (let i = 0; i < n; i++) if (kids[i].length) { state.expanded.add(i); state.all.add(i); } drawTree(); }}),
+    h("button", {text: "collapse all", cls: "collapse-all", onclick: () => { state.expanded = new Set([0]); state.all = new Set(); drawTree(); }}), depthSel,
     h("span", {cls: "info", text: "click a header to sort siblings; click \u25b8 to open"})]));
   const treeBox = h("div", {cls: "scroll", id: "tree" + sid}, [h("table", {cls: "data tree"}, [h("thead", null, [treeHead]), treeBody])]);
   root.appendChild(treeBox);
@@ -493,7 +512,7 @@ function section(sec, root, k) {
       const tr = h("tr", {"data-path": M.path[i], "data-depth": depth[i]}, [label]);
       for (const [, , get, fmt, timed] of treeCols) {
         const v = get(i);
-        tr.appendChild(h("td", {cls: timed ? "num t" : "num", text: fmt ? fmt(v) : (v === null || v === undefined || !isFinite(v) ? "-" : (100 * v).toFixed(2) + "%")}));
+        tr.appendChild(h("td", {cls: timed ? "num t" : "num", text: fmt ? fmt(v) : (v === null || v === undefined || !isFinite(v) ? "-" : fixed(v, 2) + "%")}));
       }
       trs.push(tr);
       if (!open) return;
@@ -501,10 +520,14 @@ function section(sec, root, k) {
       if (state.sortKey) { const k = state.sortKey, s = state.desc ? -1 : 1;
         order = order.slice().sort((a, b) => { const x = treeValue(a, k), y = treeValue(b, k);
           if (x === null || y === null) return x === y ? 0 : (x === null ? 1 : -1); return s * (x - y); }); }
-      for (const k of order) visit(k, level + 1);
+      const shown = state.all.has(i) ? order.length : MAX_KIDS;
+      for (const k of order.slice(0, shown)) visit(k, level + 1);
+      if (order.length > shown) trs.push(h("tr", {cls: "more"}, [h("td", {cls: "label", colspan: treeCols.length + 1,
+        style: "padding-left:" + (20 + 14 * level) + "px"}, [h("a", {cls: "show-all", text: "\u2026 and " + (order.length - shown) +
+        " more (show all; sort a column to see its largest first)", onclick: () => { state.all.add(i); drawTree(); }})])]));
     };
     visit(0, 0);
-    treeBody.replaceChildren(...trs);
+    fill(treeBody, trs);
     treeHead.querySelectorAll("th").forEach(th => { const on = th.dataset.key === (state.sortKey || "__");
       th.classList.toggle("desc", on && state.desc); th.classList.toggle("asc", on && !state.desc); });
   }
@@ -545,7 +568,7 @@ function section(sec, root, k) {
     };
     if (top > 0) place(z, 0, width);
     icicle.style.height = ((deepest + 1) * rowH + 2) + "px";
-    icicle.replaceChildren(...cells);
+    fill(icicle, cells);
     const trail = []; for (let i = z; i >= 0; i = M.parent[i]) trail.unshift(i);
     crumbs.replaceChildren(...trail.flatMap((i, k) => [k ? " \u203a " : "zoom: ", h("a", {text: i === 0 ? (M.type[0] || "(root)") : M.path[i].split(".").pop(),
       onclick: () => { state.zoom = i; drawIcicle(); }})]));
@@ -582,10 +605,10 @@ function section(sec, root, k) {
   const opCols = [
     {key: "op", label: "operator", get: o => o.op}, {key: "calls", label: "calls", num: true, get: o => o.calls},
     {key: "flops", label: "FLOPs", num: true, get: o => o.flops, fmt: count},
-    {key: "flops_pct", label: "% FLOPs", num: true, get: o => o.flops / opTotal.flops, fmt: v => isFinite(v) ? (100 * v).toFixed(2) + "%" : "-"},
+    {key: "flops_pct", label: "% FLOPs", num: true, get: o => 100 * o.flops / opTotal.flops, fmt: v => isFinite(v) ? fixed(v, 2) + "%" : "-"},
     {key: "macs", label: "MACs", num: true, get: o => o.macs, fmt: count},
     {key: "time", label: "time", num: true, timed: true, get: o => o.time, fmt: time},
-    {key: "time_pct", label: "% time", num: true, timed: true, get: o => o.time === null ? null : o.time / opTotal.time, fmt: v => v === null || !isFinite(v) ? "-" : (100 * v).toFixed(2) + "%"},
+    {key: "time_pct", label: "% time", num: true, timed: true, get: o => o.time === null ? null : 100 * o.time / opTotal.time, fmt: v => v === null || !isFinite(v) ? "-" : fixed(v, 2) + "%"},
     {key: "bytes", label: "bytes", num: true, get: o => o.bytes, fmt: bytes},
     {key: "unsupported", label: "unsupported", num: true, get: o => o.unsupported || null, fmt: v => v ? String(v) : ""}];
   const opTable = DataTable({id: "operators" + sid, columns: opCols, pageSize: 200, sort: ["flops", true], search: o => o.op,
@@ -693,7 +716,7 @@ function diffPage(D) {
   const totals = h("table", {cls: "data", id: "totals"}, [h("thead", null, [h("tr", null, ["metric", "A", "B", "change", "change %"].map((t, i) => h("th", {cls: i ? "num" : null, text: t})))]),
     h("tbody", null, D.metrics.map(m => { const t = D.totals[m]; const d = t.delta;
       return h("tr", null, [h("td", {text: D.labels[m]}), h("td", {cls: "num", text: fmtOf(m)(t.a)}), h("td", {cls: "num", text: fmtOf(m)(t.b)}),
-        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: t.relative === null ? "-" : (t.relative > 0 ? "+" : "") + t.relative.toFixed(2) + "%"})]); }))]);
+        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: t.relative === null ? "-" : (t.relative > 0 ? "+" : "") + fixed(t.relative, 2) + "%"})]); }))]);
   app.appendChild(h("div", {cls: "scroll"}, [totals]));
   if (D.checks && D.checks.length) {
     const bad = D.violations || [];
@@ -711,7 +734,7 @@ function diffPage(D) {
     cols.push({key: m + "_b", label: D.labels[m] + " B", num: true, get: r => r.b[m], fmt: f});
     cols.push({key: m + "_d", label: "\u0394 " + D.labels[m], num: true, get: r => r.delta[m], fmt: signed(f),
                cls: v => v > 0 ? "up" : v < 0 ? "down" : ""});
-    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + v.toFixed(2) + "%"});
+    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fixed(v, 2) + "%"});
   }
   const kinds = Array.from(new Set(D.rows.map(r => r.kind))), statuses = Array.from(new Set(D.rows.map(r => r.status)));
   const table = DataTable({id: "diff", columns: cols, rows: D.rows, pageSize: 200, search: r => (r.old_key || "") + " " + r.key + " " + (r.type || ""),
