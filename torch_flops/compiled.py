@@ -858,20 +858,21 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
             for g in f.graphs if not g.provenance and g.nodes)]))) for f in backend.frames)
     breaks = tuple(GraphBreak(frame=f.compile_id, reason=f.reason, where=f.where) for f in backend.frames
                    if f.graph_break)
+    compiled_settings: dict[str, Any] = {
+        "options": {k: _plain(v) for k, v in options.items() if k != "options"}
+        | {"options": {k: _plain(v) for k, v in patches.items()}},
+        "compile_s": compile_s, "call_ms": statistics.median(plain),
+        "profiled_call_ms": statistics.median(profiled), "warmup": warmup, "repeat": repeat,
+        "backward": backward, "recompiles": recompiles,
+        "frames": [f.as_dict() for f in frames], "graph_breaks": [b.as_dict() for b in breaks],
+        "dynamo_graph_breaks": dict(stats.graph_breaks),
+        "eliminated": [e.as_dict() for e in eliminated],
+        "time": "torch.profiler events, median of the profiled calls"
+                + (" (device time)" if device.type == "cuda" else " (CPU wall time)"),
+        "bytes": "estimated from the post-grad graph: tensors entering/leaving each kernel, once each",
+    }
     settings = {
-        "compiled": {
-            "options": {k: _plain(v) for k, v in options.items() if k != "options"}
-            | {"options": {k: _plain(v) for k, v in patches.items()}},
-            "compile_s": compile_s, "call_ms": statistics.median(plain),
-            "profiled_call_ms": statistics.median(profiled), "warmup": warmup, "repeat": repeat,
-            "backward": backward, "recompiles": recompiles,
-            "frames": [f.as_dict() for f in frames], "graph_breaks": [b.as_dict() for b in breaks],
-            "dynamo_graph_breaks": dict(stats.graph_breaks),
-            "eliminated": [e.as_dict() for e in eliminated],
-            "time": "torch.profiler events, median of the profiled calls"
-                    + (" (device time)" if device.type == "cuda" else " (CPU wall time)"),
-            "bytes": "estimated from the post-grad graph: tensors entering/leaving each kernel, once each",
-        },
+        "compiled": compiled_settings,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
     # (autograd's own nodes outside the graphs, AccumulateGrad and the loss's backward, are named
@@ -879,7 +880,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
     uncounted = [r for r in records if r.op == "eager" and r.flops is None and r.target.startswith("aten.")]
     eager_frames = max(stats.frames_total - stats.frames_ok, 0)
     if uncounted:
-        settings["compiled"].update(eager_uncounted=len(uncounted), frames_eager=eager_frames)  # type: ignore[attr-defined]
+        compiled_settings.update(eager_uncounted=len(uncounted), frames_eager=eager_frames)
         # the regions count what Inductor's kernels computed; ops outside them leave only profiler
         # events (a name and a time), no shapes: say so, rather than a total that looks complete
         warnings.warn(
