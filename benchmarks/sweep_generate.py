@@ -43,7 +43,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_transformers import _deadline, _Timeout, tiny_from_config
+from sweep_transformers import _deadline, _Timeout, parameters_frozen, tiny_from_config
 
 BATCH, PROMPT, NEW = 2, 5, 3
 #: the names a model's cache goes by in its arguments and output (attention KV; recurrent state)
@@ -156,18 +156,13 @@ def _reference(model: nn.Module, inputs: dict[str, torch.Tensor],
     except _Timeout:
         raise
     except Exception as e:  # noqa: BLE001
-        frozen = [p for p in model.parameters() if p.requires_grad]
-        for p in frozen:
-            p.requires_grad_(False)
         try:
-            return run(), f" (reference with frozen parameters: FlopCounterMode raised {_error(e)[:80]})"
+            with parameters_frozen(model):
+                return run(), f" (reference with frozen parameters: FlopCounterMode raised {_error(e)[:80]})"
         except _Timeout:
             raise
         except Exception:  # noqa: BLE001 - the first error says more
             raise e from None
-        finally:
-            for p in frozen:
-                p.requires_grad_(True)
 
 
 def _error(e: BaseException) -> str:

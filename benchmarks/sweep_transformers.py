@@ -339,16 +339,23 @@ def counted_reference(model: torch.nn.Module, inputs: dict[str, Any], as_meta: b
     try:
         return reference_flops(model, inputs, as_meta), ""
     except Exception as e:  # noqa: BLE001 - FlopCounterMode's own failure
-        frozen = [p for p in model.parameters() if p.requires_grad]
-        for p in frozen:
-            p.requires_grad_(False)
-        try:
+        with parameters_frozen(model):
             torch.manual_seed(0)
             flops = reference_flops(model, inputs, as_meta)
-        finally:
-            for p in frozen:
-                p.requires_grad_(True)
         return flops, f"reference with frozen parameters (FlopCounterMode raised {type(e).__name__}: {str(e)[:80]})"
+
+
+@contextlib.contextmanager
+def parameters_frozen(model: torch.nn.Module) -> Iterator[None]:
+    """``model``'s trainable parameters with ``requires_grad=False`` in the body, back after."""
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
 
 
 def compare(model: torch.nn.Module, inputs: dict[str, Any], reference: int | None = None) -> Outcome:
