@@ -496,3 +496,30 @@ def test_progress_line_only_on_a_terminal_after_a_delay() -> None:
     piped = io.StringIO()
     Progress(stream=piped, delay_s=0.0).step("run 1/3")  # not a terminal
     assert quiet.getvalue() == piped.getvalue() == ""
+
+
+def test_exports_are_utf8_whatever_the_locale(tmp_path: Any) -> None:
+    """CSV, Markdown and JSON are written (and JSON read back) as UTF-8 even where the locale's
+    encoding is ASCII (LC_ALL=C with Python's UTF-8 mode and locale coercion off): a module named
+    'größe' used to raise UnicodeEncodeError there."""
+    import os
+    import subprocess
+
+    script = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "from torch_flops import TorchFLOPsByFX, report\n"
+        "m = nn.Sequential(); m.add_module('gr\\u00f6\\u00dfe', nn.Linear(3, 2))\n"  # ASCII argv
+        "c = TorchFLOPsByFX(m); c.propagate(torch.randn(1, 3))\n"
+        "d = sys.argv[1]\n"
+        "c.save_result_to_csv(d + '/p.csv'); c.to_json(d + '/p.json')\n"
+        "report.write_atomic(d + '/p.md', report.markdown(c.profile))\n"
+        "print(*sorted({r.module_path for r in report.profile_from_json(d + '/p.json').records} - {''}))\n"
+    )
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONIOENCODING="utf-8")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
+    for name in ("p.csv", "p.md"):
+        assert "größe" in (tmp_path / name).read_bytes().decode("utf-8"), name
+    assert "größe" in json.loads((tmp_path / "p.json").read_bytes().decode("utf-8"))["modules"]
+    assert done.stdout.decode("utf-8").strip() == "größe"

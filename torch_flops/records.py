@@ -717,7 +717,7 @@ class Profile:
             return cls.from_dict(source)
         if isinstance(source, str) and source.lstrip().startswith("{"):
             return cls.from_dict(json.loads(source))
-        with open(source) as f:
+        with open(source, encoding="utf-8") as f:  # as write_atomic writes it, whatever the locale
             return cls.from_dict(json.load(f))
 
     # ------------------------------------------------------------------ at a REPL, in a notebook

@@ -1312,7 +1312,7 @@ def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode:
     """The node rows as CSV; ``mode="a"`` appends to an existing file without a second header."""
     existing = ""
     if mode == "a" and os.path.exists(path):
-        with open(path, newline="") as f:
+        with open(path, encoding="utf-8", newline="") as f:
             existing = f.read()
     text = _csv(node_columns(records), node_rows(records), header=not existing)
     if existing and not existing.endswith("\n"):
@@ -1357,7 +1357,7 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
                 fb.flush()
                 os.fsync(fb.fileno())
         else:
-            with os.fdopen(fd, "w", newline="") as f:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:  # never the locale's encoding
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
