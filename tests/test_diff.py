@@ -261,6 +261,28 @@ def test_diff_view_in_chromium(pair: dict[str, Any], browser: Any, tmp_path: Pat
                   "i.dispatchEvent(new Event('input')); const s = document.querySelector('#diff select.select-status');"
                   "s.value = 'renamed'; s.dispatchEvent(new Event('change')); }")
     assert page.evaluate(f"{rows}.map({cell})") == ["head \u2192 classifier"]
+    # every change % as the text report writes it (_pct_text: "+0.00%" for no change, "-100.00%" for
+    # proj's removal, "new"/"gone" for a change from nothing)
+    from torch_flops.diff import _pct_text
+    page.evaluate("{ const s = document.querySelector('#diff select.select-status'); s.value = ''; "
+                  "s.dispatchEvent(new Event('change')); }")
+    for m in d.metrics:
+        shown = page.evaluate(
+            f"(() => {{ const i = [...document.querySelectorAll('#diff th')].findIndex(t => t.dataset.key === '{m}_r');"
+            f" return {rows}.map(r => [r.children[1].textContent, r.children[i].textContent]); }})()")
+        expected = {(r.old_key + " \u2192 " + r.key if r.old_key else r.key or "(root)"): _pct_text(r.relative(m))
+                    for r in d.rows}
+        assert dict(shown) == expected, m
+    totals = page.evaluate("[...document.querySelectorAll('#totals tbody tr')].map(r => r.lastChild.textContent)")
+    assert totals == [_pct_text(d.total.relative(m)) for m in d.metrics]
+    # B -> A: proj comes from nothing, "new" in both (its ratio is infinite; the data carries null)
+    back = torch_flops.diff(pair["b"], pair["a"])
+    page2 = browser.open(Path(back.to_html(tmp_path / "back.html")).as_uri())
+    proj = page2.evaluate(
+        "(() => { const i = [...document.querySelectorAll('#diff th')].findIndex(t => t.dataset.key === 'flops_r');"
+        f" return {rows}.filter(r => r.children[1].textContent === 'proj').map(r => r.children[i].textContent); }})()")
+    assert proj == ["new"] == [_pct_text(r.relative("flops")) for r in back.rows if r.key == "proj"]
+    assert page2.errors() == []
     assert page.errors() == []
     png = page.screenshot()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -348,6 +348,12 @@ function bytes(n) {
   }
 }
 function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : fixed(100 * part / whole, 2) + "%"; }
+// a change in % as torch_flops.diff writes it: f"{v:+.2f}%" ("+0.00%", "-0.00%" for a tiny fall), and "new" /
+// "gone" for a change from nothing (the data carries that infinite ratio as null beside its non-zero delta d)
+function changePct(v, d) {
+  if (v === null || v === undefined) return d === null || d === undefined || d === 0 ? "-" : d > 0 ? "new" : "gone";
+  return (v < 0 ? "" : Object.is(v, -0) ? "-" : "+") + fixed(v, 2) + "%";
+}
 function signed(fmt) { return v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fmt(v); }
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
 
@@ -716,7 +722,7 @@ function diffPage(D) {
   const totals = h("table", {cls: "data", id: "totals"}, [h("thead", null, [h("tr", null, ["metric", "A", "B", "change", "change %"].map((t, i) => h("th", {cls: i ? "num" : null, text: t})))]),
     h("tbody", null, D.metrics.map(m => { const t = D.totals[m]; const d = t.delta;
       return h("tr", null, [h("td", {text: D.labels[m]}), h("td", {cls: "num", text: fmtOf(m)(t.a)}), h("td", {cls: "num", text: fmtOf(m)(t.b)}),
-        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: t.relative === null ? "-" : (t.relative > 0 ? "+" : "") + fixed(t.relative, 2) + "%"})]); }))]);
+        h("td", {cls: "num " + (d > 0 ? "up" : d < 0 ? "down" : ""), text: signed(fmtOf(m))(d)}), h("td", {cls: "num", text: changePct(t.relative, d)})]); }))]);
   app.appendChild(h("div", {cls: "scroll"}, [totals]));
   if (D.checks && D.checks.length) {
     const bad = D.violations || [];
@@ -734,7 +740,7 @@ function diffPage(D) {
     cols.push({key: m + "_b", label: D.labels[m] + " B", num: true, get: r => r.b[m], fmt: f});
     cols.push({key: m + "_d", label: "\u0394 " + D.labels[m], num: true, get: r => r.delta[m], fmt: signed(f),
                cls: v => v > 0 ? "up" : v < 0 ? "down" : ""});
-    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fixed(v, 2) + "%"});
+    cols.push({key: m + "_r", label: "\u0394%", num: true, get: r => r.relative[m], fmt: (v, r) => changePct(v, r.delta[m])});
   }
   const kinds = Array.from(new Set(D.rows.map(r => r.kind))), statuses = Array.from(new Set(D.rows.map(r => r.status)));
   const table = DataTable({id: "diff", columns: cols, rows: D.rows, pageSize: 200, search: r => (r.old_key || "") + " " + r.key + " " + (r.type || ""),
