@@ -258,6 +258,10 @@ def test_model_without_a_cache_sees_the_whole_sequence(hf: Any) -> None:
     assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == per_call
     assert [s.tokens_in for s in gp.steps] == [5, 6, 7, 8] and [s.context_length for s in gp.steps] == [5, 6, 7, 8]
     assert gp.kv_cache_bytes == [0] * 4 and gp.kv_cache_matches_formula is False
+    # the text names where: 2 x 2 layers x 4 heads x 8 head dim x tokens x batch 2 x 4 bytes = 1 KiB a token,
+    # 5 to 8 tokens
+    assert ("at step 0 (0 B held, 5.00 KiB by the formula), step 1 (0 B held, 6.00 KiB by the formula), step 2 "
+            "(0 B held, 7.00 KiB by the formula) and 1 more") in gp.text()
 
 
 def test_per_layer_shapes_and_multi_query_kv(hf: Any) -> None:
@@ -595,7 +599,7 @@ def test_cli_generate_and_sweep(hf: Any, tmp_path: Path, capsys: pytest.CaptureF
                           ([config, "--meta", "--generate", "2", "--sweep", "size=1", "--hardware", "l4"],
                            "bad --sweep"),
                           ([config, "--generate", "0"], "--generate must be >= 1"),
-                          (["gpt2", "--generate", "2"], "needs a transformers causal LM")):
+                          (["unet", "--generate", "2"], "--generate needs a causal LM: the zoo's gpt2 or llama")):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
     # a config.json naming no architectures builds the base model, which cannot generate: the error names the class

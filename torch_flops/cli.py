@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import functools
 import importlib
 import inspect
 import json
@@ -886,7 +887,8 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
                            "(see --list-hardware)", 2)
         axes = _sweep_axes(ns.sweep, tokens, ns.generate)
         model = _generate_model(ns, device, dtype, (1, max(axes["prompt"])))
-        sweep = sweep_generation(model, axes["batch"], axes["prompt"], axes["generated"], hardware=spec)
+        sweep = sweep_generation(model, axes["batch"], axes["prompt"], axes["generated"], hardware=spec,
+                                 inputs=zoo.generation_inputs(model) if isinstance(model, _ZOO_DECODERS) else None)
         text = {"json": lambda: sweep.to_json(), "markdown": sweep.markdown, "csv": lambda: sweep.csv_text().rstrip("\n")
                 }.get(ns.format, sweep.text)()
         _emit(ns, text)
@@ -901,11 +903,16 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
     _check_positions(model, prompt + ns.generate)
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2)
     ids = torch.randint(0, vocab, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    pad = eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else 0
     model.eval()
-    gp = profile_generate(model, ids, max_new_tokens=ns.generate, min_new_tokens=ns.generate, do_sample=False,
-                          attention_mask=torch.ones_like(ids), pad_token_id=pad)
+    if isinstance(model, _ZOO_DECODERS):  # the zoo's own greedy decode loop over its KV cache
+        cache = zoo.KVCache()
+        gp = profile_generate(model, loop=functools.partial(zoo.generate, model, ids, ns.generate, cache=cache),
+                              kv_cache=lambda: cache, max_new_tokens=ns.generate)
+    else:
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        pad = eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else 0
+        gp = profile_generate(model, ids, max_new_tokens=ns.generate, min_new_tokens=ns.generate, do_sample=False,
+                              attention_mask=torch.ones_like(ids), pad_token_id=pad)
     if ns.format == "json":
         doc = gp.to_dict(profiles=False)
         if spec is not None:
@@ -931,11 +938,20 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
 
 def _generate_model(ns: argparse.Namespace, device: torch.device, dtype: torch.dtype,
                     tokens: tuple[int, int]) -> nn.Module:
+    needs = "--generate needs a causal LM: the zoo's gpt2 or llama, or a transformers one (a config.json, or an " \
+        "import path returning one)"
+    if ns.model in zoo.ZOO and zoo.ZOO[ns.model].build not in (zoo.gpt2, zoo.llama):
+        raise CLIError(f"{needs}; the zoo's {ns.model} is not one", 2)
     model, _, _ = _build(ns.model, device, dtype, None, tokens, ns.model_class)
+    if isinstance(model, _ZOO_DECODERS):
+        return model
     if not callable(getattr(model, "generate", None)) or getattr(model, "config", None) is None:
-        raise CLIError(f"--generate needs a transformers causal LM (a config.json, or an import path returning one); "
-                       f"{type(model).__name__} has no generate(){_causal_lm_hint(model)}", 2)
+        raise CLIError(f"{needs}; {type(model).__name__} has no generate(){_causal_lm_hint(model)}", 2)
     return model
+
+
+#: the zoo's decoders, which --generate runs with zoo.generate (greedy, over a zoo.KVCache)
+_ZOO_DECODERS = (zoo.GPT2, zoo.Llama)
 
 
 def _causal_lm_hint(model: nn.Module) -> str:

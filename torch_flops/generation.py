@@ -383,7 +383,12 @@ class GenerationProfile:
             "activation_bytes": self.peak_activation_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_cache_kind": next((s.kind for s in self.kv_cache if s is not None), None),
             "kv_shape": None if self.kv_shape is None else dict(zip(("layers", "kv_heads", "head_dim"), self.kv_shape)),
-            "kv_cache_matches_formula": self.kv_cache_matches_formula, "notes": list(self.notes),
+            "kv_cache_matches_formula": self.kv_cache_matches_formula,
+            #: the steps whose measured KV bytes differ from the formula: [step, measured, formula] each
+            "kv_cache_differs": [[s.step, s.kv_cache_bytes, s.kv_cache_formula_bytes] for s in self.steps
+                                 if s.kv_cache_bytes is not None and s.kv_cache_formula_bytes is not None
+                                 and s.kv_cache_bytes != s.kv_cache_formula_bytes],
+            "notes": list(self.notes),
         }
 
     def to_dict(self, profiles: bool = True) -> dict[str, Any]:

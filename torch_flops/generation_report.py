@@ -67,8 +67,14 @@ def summary_text(s: Mapping[str, Any]) -> str:
         per_token = f"{_bytes(s['kv_bytes_per_token'])} per token per sequence"
         if matches is None:
             text = f"{per_token}; not checked against {formula}" if shape else f"{per_token} (no config to check it by)"
-        else:
-            text = f"{per_token}; measured {'equals' if matches else 'DIFFERS from'} {formula} at every step"
+        elif matches:
+            text = f"{per_token}; measured equals {formula} at every step"
+        else:  # name where: a cache holding views of a wider tensor (fused QKV) differs at the prefill alone
+            differs = s.get("kv_cache_differs") or []
+            where = ", ".join(f"step {k} ({format_bytes(a)} held, {format_bytes(b)} by the formula)"
+                              for k, a, b in differs[:3]) + (f" and {len(differs) - 3} more" if len(differs) > 3 else "")
+            text = (f"{per_token}; measured DIFFERS from {formula} at {where}" if where else
+                    f"{per_token}; measured DIFFERS from {formula}")
         pairs.append(("KV cache", text))
     for note in s.get("notes", ()):
         pairs.append(("Note", note))

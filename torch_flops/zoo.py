@@ -16,6 +16,13 @@ Each model has an example-input builder, and :data:`ZOO` maps a short name to a
 :class:`ZooEntry` bundling the builder, the example-input function and a
 one-line description.  :func:`get` looks an entry up by name.
 
+The two decoders (GPT-2, Llama) also decode with a KV cache: ``model(ids,
+cache=KVCache())`` appends each layer's keys and values to the cache and
+attends over all of them; :func:`generate` is their greedy decode loop and
+:func:`generation_inputs` their meta inputs for
+:func:`torch_flops.sweep_generation`.  Without ``cache`` (and under
+``torch.fx`` tracing) ``forward`` is the plain causal forward.
+
 Parameter counts at the default configurations match the usual reference
 numbers: ResNet-50 25,557,032; ViT-B/16 86,567,656; MobileNetV3-Large
 5,483,032; GPT-2 small (tied LM head) 124,439,808.
@@ -43,6 +50,8 @@ __all__ = [
     "GPT2Block",
     "GPT2Config",
     "InvertedResidual",
+    "KVCache",
+    "KVLayer",
     "Llama",
     "LlamaAttention",
     "LlamaBlock",
@@ -58,6 +67,8 @@ __all__ = [
     "VisionTransformer",
     "ZooEntry",
     "apply_rotary",
+    "generate",
+    "generation_inputs",
     "get",
     "gpt2",
     "gpt2_example_inputs",
@@ -516,6 +527,67 @@ mobilenet_v3_large_example_inputs = image_example_inputs
 
 
 @dataclass
+class KVLayer:
+    """One layer's cached keys and values, ``(batch, kv_heads, tokens, head_dim)`` each."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+class KVCache:
+    """A dynamic KV cache for the zoo's decoders: per layer the keys and values of every token so
+    far, grown by concatenation on the tokens dimension at each call (as transformers'
+    ``DynamicCache`` does), so a decode step's attention reads the whole context."""
+
+    def __init__(self, layers: list[KVLayer] | None = None) -> None:
+        self.layers: list[KVLayer] = list(layers or [])
+
+    @property
+    def length(self) -> int:
+        """Tokens cached per sequence (0 before the first call)."""
+        return int(self.layers[0].keys.shape[-2]) if self.layers else 0
+
+    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this call's ``keys``/``values`` of ``layer``; returns all of that layer's."""
+        if layer == len(self.layers):  # kept compact (not a view holding a fused QKV output alive)
+            self.layers.append(KVLayer(keys.contiguous(), values.contiguous()))
+        else:
+            held = self.layers[layer]
+            held.keys = torch.cat((held.keys, keys), dim=-2)
+            held.values = torch.cat((held.values, values), dim=-2)
+        return self.layers[layer].keys, self.layers[layer].values
+
+    def __repr__(self) -> str:
+        return f"KVCache({len(self.layers)} layers, {self.length} tokens)"
+
+
+def _cache_of(cache: Any) -> KVCache | None:
+    """``cache`` when it is a :class:`KVCache`; None without one, and for the placeholder
+    ``torch.fx`` passes while tracing (the traced graph is the cache-less forward)."""
+    if cache is None or isinstance(cache, torch.fx.Proxy):
+        return None
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a torch_flops.zoo.KVCache, got {type(cache).__name__}")
+    return cache
+
+
+def _cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, layer: int,
+                      enable_gqa: bool = False) -> torch.Tensor:
+    """Attention of this call's queries over the cached keys and values plus this call's: causal,
+    with the queries at the end of the context (a decode step's one query sees every key)."""
+    k, v = cache.update(layer, k, v)
+    queries, keys = q.shape[-2], k.shape[-2]
+    gqa: dict[str, Any] = {"enable_gqa": True} if enable_gqa else {}
+    if queries == keys:  # the prefill: nothing cached before
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+    if queries == 1:
+        return F.scaled_dot_product_attention(q, k, v, **gqa)
+    # query i (at position keys - queries + i) sees keys 0 .. keys - queries + i
+    mask = torch.ones(queries, keys, dtype=torch.bool, device=q.device).tril(keys - queries)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **gqa)
+
+
+@dataclass
 class GPT2Config:
     """GPT-2 hyper-parameters; defaults are GPT-2 small (124M)."""
 
@@ -539,7 +611,7 @@ class GPT2Attention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
         # (B, T, 3C) -> (3, B, heads, T, head_dim)
         qkv = (
             self.c_attn(x)
@@ -547,7 +619,10 @@ class GPT2Attention(nn.Module):
             .permute(2, 0, 3, 1, 4)
         )
         q, k, v = qkv[0], qkv[1], qkv[2]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = _cached_attention(q, k, v, cache, layer)
         return self.c_proj(y.transpose(1, 2).flatten(2))
 
 
@@ -574,8 +649,8 @@ class GPT2Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = GPT2MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        x = x + (self.attn(self.ln_1(x)) if cache is None else self.attn(self.ln_1(x), cache, layer))
         return x + self.mlp(self.ln_2(x))
 
 
@@ -594,11 +669,18 @@ class GPT2(nn.Module):
         nn.init.normal_(self.wpe.weight, std=0.01)
         self.lm_head.weight = self.wte.weight  # weight tying
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.size(1), device=input_ids.device)
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits of every position; with ``cache``, the positions follow the cached tokens and
+        each layer's keys and values are appended to it."""
+        kv = _cache_of(cache)
+        if kv is None:
+            positions = torch.arange(input_ids.size(1), device=input_ids.device)
+        else:
+            past = kv.length
+            positions = torch.arange(past, past + input_ids.size(1), device=input_ids.device)
         x = self.wte(input_ids) + self.wpe(positions)
-        for block in self.h:
-            x = block(x)
+        for i, block in enumerate(self.h):
+            x = block(x) if kv is None else block(x, kv, i)
         return self.lm_head(self.ln_f(x))
 
 
@@ -729,7 +811,7 @@ class LlamaAttention(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None, layer: int = 0
     ) -> torch.Tensor:
         q = (
             self.q_proj(x)
@@ -748,8 +830,12 @@ class LlamaAttention(nn.Module):
         )
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
-        # Branches below depend only on the config, never on tensor values.
-        if self.num_kv_heads == self.num_heads:
+        # Branches below depend only on the config (and whether a cache is given), never on tensor values.
+        if cache is not None:  # the cache keeps the kv_heads keys and values; attention shares them (GQA)
+            if self.num_kv_heads != self.num_heads and not _HAS_SDPA_GQA:  # pragma: no cover - torch < 2.5
+                raise RuntimeError("decoding with a KV cache under grouped-query attention needs torch >= 2.5")
+            y = _cached_attention(q, k, v, cache, layer, enable_gqa=self.num_kv_heads != self.num_heads)
+        elif self.num_kv_heads == self.num_heads:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif _HAS_SDPA_GQA:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -791,9 +877,10 @@ class LlamaBlock(nn.Module):
         self.mlp = LlamaMLP(config)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None, layer: int = 0
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        normed = self.input_layernorm(x)
+        x = x + (self.self_attn(normed, cos, sin) if cache is None else self.self_attn(normed, cos, sin, cache, layer))
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -822,25 +909,31 @@ class Llama(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     def rotary(
-        self, input_ids: torch.Tensor, dtype: torch.dtype
+        self, input_ids: torch.Tensor, dtype: torch.dtype, past: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(cos, sin)`` of shape ``(seq, head_dim)`` for positions ``0..seq-1``."""
+        """``(cos, sin)`` of shape ``(seq, head_dim)`` for positions ``past..past+seq-1``."""
         device = input_ids.device
         exponent = (
             torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float32)
             / self.head_dim
         )
         inv_freq = 1.0 / torch.pow(self.rope_theta, exponent)
-        positions = torch.arange(input_ids.size(1), device=device, dtype=torch.float32)
+        if past:
+            positions = torch.arange(past, past + input_ids.size(1), device=device, dtype=torch.float32)
+        else:
+            positions = torch.arange(input_ids.size(1), device=device, dtype=torch.float32)
         angles = positions[:, None] * inv_freq[None, :]
         emb = torch.cat((angles, angles), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits of every position; with ``cache``, as :meth:`GPT2.forward` (rotary positions
+        after the cached tokens)."""
+        kv = _cache_of(cache)
         x = self.embed_tokens(input_ids)
-        cos, sin = self.rotary(input_ids, x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+        cos, sin = self.rotary(input_ids, x.dtype, 0 if kv is None else kv.length)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin) if kv is None else layer(x, cos, sin, kv, i)
         return self.lm_head(self.norm(x))
 
 
@@ -854,6 +947,58 @@ def llama(config: LlamaConfig | None = None, **overrides: Any) -> Llama:
 
 
 llama_example_inputs = functools.partial(gpt2_example_inputs, vocab_size=32000)
+
+
+def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, *,
+             cache: KVCache | None = None) -> torch.Tensor:
+    """Greedy decoding with a KV cache for the zoo's decoders (:class:`GPT2`, :class:`Llama`): one
+    call over the prompt (the prefill), then one call per further token over the last token alone
+    (the decode steps); returns the prompt followed by the ``max_new_tokens`` new tokens. Give
+    ``cache`` (an empty :class:`KVCache`) to read it afterwards, e.g. as
+    :func:`torch_flops.profile_generate`'s ``kv_cache``::
+
+        cache = zoo.KVCache()
+        gp = torch_flops.profile_generate(model, loop=lambda: zoo.generate(model, ids, 32, cache=cache),
+                                          kv_cache=lambda: cache, max_new_tokens=32)
+    """
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
+        raise ValueError("input_ids must be a (batch, tokens) tensor of token ids with at least one token")
+    cache = KVCache() if cache is None else cache
+    if cache.layers:
+        raise ValueError(f"generate() starts from an empty cache; this one holds {cache.length} tokens")
+    tokens = [input_ids]
+    with torch.no_grad():
+        logits = model(input_ids, cache=cache)
+        for step in range(max_new_tokens):
+            next_ids = logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(next_ids)
+            if step + 1 < max_new_tokens:
+                logits = model(next_ids, cache=cache)
+    return torch.cat(tokens, dim=1)
+
+
+def generation_inputs(model: nn.Module) -> Callable[[int, int, int], dict[str, Any]]:
+    """The meta inputs of one call of a zoo decoder for :func:`torch_flops.sweep_generation`:
+    ``(batch, tokens_in, cache_length) -> {"input_ids": ..., "cache": ...}``, the cache holding
+    ``cache_length`` tokens of (meta) keys and values per layer, in the model's dtype."""
+    config = getattr(model, "config", None)
+    if isinstance(config, GPT2Config):
+        layers, kv_heads, head_dim = config.n_layer, config.n_head, config.n_embd // config.n_head
+    elif isinstance(config, LlamaConfig):
+        layers, kv_heads, head_dim = config.num_layers, config.num_kv_heads, config.head_dim
+    else:
+        raise TypeError(f"generation_inputs() is for the zoo's GPT2 and Llama, got {type(model).__name__}")
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+    def inputs(batch: int, tokens_in: int, cache_length: int) -> dict[str, Any]:
+        shape = (batch, kv_heads, cache_length, head_dim)
+        layer = [KVLayer(torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta"))
+                 for _ in range(layers if cache_length else 0)]
+        return {"input_ids": torch.empty((batch, tokens_in), dtype=torch.long, device="meta"), "cache": KVCache(layer)}
+
+    return inputs
 
 
 # --------------------------------------------------------------------------- #
