@@ -3,6 +3,7 @@ concrete_args, GraphModules passed through, and matching propagate's inputs to p
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import pytest
@@ -124,6 +125,40 @@ def test_concrete_args_need_not_be_passed_again(how: str) -> None:
     x = torch.randn(3, 4)
     out = counter.propagate(x) if how == "omitted" else counter.propagate(x, double=True)
     assert torch.equal(out, x * 2)
+
+
+class Masked(nn.Module):
+    """``forward(x, mask=None)``: fx traces ``mask`` as an input, so its graph has the masked branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, unused: Any = None) -> torch.Tensor:
+        y = self.linear(x)
+        if mask is not None:
+            y = y + mask
+        return y
+
+
+@pytest.mark.parametrize("call", ["omitted", "positional_none", "keyword_none"])
+def test_fx_traces_again_for_an_optional_argument_left_out(call: str) -> None:
+    # Linear(4, 4) on (1, 2, 4): 2 x 4 x 4 = 32 MACs, 2 x 32 + 8 bias adds = 72 FLOPs; the mask add 8 more
+    model = Masked()
+    counter = TorchFLOPsByFX(model, tracer="fx")
+    x, mask = torch.randn(1, 2, 4), torch.randn(1, 2, 4)
+    args: tuple[Any, ...] = {"omitted": (x,), "positional_none": (x, None), "keyword_none": (x,)}[call]
+    kwargs = {"mask": None} if call == "keyword_none" else {}
+    assert torch.equal(counter.propagate(*args, **kwargs), model(x))  # fx's own graph would add None: TypeError
+    assert (counter.total_flops, counter.tracer_used) == (72, "fx")
+    assert counter.graph_module is not None
+    assert not any(n.target is operator.add for n in counter.graph_module.graph.nodes)
+    assert torch.equal(counter.propagate(x, mask), model(x, mask))  # the graph traced with mask as an input
+    assert (counter.total_flops, counter.tracer_used) == (80, "fx")
+    assert counter.graph_module is not None
+    assert any(n.target is operator.add for n in counter.graph_module.graph.nodes)
+    counter.propagate(x)
+    assert counter.total_flops == 72
 
 
 # --------------------------------------------------------------------------- bind_inputs

@@ -19,6 +19,7 @@ asked for) and the :class:`~torch_flops.measuring.Measurements`.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import warnings
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from torch_flops.capture import (
     Capture,
     CapturedGraph,
     CaptureOptions,
+    FxBinder,
     ModelIndex,
     capture_export,
     capture_fx,
@@ -245,6 +247,8 @@ class GraphFront:
         self.fx_error = fx_error
         self._capture: Capture | None = None
         self._runners: dict[CapturedGraph, tuple[GraphRunner, frozenset[int]]] = {}
+        #: fx graphs traced again with optional arguments a call leaves out fixed to None (by their names)
+        self._variants: dict[frozenset[str], Capture] = {}
         if tracer == "fx":
             self._capture = self._capture_fx(progress or Progress(False))
 
@@ -298,9 +302,11 @@ class GraphFront:
             # train()/eval(), a dtype or device move, replaced parameters or modules since the capture:
             # the graph may hold a branch or tensors the model no longer has; capture again
             capture = self._capture = None
-            self._runners = {}
+            self._runners, self._variants = {}, {}
             if self.tracer == "fx":
                 capture = self._capture = self._capture_fx(progress)
+        if capture is not None and capture.front_end == "fx":
+            capture = self._fx_variant(capture, args, kwargs, progress)
         if capture is not None and capture.accepts(args, kwargs):
             return capture
         progress.step("capturing (torch.export)")
@@ -311,6 +317,29 @@ class GraphFront:
                           "model's output.", DroppedOutputWarning, stacklevel=5)
         self._capture, self._runners = capture, {}
         return capture
+
+    def _fx_variant(self, capture: Capture, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    progress: Progress) -> Capture:
+        """The fx graph for a call that leaves out (or gives as None) arguments whose default is None
+        and which the graph uses (``forward(x, mask=None)`` called as ``propagate(x)``): fx traced ``mask`` as an
+        input, so its ``if mask is not None`` branch is in the graph; traced again with those
+        arguments None (``concrete_args``), once per set of names. A trace that fails keeps the
+        graph as it is (its error then names the node)."""
+        binder = capture.graphs[0].binder
+        omitted = binder.omitted(args, kwargs) if isinstance(binder, FxBinder) else frozenset()
+        if not omitted:
+            return capture
+        variant = self._variants.get(omitted)
+        if variant is None:
+            options = self.settings.capture
+            fixed = {**(options.concrete_args or {}), **dict.fromkeys(sorted(omitted))}
+            progress.step("capturing (torch.fx)")
+            try:
+                variant = capture_fx(self.model, dataclasses.replace(options, concrete_args=fixed))
+            except TracingError:
+                variant = capture
+            self._variants[omitted] = variant
+        return variant
 
     def _runner(self, graph: CapturedGraph) -> tuple[GraphRunner, frozenset[int]]:
         if graph not in self._runners:  # once per graph: the plan, its interpreter, the model's storages

@@ -99,6 +99,9 @@ class FxBinder:
     names: tuple[str, ...]
     #: per placeholder: (has a value to fall back on, that value)
     fallbacks: tuple[tuple[bool, Any], ...]
+    #: the placeholders of arguments with the default None that the graph uses (``mask=None``):
+    #: fx traced them as inputs, so a call leaving one out needs a graph traced with it None
+    optional: tuple[str, ...] = ()
 
     @classmethod
     def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None) -> FxBinder:
@@ -108,7 +111,16 @@ class FxBinder:
         fallbacks = tuple(
             (True, concrete[name]) if name in concrete else ((True, node.args[0]) if node.args else (False, None))
             for node, name in zip(placeholders, names))
-        return cls(names, fallbacks)
+        optional = tuple(name for node, name in zip(placeholders, names)
+                         if name not in concrete and node.args == (None,) and node.users)
+        return cls(names, fallbacks, optional)
+
+    def omitted(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> frozenset[str]:
+        """The :attr:`optional` arguments this call leaves out or gives as None."""
+        if not self.optional:
+            return frozenset()
+        given = dict(zip(self.names, args)) | dict(kwargs)
+        return frozenset(name for name in self.optional if given.get(name) is None)
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         names = self.names
