@@ -246,3 +246,30 @@ def test_backward_on_meta_with_a_mask_falls_back_to_the_exported_graph(name: str
         main.float().sum().backward()
     assert 2 * counter.total_backward_macs == both.get_total_flops() - forward.get_total_flops()
     assert 2 * counter.total_macs == forward.get_total_flops()
+
+
+def test_moe_experts_in_float32_on_meta() -> None:
+    """torch._grouped_mm's meta kernel takes bfloat16 only (the CPU kernel runs float32 too): plain
+    PyTorch refuses a float32 MoE on meta; the default front end gives the grouped matmul the output
+    the kernel gives for the same shapes, so the model counts on meta as on CPU."""
+    build, _ = CASES["mixtral_moe"]
+    with torch.device("meta"):
+        model = build().eval()
+    ids = _ids()["input_ids"]  # (no attention mask: transformers reads a mask's values in Python)
+    kwargs = {"input_ids": ids.to("meta")}
+    with pytest.raises(RuntimeError, match="Expected inputs of BF16 type"), torch.no_grad():
+        model(**kwargs)
+    counter = TorchFLOPsByFX(model)
+    out = counter.propagate(**kwargs)
+    assert counter.tracer_used == "eager" and out.logits.dtype == torch.float32 and out.logits.is_meta
+    grouped = [r.flops for r in counter.records if r.target == "aten._grouped_mm"]
+    # 2 x 8 tokens, each through its top 2 of 4 experts: 32 rows of 32; gate_up (32 -> 2 x 64) is
+    # 2 x 32 x 32 x 128 = 262144 FLOPs, down (64 -> 32) 2 x 32 x 64 x 32 = 131072; 2 layers
+    assert grouped == [262144, 131072] * 2
+    # FlopCounterMode over the same model on CPU, counting as on meta (math attention)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    torch.manual_seed(0)
+    cpu = build().eval()
+    with sdpa_kernel(SDPBackend.MATH), torch.no_grad(), FlopCounterMode(display=False) as reference:
+        cpu(input_ids=ids)
+    assert counter.in_convention("flop_counter").total_flops == reference.get_total_flops()

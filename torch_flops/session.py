@@ -88,6 +88,26 @@ _NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal",
                            # on meta these fail only in their value-reading forms: torch.where(cond),
                            # x[mask] and x[mask] = v (a boolean mask is a nonzero)
                            "where", "getitem", "setitem", "index", "index_put"})
+def _meta_grouped_mm(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], error: RuntimeError) -> Any:
+    """The output of a grouped matmul on meta in a dtype its meta kernel refuses, or None.
+
+    ``torch._grouped_mm``'s meta kernel (torch 2.13) accepts bfloat16 only, as the CUDA kernel
+    does, while the CPU kernel also runs float32 and float16: an MoE model (Mixtral, Qwen3-MoE,
+    gpt-oss: transformers' ``grouped_mm`` experts) built on meta in float32 cannot run there. Its
+    output's shape depends on the operands' shapes only, so it is what the kernel gives for the same
+    shapes in bfloat16, in the dtype the CPU call returns (``out_dtype``, else the operands')."""
+    if getattr(func, "_opname", None) != "_grouped_mm" or "Expected inputs of BF16 type" not in str(error):
+        return None
+    tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+    if len(tensors) != 2 or not all(t.is_meta and t.dtype in (torch.float32, torch.float16) for t in tensors):
+        return None
+    # aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None)
+    dtype = kwargs.get("out_dtype") or (args[4] if len(args) > 4 and args[4] is not None else tensors[0].dtype)
+    rest = {k: v for k, v in kwargs.items() if k != "out_dtype"}
+    head = tuple(t.to(torch.bfloat16) for t in tensors)
+    return func(*head, *args[2:4], **rest).to(dtype)
+
+
 _AMP_UPDATE = "_amp_update_scale_"  # GradScaler.update(): the end of an AMP step, the optimizer's or not
 #: Tensor dunder methods that fx records as the ``operator`` function
 _DUNDERS = {"__getitem__": __import__("operator").getitem, "__setitem__": __import__("operator").setitem}
@@ -604,6 +624,11 @@ class Recording:
         start = self._tick()
         try:
             out = func(*args, **kwargs) if inner is None else inner()
+        except RuntimeError as e:
+            out = _meta_grouped_mm(func, args, kwargs, e)
+            if out is None:
+                self._op_failed(func, args)
+                raise
         except Exception:
             self._op_failed(func, args)
             raise
