@@ -169,3 +169,33 @@ def test_fx_counts_unique_and_numel_as_eager_does() -> None:
     # unique along dim 0: sort 6 rows, 48 elements x (ceil(log2 6) = 3 comparisons + 1 with the neighbour) = 192;
     # unique of all 48 values: 48 x (ceil(log2 48) = 6 + 1) = 336; numel: 0
     assert counts["fx"] == counts["eager"] == 192 + 336
+
+
+class Positions(nn.Module):
+    """``torch.arange(n)`` without ``device=``: a CPU tensor, which cannot meet meta tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x + torch.arange(x.shape[-1]) / x.shape[-1])
+
+
+def test_on_meta_tensors_made_without_a_device_are_made_on_meta() -> None:
+    # (2, 4, 8): the division 8 FLOPs, the add 64; Linear(8, 8) 2 x 4 x 8 x 8 = 512 MACs, 2 x 512 + 64 bias
+    # = 1088 FLOPs
+    torch.manual_seed(0)
+    cpu = torch_flops.profile(Positions(), torch.randn(2, 4, 8))
+    with torch.device("meta"):
+        model = Positions()
+    x = torch.empty(2, 4, 8, device="meta")
+    with pytest.raises(RuntimeError), torch.no_grad():  # plain PyTorch refuses it on meta
+        model(x)
+    with pytest.warns(torch_flops.TracerFallbackWarning, match="made them on meta"):
+        meta = torch_flops.profile(model, x)
+    assert cpu.total_flops == meta.total_flops == 8 + 64 + 1088 and meta.tracer == "eager"
+    assert _nothing_installed()
+    with pytest.raises(RuntimeError) as failed:  # tracer="eager" runs only the program as it is
+        torch_flops.profile(model, x, tracer="eager")
+    assert "makes CPU tensors in its forward" in str(failed.value.__notes__)

@@ -17,7 +17,15 @@ from torch import fx, nn
 
 from torch_flops import formulas, report
 from torch_flops._version import versions
-from torch_flops.calls import CompiledFront, EagerFront, GraphFront, Result, meta_advice, reads_values
+from torch_flops.calls import (
+    CompiledFront,
+    EagerFront,
+    GraphFront,
+    Result,
+    makes_cpu_tensors,
+    meta_advice,
+    reads_values,
+)
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import is_compiled
@@ -216,6 +224,19 @@ class TorchFLOPsByFX:
         except Exception as e:
             if not meta:
                 raise
+            if makes_cpu_tensors(e) and self.options.tracer == "auto":
+                retried: Result | None = None
+                try:  # tensors made without device= (torch.arange(n)) are made on meta, as on the inputs' device
+                    with torch.device("meta"):
+                        retried = front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
+                except Exception:  # noqa: BLE001  (the first error, with its advice, is the one to show)
+                    retried = None
+                if retried is not None:
+                    warnings.warn("torch_flops: the model makes tensors in forward without device= (torch.arange, "
+                                  "torch.tensor), which are CPU tensors and cannot meet its meta tensors, so this meta "
+                                  "profile made them on meta (as they are made on the inputs' device when it is the "
+                                  "default one).", TracerFallbackWarning, stacklevel=3)
+                    return retried
             if not ((front.needs_values or reads_values(e)) and self.options.tracer == "auto"):
                 advice = meta_advice(e)
                 if advice:

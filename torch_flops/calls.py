@@ -63,7 +63,8 @@ from torch_flops.runloop import RunTimes, run_repeated
 from torch_flops.session import Recording, Step
 from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
 
-__all__ = ["CallSettings", "CompiledFront", "EagerFront", "GraphFront", "checked_loss", "meta_advice", "reads_values"]
+__all__ = ["CallSettings", "CompiledFront", "EagerFront", "GraphFront", "checked_loss", "makes_cpu_tensors", "meta_advice",
+           "reads_values"]
 
 _NO_SETTINGS: Mapping[str, Any] = MappingProxyType({})
 
@@ -121,11 +122,17 @@ def reads_values(e: BaseException) -> bool:
     return any(marker in text for marker in _VALUE_READS)
 
 
+def makes_cpu_tensors(e: BaseException) -> bool:
+    """Whether a model failed on meta because a CPU tensor it made met a meta tensor."""
+    text = str(e)
+    return "is not on the expected device meta" in text or "to be on same device" in text or (
+        "device" in text and "meta" in text and "cpu" in text)
+
+
 def meta_advice(e: BaseException) -> str | None:
     """What to do when a model fails on meta for a reason no front end can remove, or None."""
     text = str(e)
-    if "is not on the expected device meta" in text or "to be on same device" in text or (
-            "device" in text and "meta" in text and "cpu" in text):
+    if makes_cpu_tensors(e):
         return ("torch_flops: the model makes CPU tensors in its forward (torch.arange or torch.tensor without "
                 "device=...), which cannot meet meta tensors: profile it on CPU with small shapes (its counts depend "
                 "on shapes only), or make those tensors on the inputs' device.")
