@@ -115,3 +115,15 @@ def test_cli_generates_with_a_zoo_decoder(capsys: pytest.CaptureFixture[str]) ->
     assert main(["llama", "--meta", "--generate", "4", "--sweep", "batch=1,2", "prompt=4,8", "--hardware",
                  "h100-sxm"]) == 0
     assert "4 points from 4 prefill and 4 decode graphs" in capsys.readouterr().out
+
+
+def test_cli_hardware_prices_generation_in_every_format_that_shows_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # a --sweep is priced on --hardware whatever the format; a run in every format but csv
+    assert main(["gpt2", "--meta", "--generate", "4", "--sweep", "batch=1,2", "prompt=8", "--hardware", "l4",
+                 "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[0].startswith("batch,prompt,generated,decode_context,") and len(rows) == 3
+    assert main(["llama", "--generate", "2", "--tokens", "1,4", "--hardware", "l4", "--format", "markdown"]) == 0
+    assert "**Predicted on l4**" in capsys.readouterr().out
+    assert main(["llama", "--generate", "2", "--tokens", "1,4", "--hardware", "l4", "--format", "csv"]) == 2
+    assert "with --format csv, add --roofline" in capsys.readouterr().err
