@@ -127,3 +127,22 @@ def test_cli_hardware_prices_generation_in_every_format_that_shows_it(capsys: py
     assert "**Predicted on l4**" in capsys.readouterr().out
     assert main(["llama", "--generate", "2", "--tokens", "1,4", "--hardware", "l4", "--format", "csv"]) == 2
     assert "with --format csv, add --roofline" in capsys.readouterr().err
+
+
+def test_cli_generation_in_flop_counter_convention_and_refusals(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["llama", "--generate", "2", "--tokens", "1,4", "--convention", "flop_counter", "--format",
+                 "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    expected, cache = [], zoo.KVCache()  # FlopCounterMode over the same two calls of the zoo's default Llama
+    model = zoo.llama().eval()
+    with torch.no_grad():
+        for ids in (torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long)):
+            with FlopCounterMode(display=False) as counter:
+                model(ids, cache=cache)
+            expected.append(counter.get_total_flops())
+    assert [s["flops"] for s in doc["steps"]] == expected
+    assert doc["summary"]["prefill_flops"] == expected[0]
+    for option in (["--repeat", "3"], ["--warmup", "2"], ["--tracer", "fx"], ["--top", "5"], ["--roofline"],
+                   ["--group-by", "module", "--format", "table"]):
+        assert main(["llama", "--generate", "2", "--tokens", "1,4", *option]) == 2
+        assert f"{option[0]} does not apply to --generate" in capsys.readouterr().err

@@ -418,6 +418,15 @@ def _check_combinations(ns: argparse.Namespace) -> None:
     """Refuse options that cannot apply to the output asked for (rather than ignore them), then put
     the defaults of the options left out in place."""
     text_formats = ("table", "csv", "markdown")
+    if ns.generate is not None:  # one recorded generation: the per-step table, the module tree per phase
+        for option, given in (("--warmup", ns.warmup is not None), ("--repeat", ns.repeat is not None),
+                              ("--tracer", ns.tracer in ("fx", "export")), ("--group-by", ns.group_by is not None),
+                              ("--all-nodes", ns.all_nodes), ("--roofline", ns.roofline),
+                              ("--top", ns.top is not None),
+                              ("--convention with --sweep", ns.sweep is not None and ns.convention != "torch_flops")):
+            if given:
+                raise CLIError(f"{option} does not apply to --generate, which records one generation as it runs "
+                               "(a table per step; --hardware for its prediction, --depth for its module trees)", 2)
     if ns.group_by is not None and ns.format not in text_formats:
         raise CLIError(f"--group-by chooses the rows of --format table, csv or markdown, not --format {ns.format}", 2)
     group_by = ns.group_by or "node"
@@ -916,6 +925,7 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
         pad = eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else 0
         gp = profile_generate(model, ids, max_new_tokens=ns.generate, min_new_tokens=ns.generate, do_sample=False,
                               attention_mask=torch.ones_like(ids), pad_token_id=pad)
+    gp = gp.with_convention(ns.convention)
     if ns.format == "json":
         doc = gp.to_dict(profiles=False)
         if spec is not None:

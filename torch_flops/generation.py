@@ -38,6 +38,7 @@ in its dtypes: profile the model in the dtype you will serve it in, or sweep it 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -215,6 +216,16 @@ class GenerationProfile:
     def __repr__(self) -> str:
         return (f"GenerationProfile({self.model_name}, batch {self.batch_size}, prompt {self.prompt_length}, "
                 f"{self.new_tokens} new tokens, {len(self.steps)} steps, {self.device})")
+
+    def with_convention(self, name: str) -> GenerationProfile:
+        """The same generation with every step's FLOPs (and MACs) as the convention ``name``
+        counts them (:meth:`Profile.with_convention`: ``"flop_counter"`` is FlopCounterMode's);
+        nothing runs again."""
+        prefill = self.prefill.with_convention(name)
+        decode = [p.with_convention(name) for p in self.decode]
+        steps = [dataclasses.replace(row, flops=p.total_flops, macs=p.total_macs)
+                 for row, p in zip(self.steps, [prefill, *decode])]
+        return dataclasses.replace(self, prefill=prefill, decode=decode, steps=steps, _cache={})
 
     # ------------------------------------------------------------------ per step
     @property
