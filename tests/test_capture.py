@@ -159,6 +159,8 @@ def test_fx_traces_again_for_an_optional_argument_left_out(call: str) -> None:
     assert any(n.target is operator.add for n in counter.graph_module.graph.nodes)
     counter.propagate(x)
     assert counter.total_flops == 72
+    with pytest.warns(UserWarning, match="the fx graph does not use 'unused'"):  # no node reads it
+        counter.propagate(x, unused=torch.ones(1))
 
 
 # --------------------------------------------------------------------------- bind_inputs

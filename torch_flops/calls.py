@@ -268,6 +268,13 @@ class GraphFront:
         s = self.settings
         capture = self._capture_for(args, kwargs, progress)
         graph = capture.graphs[0]
+        binder = graph.binder
+        ignored = binder.ignored(args, kwargs) if isinstance(binder, FxBinder) else []
+        if ignored:
+            warnings.warn(f"torch_flops: the fx graph does not use {', '.join(map(repr, ignored))} (traced with its "
+                          "default None, no node reads it), so the value passed changes nothing here, though the "
+                          "model's own forward may branch on it: the default front end runs the model as it is.",
+                          UserWarning, stacklevel=4)
         progress.step("planning")
         runner, storages = self._runner(graph)
         if s.strict:

@@ -102,6 +102,9 @@ class FxBinder:
     #: the placeholders of arguments with the default None that the graph uses (``mask=None``):
     #: fx traced them as inputs, so a call leaving one out needs a graph traced with it None
     optional: tuple[str, ...] = ()
+    #: the placeholders of arguments with the default None that no node uses: a value given for
+    #: one changes nothing in the graph (though the model's Python may branch on it when it runs)
+    unused: tuple[str, ...] = ()
 
     @classmethod
     def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None) -> FxBinder:
@@ -113,7 +116,16 @@ class FxBinder:
             for node, name in zip(placeholders, names))
         optional = tuple(name for node, name in zip(placeholders, names)
                          if name not in concrete and node.args == (None,) and node.users)
-        return cls(names, fallbacks, optional)
+        unused = tuple(name for node, name in zip(placeholders, names)
+                       if name not in concrete and node.args == (None,) and not node.users)
+        return cls(names, fallbacks, optional, unused)
+
+    def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+        """The :attr:`unused` arguments this call gives a value other than None."""
+        if not self.unused:
+            return []
+        given = dict(zip(self.names, args)) | dict(kwargs)
+        return [name for name in self.unused if given.get(name) is not None]
 
     def omitted(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> frozenset[str]:
         """The :attr:`optional` arguments this call leaves out or gives as None."""
