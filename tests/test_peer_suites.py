@@ -306,8 +306,12 @@ def test_convolution_backward_against_its_forward(device: str, c_in: int, c_out:
         assert p.source is not None and p.source.total_backward_macs == 2 * p.source.total_macs
     else:
         # FlopCounterMode counts the input gradient of a grouped convolution as if every group saw
-        # all channels (x groups); torch_flops' own count stays 2 x the forward's MACs
+        # all channels (x groups), and our flop_counter convention follows it; torch_flops' own
+        # count stays 2 x the forward's MACs. Conv2d(2, 4, 2, groups=2) on 4x4: 36 outputs x 1
+        # channel x 4 taps = 144 MACs -> 288; weight gradient 288, input gradient 2 x 288
         assert total > 3 * forward
+        if (c_in, c_out, transposed) == (2, 4, False):
+            assert (forward, total) == (288, 288 + 288 + 2 * 288)
         assert p.source is not None and p.source.total_backward_macs == 2 * p.source.total_macs
 
 
