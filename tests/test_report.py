@@ -253,7 +253,9 @@ _RECORD_KEYS = {"index", "name", "op", "target", "module_path", "module_type", "
                 "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
                 "saved_bytes",
                 # version 4 too: a collective's bytes; an op on DTensors' logical work
-                "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes"}
+                "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes",
+                # version 5: of the backward's MACs, FlopCounterMode's kernels' (null without a backward)
+                "backward_mm_macs"}
 _MODULE_KEYS = {"module_type", "depth", "params", "own_params", "flops", "macs", "time_ms", "nodes", "unsupported",
                 "bytes_read", "bytes_written", "backward_flops", "backward_macs", "backward_time_ms",
                 "optimizer_flops", "optimizer_time_ms", "comm_bytes", "comm_time_ms",

@@ -87,13 +87,14 @@ class SequenceMap:
         return self.owners[k] if k < len(self.owners) else None
 
 
-def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
-    """``(flops, macs)`` of one backward op's formula (:func:`torch_flops.formulas.evaluate`); on
-    DTensors, this rank's shard's work (the formula on the local tensors)."""
+def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int]:
+    """``(flops, macs, mm_macs)`` of one backward op's formula (:func:`torch_flops.formulas.evaluate`;
+    ``mm_macs``: the MACs FlopCounterMode counts for this kernel, all of them when the formula does
+    not say); on DTensors, this rank's shard's work (the formula on the local tensors)."""
     if is_dtensor_value(out) or has_dtensor(args):
         out, args, kwargs = local_value(out), local_value(args), local_value(kwargs)
     count = evaluate(formula, None, out, args, kwargs)
-    return count[0], count[1]
+    return count[0], count[1], count[1] if count[3] is None else count[3]
 
 
 @dataclass
@@ -106,9 +107,13 @@ class BackwardRun:
     marks: list[list[tuple[Any, Any]]]
     recompute_flops: list[int]
     recompute_macs: list[int]
+    #: of ``macs``, those of the matrix-multiply kernels FlopCounterMode counts on this device
+    #: (the ``flop_counter`` convention's backward; see ``Count.mm_macs``)
+    mm_macs: list[int] = field(default_factory=list)
     #: work not caused by a forward node: gradient accumulation, the seed gradient
     unattributed_flops: int = 0
     unattributed_macs: int = 0
+    unattributed_mm_macs: int = 0
     unattributed_marks: list[tuple[Any, Any]] = field(default_factory=list)
     #: aten op name -> how many backward ops had no formula (excluded from the counts)
     unsupported: dict[str, int] = field(default_factory=dict)
@@ -127,7 +132,7 @@ class BackwardRun:
     @classmethod
     def empty(cls, n: int) -> BackwardRun:
         return cls(flops=[0] * n, macs=[0] * n, marks=[[] for _ in range(n)], recompute_flops=[0] * n,
-                   recompute_macs=[0] * n)
+                   recompute_macs=[0] * n, mm_macs=[0] * n)
 
     def grow(self, n: int) -> None:
         """Room for forward positions up to ``n`` (recompute may add none; kept for safety)."""
@@ -137,6 +142,8 @@ class BackwardRun:
             self.marks.append([])
             self.recompute_flops.append(0)
             self.recompute_macs.append(0)
+        while len(self.mm_macs) < n:
+            self.mm_macs.append(0)
 
     def times(self, timer: Timer) -> list[float | None]:
         """Milliseconds of backward per forward position (None where no backward op ran)."""
@@ -221,24 +228,26 @@ class BackwardCounter:
                 run.unattributed_marks.append((start, end))
             return out
         formula = self._formula(func)
-        flops = macs = 0
+        flops = macs = mm_macs = 0
         if formula is None:
             name = f"aten.{func.overloadpacket.__name__}"
             run.unsupported[name] = run.unsupported.get(name, 0) + 1
         elif formula is not zero_flops:
             try:
-                flops, macs = formula_count(formula, out, args, kwargs)
+                flops, macs, mm_macs = formula_count(formula, out, args, kwargs)
             except Exception as e:  # noqa: BLE001  (a broken formula never stops the user's backward)
                 run.errors.setdefault(f"aten.{func.overloadpacket.__name__}", f"{type(e).__name__}: {e}")
         if owner is None:
             run.unattributed_flops += flops
             run.unattributed_macs += macs
+            run.unattributed_mm_macs += mm_macs
             run.unattributed_marks.append((start, end))
             return out
-        if owner >= len(run.flops):
+        if owner >= len(run.flops) or owner >= len(run.mm_macs):
             run.grow(owner + 1)
         run.flops[owner] += flops
         run.macs[owner] += macs
+        run.mm_macs[owner] += mm_macs
         run.marks[owner].append((start, end))
         if recompute:
             run.recompute_flops[owner] += flops

@@ -26,9 +26,9 @@ all its MACs in ``flop_counter``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 
 class NodeRecord(Protocol):
@@ -47,12 +47,14 @@ class NodeRecord(Protocol):
     def backward_macs(self) -> int | None: ...
     @property
     def recompute_macs(self) -> int | None: ...
+    @property
+    def backward_mm_macs(self) -> int | None: ...
 
 
 
 R = TypeVar("R", bound=NodeRecord)
 
-__all__ = ["CONVENTIONS", "Convention", "recount"]
+__all__ = ["CONVENTIONS", "Convention", "recount", "recount_backward"]
 
 
 @dataclass(frozen=True)
@@ -104,14 +106,31 @@ def recount(records: tuple[R, ...], name: str) -> tuple[R, ...]:
     for r in records:
         flops, macs = convert(r)
         if r.backward_macs is not None and name in _BACKWARD:
-            r = r._replace(backward_flops=_BACKWARD[name](r.backward_macs),  # type: ignore[attr-defined]
+            # flop_counter: the backward's matrix-multiply kernels as FlopCounterMode counts them
+            # on the device (backward_mm_macs; records without it: all the backward's MACs)
+            kernel_macs = r.backward_mm_macs if name == "flop_counter" and r.backward_mm_macs is not None \
+                else r.backward_macs
+            r = r._replace(backward_flops=_BACKWARD[name](kernel_macs),  # type: ignore[attr-defined]
                            recompute_flops=_BACKWARD[name](r.recompute_macs or 0))
         out.append(r if (flops, macs) == (r.flops, r.macs) else r._replace(flops=flops, macs=macs))  # type: ignore[attr-defined]
     return tuple(out)
 
 
-#: a node's backward in another convention, from its backward MACs (the backward keeps no
-#: per-kernel split): ``macs`` counts them once, ``flop_counter`` twice (its matrix-multiply
-#: kernels: it also counts grouped-convolution gradients and skips mv/dot backward, see the README);
-#: ``exact`` keeps torch_flops' count
+#: a node's backward in another convention, from its backward MACs: ``macs`` counts them once,
+#: ``flop_counter`` twice the MACs of the matrix-multiply kernels FlopCounterMode counts on the
+#: device (``backward_mm_macs``: a grouped convolution's input gradient as FlopCounterMode counts
+#: it, 0 for the CPU flash attention kernel's backward, mv/dot backward); ``exact`` keeps
+#: torch_flops' count
 _BACKWARD: dict[str, Callable[[int], int]] = {"macs": lambda m: m, "flop_counter": lambda m: 2 * m}
+
+
+def recount_backward(summary: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """A profile's backward summary (``Profile.backward``) with its unattributed work (gradient
+    accumulation, the seed gradient: no forward node's) as ``name`` counts it: ``macs`` its MACs,
+    ``flop_counter`` 2 x its matrix-multiply kernels' MACs (an accumulation add is 0 there, as in
+    FlopCounterMode), ``exact`` and ``torch_flops`` unchanged."""
+    if summary is None or name not in _BACKWARD:
+        return None if summary is None else dict(summary)
+    macs = int(summary.get("unattributed_macs", 0))
+    kernel_macs = int(summary.get("unattributed_mm_macs", macs)) if name == "flop_counter" else macs
+    return {**summary, "unattributed_flops": _BACKWARD[name](kernel_macs)}

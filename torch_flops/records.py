@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from torch_flops._gc import gc_paused
 from torch_flops._validate import check_choice, check_depth, check_int
-from torch_flops.conventions import CONVENTIONS, recount
+from torch_flops.conventions import CONVENTIONS, recount, recount_backward
 from torch_flops.paths import ancestors, depth, module_chain
 from torch_flops.plan import INTERNAL_TARGETS as _INTERNAL_TARGETS
 from torch_flops.plan import Status
@@ -105,6 +105,9 @@ class NodeRecord(NamedTuple):
     global_macs: int | None = None
     #: after a backward: the bytes of the collectives this node's backward ran (None elsewhere)
     backward_comm_bytes: int | None = None
+    #: of ``backward_macs``, those of the matrix-multiply kernels FlopCounterMode counts on this
+    #: device (as ``mm_macs`` for the forward); None: all of them (or no backward)
+    backward_mm_macs: int | None = None
 
     @property
     def step_flops(self) -> int | None:
@@ -144,6 +147,7 @@ class NodeRecord(NamedTuple):
             recompute_macs=data.get("recompute_macs"), saved_bytes=data.get("saved_bytes"),
             comm_bytes=data.get("comm_bytes"), global_flops=data.get("global_flops"),
             global_macs=data.get("global_macs"), backward_comm_bytes=data.get("backward_comm_bytes"),
+            backward_mm_macs=data.get("backward_mm_macs"),
         )
 
 
@@ -160,6 +164,7 @@ def _backward_summary(measurements: Measurements) -> dict[str, Any] | None:
     return {
         "unattributed_flops": sum(r.unattributed_flops for r in runs),
         "unattributed_macs": sum(r.unattributed_macs for r in runs),
+        "unattributed_mm_macs": sum(r.unattributed_mm_macs for r in runs),
         "unattributed_time_ms": _total(times),
         "unsupported": unsupported,
         "errors": {k: v for r in runs for k, v in r.errors.items()},
@@ -181,7 +186,10 @@ def _read_backward(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     defaults: dict[str, Any] = {"unattributed_flops": 0, "unattributed_macs": 0, "unattributed_time_ms": None,
                                 "unsupported": {}, "errors": {}, "ops": 0, "comm_bytes": 0, "comm_time_ms": None}
-    return {k: summary.get(k, default) for k, default in defaults.items()}
+    backward = {k: summary.get(k, default) for k, default in defaults.items()}
+    if "unattributed_mm_macs" in summary:  # since the backward's kernel split (older files: all its MACs)
+        backward["unattributed_mm_macs"] = summary["unattributed_mm_macs"]
+    return backward
 
 
 def _tuple_shape(shape: Any) -> Any:
@@ -216,7 +224,8 @@ _RECORD_FIELDS = ("index", "name", "op", "target", "module_path", "module_type",
                   "time_ms", "mem_before", "mem_after", "mem_delta", "output_shape", "module_stack", "note",
                   "phase", "dtype", "graph", "dot_outputs", "mm_macs", "bytes_read", "bytes_written",
                   "backward_flops", "backward_macs", "backward_time_ms", "recompute_flops", "recompute_macs",
-                  "saved_bytes", "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes")
+                  "saved_bytes", "comm_bytes", "global_flops", "global_macs", "backward_comm_bytes",
+                  "backward_mm_macs")
 assert NodeRecord._fields == _RECORD_FIELDS, "update _RECORD_FIELDS and Profile.from_measurements"
 
 
@@ -461,7 +470,8 @@ class Profile:
                 graph_run.mm_macs, graph_run.bytes_read, graph_run.bytes_written, *backward,
                 graph_run.comm_bytes or none, graph_run.global_flops or none, graph_run.global_macs or none,
                 none if bw is None or not bw.comm_by_owner else
-                [bw.comm_by_owner.get(k) for k in range(n)])))
+                [bw.comm_by_owner.get(k) for k in range(n)],
+                none if bw is None or len(bw.mm_macs) < n else bw.mm_macs)))
             total_flops += sum(filter(None, flops))
             total_macs += sum(filter(None, macs))
             totals.unsupported += status.count(Status.UNSUPPORTED)
@@ -492,7 +502,8 @@ class Profile:
         if base.convention != "torch_flops":
             raise ValueError(f"this profile is counted in the {base.convention!r} convention; re-express the "
                              f"'torch_flops' profile it came from (a read-back file keeps only its own convention)")
-        return dataclasses.replace(base, records=recount(base.records, name), convention=name, source=base)
+        return dataclasses.replace(base, records=recount(base.records, name), convention=name, source=base,
+                                   backward=recount_backward(base.backward, name))
 
     # ------------------------------------------------------------------ totals
     @functools.cached_property

@@ -40,6 +40,8 @@ One object::
           "flops": int, "macs": int, "time_ms": float | null, "recompute_flops": int,
           "recompute_macs": int, "saved_bytes": int, "unattributed_flops": int,
           "unattributed_macs": int, "unattributed_time_ms": float | null,
+          "unattributed_mm_macs": int,   # since version 5 (absent in older documents): of
+                                         #   unattributed_macs, FlopCounterMode's kernels'
           "unsupported": {aten op: count}, "errors": {aten op: message}, "ops": int,
           "comm_bytes": int, "comm_time_ms": float | null},
         "model": {                       # since version 5, in files written by profile_to_json
@@ -84,7 +86,10 @@ One object::
          "recompute_flops": int | null, "recompute_macs": int | null, "saved_bytes": int | null,
          "comm_bytes": int | null,       # a collective's bytes this rank sends (distributed.py)
          "global_flops": int | null, "global_macs": int | null,   # an op on DTensors: the logical op
-         "backward_comm_bytes": int | null}   # the collectives its backward ran
+         "backward_comm_bytes": int | null,   # the collectives its backward ran
+         "backward_mm_macs": int | null}  # since version 5: of backward_macs, those of the
+                                         #   kernels FlopCounterMode counts on the device (the
+                                         #   flop_counter convention's backward; null: all of them)
       ],
       "modules": {                       # every module path ("" = root), in the model's order
         path: {"module_type": str, "depth": int, "params": int, "own_params": int,

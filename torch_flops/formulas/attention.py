@@ -35,12 +35,42 @@ def _sdpa(out: Any, query: Any, key: Any, value: Any, masked: bool, dropout: boo
     # 2 * (Q K^T MACs + P V MACs) + per-score scale/softmax/mask/dropout; leading dims broadcast
     # (see _shapes.sdpa_macs); the output (the first of a backend's tuple) has the broadcast shape.
     # Dot products: one per Q K^T score (length E) and one per output element (length S).
-    result = first_output(out)
-    shape = result.shape if isinstance(result, torch.Tensor) else None
-    macs, scores = sdpa_macs(query.shape, key.shape, value.shape, shape)
-    qk_dots = (macs - scores * value.shape[-1]) // max(query.shape[-1], 1)
-    dots = qk_dots + scores // max(key.shape[-2], 1) * value.shape[-1]
+    # Jagged nested tensors: the sum of each sequence's dense attention.
+    if getattr(query, "is_nested", False):
+        per_sequence = zip(_jagged_shapes(query), _jagged_shapes(key), _jagged_shapes(value))
+        parts = [_sdpa_shapes(q, k, v, None) for q, k, v in per_sequence]
+        macs, scores, dots = (sum(column) for column in zip(*parts)) if parts else (0, 0, 0)
+    else:
+        result = first_output(out)
+        shape = result.shape if isinstance(result, torch.Tensor) else None
+        macs, scores, dots = _sdpa_shapes(query.shape, key.shape, value.shape, shape)
     return Count(2 * macs + _score_flops(scores, masked, dropout), macs, dots, macs if kernel_counted else 0)
+
+
+def _sdpa_shapes(q: Any, k: Any, v: Any, out: Any) -> tuple[int, int, int]:
+    # (MACs, scores, dot products) of dense attention over these shapes
+    macs, scores = sdpa_macs(q, k, v, out)
+    qk_dots = (macs - scores * v[-1]) // max(q[-1], 1)
+    return macs, scores, qk_dots + scores // max(k[-2], 1) * v[-1]
+
+
+def _host(t: torch.Tensor) -> Any:
+    # a small index tensor as a numpy array (CPU: its own memory, no op dispatched)
+    return (t if t.device.type == "cpu" else t.cpu()).numpy()
+
+
+def _jagged_shapes(t: Any) -> list[tuple[int, ...]]:
+    """The dense shape of each sequence of a jagged nested tensor ``(B, ..., j, ...)``: the batch
+    dim dropped, the ragged dim at its length (read from the offsets, or the lengths of a
+    non-contiguous one, on the host: no op runs)."""
+    ragged = t._ragged_idx
+    if t._lengths is not None:
+        sizes = _host(t._lengths).tolist()
+    else:
+        offsets = _host(t._offsets)
+        sizes = (offsets[1:] - offsets[:-1]).tolist()
+    dims = list(t.shape)
+    return [tuple(int(n) if d == ragged else int(dims[d]) for d in range(1, len(dims))) for n in sizes]
 
 
 def _kernel_counted(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any, is_causal: Any, scale: Any,
