@@ -29,7 +29,8 @@ given), calls the compiled model once to compile it (untimed), and then profiles
 * ``module_path``: the original model's module of the kernel's nodes (``nn_module_stack``); a
   kernel fusing nodes of several modules goes to their deepest common ancestor (views and work it
   recomputes do not widen it). Never spread.
-* ``phase``: ``"forward"`` or ``"backward"`` (the AOTAutograd backward graph, with ``backward=True``).
+* ``phase``: ``"forward"`` or ``"backward"`` (the AOTAutograd backward graph, with ``backward=True``);
+  ``"loss"`` for the eager ops of ``loss_fn``.
 
 Per frame (``CompiledProfile.frames``): its compile id, compile time, whether it ends at a graph
 break and why and where, and its kernels. Ops no kernel computes (dead code Inductor removed,
@@ -116,6 +117,8 @@ __all__ = ["CompareRow", "CompiledCalls", "CompiledComparison", "CompiledProfile
 
 _FWD_MARK = "torch_flops.compiled.forward"
 _BWD_MARK = "torch_flops.compiled.backward"
+_LOSS_MARK = "torch_flops.compiled.loss"
+_PHASES = {_FWD_MARK: "forward", _LOSS_MARK: "loss", _BWD_MARK: "backward"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -765,6 +768,12 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
     The last profiled call uses the caller's tensors and is the one call whose effects stay
     (buffers, gradients, RNG); every other call gets copies and is undone. Nothing of ours stays
     installed in torch (configs are restored; the private compile's cache entries are isolated).
+
+    Ops that run eagerly outside the compiled graphs (between graph breaks, in a frame Dynamo gives
+    up on, autograd's own nodes, the loss) are counted on their aten ops in one more call, untimed
+    and undone, before the last one, when the calls so far showed a graph break or a frame Dynamo
+    did not compile, or with ``backward``; what still cannot be counted is named in an
+    ``UnsupportedOpWarning`` (see the module docstring).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (or what torch.compile returns), got {type(model).__name__}")
@@ -823,7 +832,8 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         with mark(_FWD_MARK) if marks else contextlib.nullcontext():
             out = compiled(*call_args, **call_kwargs)
         if backward:
-            loss = _loss(out, loss_fn)
+            with mark(_LOSS_MARK) if marks else contextlib.nullcontext():  # eager ops: counted like the model's
+                loss = _loss(out, loss_fn)
             with mark(_BWD_MARK) if marks else contextlib.nullcontext():
                 loss.backward()
         return out
@@ -917,7 +927,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
             frames_eager=eager_frames,
             eager_count="their aten ops counted in one more call, untimed and undone, under a dispatch mode "
                         "that Dynamo compiles under (ignore_compile_internals)" if eager_counts is not None
-            else "not counted (no graph break, no frame left uncompiled, no backward)")
+            else "not counted: the calls before showed no graph break, no frame left uncompiled, no backward")
     if uncounted or partly:
         # the regions count what Inductor's kernels computed; what ran outside them and could not be
         # counted is named, rather than a total that looks complete
@@ -927,8 +937,8 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         if uncounted:
             parts.append(
                 f"{len(uncounted)} op(s) of {type(model).__name__} ran eagerly outside the compiled graphs{where} "
-                "without a count" + (" (the call that counts them ran other ops than the profiled calls: the "
-                                     "program depends on its data)" if counts_differ else "")
+                "without a count" + (" (the call that counts them ran other ops outside the graphs than the "
+                                     "profiled calls did)" if counts_differ else "")
                 + ", e.g. " + ", ".join(sorted({r.target for r in uncounted})[:4])
                 + ": their time is measured, their FLOPs are not in this profile's totals. torch_flops.profile("
                 "model, ...) counts the whole program as it runs eagerly")
@@ -1017,10 +1027,9 @@ def _timings(events: Iterable[Any], graphs: list[CompiledGraph], device: bool) -
     t = _Timings(device=device)
     index = {id(g): i for i, g in enumerate(graphs)}
     for marker in events:
-        if marker.name not in (_FWD_MARK, _BWD_MARK) or marker.cpu_parent is not None and \
-                marker.cpu_parent.name in (_FWD_MARK, _BWD_MARK):
+        if marker.name not in _PHASES or marker.cpu_parent is not None and marker.cpu_parent.name in _PHASES:
             continue
-        phase = "forward" if marker.name == _FWD_MARK else "backward"
+        phase = _PHASES[marker.name]
         walk = _Walk(phase, graphs, index, t)
         for child in marker.cpu_children:
             walk.visit(child, False, None)
@@ -1275,6 +1284,8 @@ def _eager_records(t: _Timings, start: int, counts: Mapping[_Key, _EagerCount]) 
             note="" if zero else "ran eagerly outside the compiled graphs (timed; its FLOPs are not counted here)",
             phase=phase, bytes_read=0, bytes_written=0))
     for phase, windows in t.windows.items():
+        if phase == "loss":  # the loss's own Python: no compiled call there
+            continue
         seen = t.seen.get(phase, [])
         rest = [w - s for w, s in zip(windows, seen)]
         records.append(NodeRecord(
