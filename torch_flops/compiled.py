@@ -53,8 +53,9 @@ by the profiler's tree, never guessed.
 Why not simply count under a dispatch mode or module hooks while the compiled model runs (torch
 2.13, measured): an active ``TorchDispatchMode`` makes Dynamo skip the frames (the model runs
 eagerly, nothing is compiled; one with ``ignore_compile_internals()`` does not, but it is handed the
-compiled graphs' own aten calls too, and its Python call per op would be in every time); a ``TorchFunctionMode`` is traced into, and each call in it Dynamo
-cannot trace (``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
+compiled graphs' own aten calls too, and its Python call per op would be in every time); a
+``TorchFunctionMode`` is traced into, and each call in it Dynamo cannot trace
+(``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
 ``OptimizedModule`` warn on every call, and Dynamo graph-breaks at every hook calling something it
 cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
 ``torch._dynamo.disable`` is a graph break too, and one that returns early under
@@ -1300,8 +1301,8 @@ def _eager_records(t: _Timings, start: int, counts: Mapping[_Key, _EagerCount]) 
 
 def _counted_eager(found: _EagerCount, index: int, name: str, target: str, phase: str, time_ms: float | None
                    ) -> NodeRecord:
-    """An op outside the compiled graphs, with the work of its aten ops (none of which has a
-    formula: not counted)."""
+    """An op outside the compiled graphs, with the work of its aten ops (not counted when none of
+    them has a formula)."""
     c = found.count
     counted = c.calls > 0 or not found.no_formula
     ops = ", ".join(op if n == 1 else f"{op} x{n}" for op, n in list(found.ops.items())[:6]) + (
