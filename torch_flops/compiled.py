@@ -8,7 +8,8 @@ given), calls the compiled model once to compile it (untimed), and then profiles
 * ``op``: ``"kernel"`` (a kernel Inductor generated: ``cpp_fused_*`` on CPU, ``triton_*`` on GPU),
   ``"extern_kernel"`` (an ATen kernel Inductor calls: its ``target`` is the op, ``aten.addmm``,
   ``aten._scaled_dot_product_flash_attention_for_cpu``), ``"eager"`` (an op that ran outside the
-  compiled graphs: code between frames after a graph break, autograd's own nodes) and
+  compiled graphs: code between frames after a graph break, autograd's own nodes; counted on its
+  aten ops, see below) and
   ``"overhead"`` (per phase, the call's time in no kernel: guards, Python wrappers, allocation).
 * ``time_ms`` **measured**: the median over ``repeat`` calls of the kernel's profiler event
   (``torch.profiler``; on CPU the wall time of the call, with ``cpp.enable_kernel_profile`` making
@@ -28,16 +29,33 @@ given), calls the compiled model once to compile it (untimed), and then profiles
 * ``module_path``: the original model's module of the kernel's nodes (``nn_module_stack``); a
   kernel fusing nodes of several modules goes to their deepest common ancestor (views and work it
   recomputes do not widen it). Never spread.
-* ``phase``: ``"forward"`` or ``"backward"`` (the AOTAutograd backward graph, with ``backward=True``).
+* ``phase``: ``"forward"`` or ``"backward"`` (the AOTAutograd backward graph, with ``backward=True``);
+  ``"loss"`` for the eager ops of ``loss_fn``.
 
 Per frame (``CompiledProfile.frames``): its compile id, compile time, whether it ends at a graph
 break and why and where, and its kernels. Ops no kernel computes (dead code Inductor removed,
 constants folded) are in ``CompiledProfile.eliminated`` with their FLOPs.
 
+The ops that run eagerly outside the compiled graphs (the code between graph breaks, a frame
+Dynamo gives up on, a ``torch.compiler.disable``'d function, autograd's own nodes in the backward)
+leave only profiler events, a name and a time. When Dynamo reported a graph break or a frame it did
+not compile, or with ``backward=True``, they are counted in one more call, untimed and undone like
+every extra call, under :class:`_EagerOps`: a ``TorchDispatchMode`` whose
+``ignore_compile_internals()`` is True, so that Dynamo compiles and runs exactly as without it (its
+frames, guards and cache entries are the same; it does not skip frames as it does under an
+ordinary mode). The mode sees every aten op of that call with its real arguments, counts it with
+the formula table (as eager's dispatch-level count would) and opens a profiler event around it. The
+ops the compiled graphs run reach the mode too, but their events lie inside the graphs' events;
+each eager record takes the counts of the events under its own profiler event, found by the same
+walk as the timed calls' (same phase, name and occurrence), so inside and outside are told apart
+by the profiler's tree, never guessed.
+
 Why not simply count under a dispatch mode or module hooks while the compiled model runs (torch
 2.13, measured): an active ``TorchDispatchMode`` makes Dynamo skip the frames (the model runs
-eagerly, nothing is compiled); a ``TorchFunctionMode`` is traced into, and each call in it Dynamo
-cannot trace (``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
+eagerly, nothing is compiled; one with ``ignore_compile_internals()`` does not, but it is handed the
+compiled graphs' own aten calls too, and its Python call per op would be in every time); a
+``TorchFunctionMode`` is traced into, and each call in it Dynamo cannot trace
+(``time.perf_counter_ns``) is a graph break and a warning; global module hooks make
 ``OptimizedModule`` warn on every call, and Dynamo graph-breaks at every hook calling something it
 cannot trace (``_thread.get_ident``, ``time.perf_counter_ns``); a hook under
 ``torch._dynamo.disable`` is a graph break too, and one that returns early under
@@ -71,7 +89,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_flops import _validate
 from torch_flops.backward import in_backward
 from torch_flops.errors import UnsupportedOpWarning
-from torch_flops.formulas import FORMULAS, zero_flops
+from torch_flops.formulas import FORMULAS, FormulaTable, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
     FrameCapture,
@@ -81,7 +99,9 @@ from torch_flops.inductor_capture import (
     PostGradNode,
     RecordingBackend,
     compile_config,
+    count_of,
     event_name,
+    packet_name,
 )
 from torch_flops.measure import input_device, tensors_of
 from torch_flops.paths import ancestors, module_chain
@@ -98,6 +118,8 @@ __all__ = ["CompareRow", "CompiledCalls", "CompiledComparison", "CompiledProfile
 
 _FWD_MARK = "torch_flops.compiled.forward"
 _BWD_MARK = "torch_flops.compiled.backward"
+_LOSS_MARK = "torch_flops.compiled.loss"
+_PHASES = {_FWD_MARK: "forward", _LOSS_MARK: "loss", _BWD_MARK: "backward"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -747,6 +769,12 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
     The last profiled call uses the caller's tensors and is the one call whose effects stay
     (buffers, gradients, RNG); every other call gets copies and is undone. Nothing of ours stays
     installed in torch (configs are restored; the private compile's cache entries are isolated).
+
+    Ops that run eagerly outside the compiled graphs (between graph breaks, in a frame Dynamo gives
+    up on, autograd's own nodes, the loss) are counted on their aten ops in one more call, untimed
+    and undone, before the last one, when the calls so far showed a graph break or a frame Dynamo
+    did not compile, or with ``backward``; what still cannot be counted is named in an
+    ``UnsupportedOpWarning`` (see the module docstring).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (or what torch.compile returns), got {type(model).__name__}")
@@ -805,7 +833,8 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         with mark(_FWD_MARK) if marks else contextlib.nullcontext():
             out = compiled(*call_args, **call_kwargs)
         if backward:
-            loss = _loss(out, loss_fn)
+            with mark(_LOSS_MARK) if marks else contextlib.nullcontext():  # eager ops: counted like the model's
+                loss = _loss(out, loss_fn)
             with mark(_BWD_MARK) if marks else contextlib.nullcontext():
                 loss.backward()
         return out
@@ -817,12 +846,14 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         _sync(device)
         return out, (time.perf_counter_ns() - t0) / 1e6
 
-    def extra_run(marks: bool = False) -> float:
-        """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded."""
+    def extra_run(marks: bool = False, around: contextlib.AbstractContextManager[Any] | None = None) -> float:
+        """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded.
+        ``around``: a context the call (and its backward) runs in."""
         extra = ExtraRuns((), model)
         call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
         try:
-            return timed(call_args, call_kwargs, marks)[1]
+            with around if around is not None else contextlib.nullcontext():
+                return timed(call_args, call_kwargs, marks)[1]
         finally:
             extra.undo()
 
@@ -835,6 +866,12 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         for _ in range(warmup):
             extra_run()
         plain = [extra_run() for _ in range(repeat)]
+        # ops outside the compiled graphs: counted in one more call, untimed, undone, before the
+        # last call (whose effects stay); not needed when the calls so far ran whole compiled frames
+        # only (every frame compiled, no graph break) and no backward (autograd's own nodes)
+        so_far = DynamoStats.now() - before
+        whole = so_far.frames_ok and so_far.frames_ok == so_far.frames_total and not so_far.total_graph_breaks
+        eager_counts = None if whole and not backward else _count_eager(extra_run, backend.table)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -848,7 +885,10 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
     recompiles = backend.calls - frames_after_compile
     graphs = [g for f in backend.frames for g in f.graphs]
     timings = _timings(prof.events(), graphs, device.type == "cuda")
-    records, regions, eliminated = _build(backend, graphs, timings, cudagraphs)
+    # the counting call must have run the same ops outside the graphs as the profiled calls
+    counts_differ = eager_counts is not None and set(eager_counts) != set(timings.eager)
+    records, regions, eliminated = _build(backend, graphs, timings, cudagraphs,
+                                          None if counts_differ else eager_counts)
     frames = tuple(FrameInfo(
         compile_id=f.compile_id, graph_break=f.graph_break, reason=f.reason, where=f.where,
         compile_s=f.backend_s + sum(g.compile_s for g in f.graphs if g.phase == "backward"),
@@ -875,21 +915,38 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         "compiled": compiled_settings,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     }
-    # (autograd's own nodes outside the graphs, AccumulateGrad and the loss's backward, are named
-    # by their nodes, not by aten ops: those stay as they are)
-    uncounted = [r for r in records if r.op == "eager" and r.flops is None and r.target.startswith("aten.")]
+    eager = [r for r in records if r.op == "eager"]
+    # not counted: no count for it (no counting call ran, or it ran other ops), or none of its aten
+    # ops has a formula; partly counted: some of its aten ops have none (the rest is in the totals)
+    uncounted = [r for r in eager if r.flops is None]
+    partly = sorted({op for c in (eager_counts or {}).values() if c.count.calls and not counts_differ
+                     for op in c.no_formula})
     eager_frames = max(stats.frames_total - stats.frames_ok, 0)
-    if uncounted:
-        compiled_settings.update(eager_uncounted=len(uncounted), frames_eager=eager_frames)
-        # the regions count what Inductor's kernels computed; ops outside them leave only profiler
-        # events (a name and a time), no shapes: say so, rather than a total that looks complete
-        warnings.warn(
-            f"torch_flops: {len(uncounted)} op(s) of {type(model).__name__} ran eagerly outside the compiled graphs"
-            + (f" (Dynamo compiled no graph for {eager_frames} frame(s): it ran them as plain Python)"
-               if eager_frames else " (the code between graph breaks)")
-            + ", e.g. " + ", ".join(sorted({r.target for r in uncounted})[:4])
-            + ": their time is measured, their FLOPs are not in this profile's totals. torch_flops.profile(model, "
-            "...) counts the whole program as it runs eagerly.", UnsupportedOpWarning, stacklevel=3)
+    if eager:
+        compiled_settings.update(
+            eager_ops=len(eager), eager_flops=sum(r.flops or 0 for r in eager), eager_uncounted=len(uncounted),
+            frames_eager=eager_frames,
+            eager_count="their aten ops counted in one more call, untimed and undone, under a dispatch mode "
+                        "that Dynamo compiles under (ignore_compile_internals)" if eager_counts is not None
+            else "not counted: the calls before showed no graph break, no frame left uncompiled, no backward")
+    if uncounted or partly:
+        # the regions count what Inductor's kernels computed; what ran outside them and could not be
+        # counted is named, rather than a total that looks complete
+        where = (f" (Dynamo compiled no graph for {eager_frames} frame(s): it ran them as plain Python)"
+                 if eager_frames else " (the code between graph breaks)")
+        parts = []
+        if uncounted:
+            parts.append(
+                f"{len(uncounted)} op(s) of {type(model).__name__} ran eagerly outside the compiled graphs{where} "
+                "without a count" + (" (the call that counts them ran other ops outside the graphs than the "
+                                     "profiled calls did)" if counts_differ else "")
+                + ", e.g. " + ", ".join(sorted({r.target for r in uncounted})[:4])
+                + ": their time is measured, their FLOPs are not in this profile's totals. torch_flops.profile("
+                "model, ...) counts the whole program as it runs eagerly")
+        if partly:
+            parts.append(f"aten op(s) with no formula ran eagerly outside the compiled graphs{where}: "
+                         + ", ".join(partly[:4]) + " (not in this profile's totals)")
+        warnings.warn("torch_flops: " + "; ".join(parts) + ".", UnsupportedOpWarning, stacklevel=3)
     profile = Profile(records=tuple(records), device=str(device), tracer="inductor", memory_source="none",
                       module_types={p: type(m).__name__ for p, m in model.named_modules()},
                       module_params={p: sum(t.numel() for t in m.parameters(recurse=False))
@@ -954,6 +1011,8 @@ class _Timings:
 
     kernels: dict[tuple[int, int], list[float]] = field(default_factory=dict)  #: (graph, kernel) -> times
     eager: dict[tuple[str, str, int], list[float]] = field(default_factory=dict)  #: (phase, name, nth) -> times
+    #: (phase, name, nth) -> its event in the first run that had it (the counting call reads what is under it)
+    eager_events: dict[tuple[str, str, int], Any] = field(default_factory=dict)
     windows: dict[str, list[float]] = field(default_factory=dict)  #: phase -> the marked window's times
     seen: dict[str, list[float]] = field(default_factory=dict)  #: phase -> per run, kernel + eager time
     device: bool = False  #: times are device times (CUDA): the call's overhead is then not derived
@@ -969,10 +1028,9 @@ def _timings(events: Iterable[Any], graphs: list[CompiledGraph], device: bool) -
     t = _Timings(device=device)
     index = {id(g): i for i, g in enumerate(graphs)}
     for marker in events:
-        if marker.name not in (_FWD_MARK, _BWD_MARK) or marker.cpu_parent is not None and \
-                marker.cpu_parent.name in (_FWD_MARK, _BWD_MARK):
+        if marker.name not in _PHASES or marker.cpu_parent is not None and marker.cpu_parent.name in _PHASES:
             continue
-        phase = "forward" if marker.name == _FWD_MARK else "backward"
+        phase = _PHASES[marker.name]
         walk = _Walk(phase, graphs, index, t)
         for child in marker.cpu_children:
             walk.visit(child, False, None)
@@ -992,7 +1050,9 @@ class _Walk:
 
     def eager(self, label: str, e: Any) -> None:
         d = _duration(e, self.t.device)
-        self.t.eager.setdefault((self.phase, label, self.nth[label]), []).append(d)
+        key = (self.phase, label, self.nth[label])
+        self.t.eager.setdefault(key, []).append(d)
+        self.t.eager_events.setdefault(key, e)
         self.nth[label] += 1
         self.seen += d
 
@@ -1057,6 +1117,85 @@ def _median_ms(values: list[float] | None) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the ops outside the compiled graphs, counted (see the module docstring)
+# ---------------------------------------------------------------------------------------------
+
+_OP_MARK = "torch_flops.compiled.op:"
+_Key = tuple[str, str, int]  #: (phase, event name, occurrence), as the walk keys an eager op
+
+
+@dataclass
+class _EagerCount:
+    """The aten ops under one eager op's profiler event in the counting call."""
+
+    count: OpCount = field(default_factory=OpCount)  #: those with a formula, summed
+    ops: Counter[str] = field(default_factory=Counter)  #: every op by name (``aten.mm``) -> calls
+    no_formula: set[str] = field(default_factory=set)  #: those without a formula (or whose formula failed)
+
+
+class _EagerOps(TorchDispatchMode):
+    """Counts every aten op with its real arguments by the formula table, each run inside a
+    profiler event ``_OP_MARK<index>``. Dynamo compiles and runs the compiled model as without it
+    (``ignore_compile_internals``); the compiled graphs' own aten calls reach it as well, and are
+    told apart by where their events lie (:meth:`under`)."""
+
+    def __init__(self, table: FormulaTable) -> None:
+        super().__init__()
+        self.table = table
+        self.ops: list[tuple[str, OpCount | None]] = []
+        self._formulas: dict[Any, Any] = {}
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if not isinstance(func, torch._ops.OpOverload) or func.namespace == "profiler":  # record_function's own
+            return func(*args, **kwargs)
+        index = len(self.ops)
+        self.ops.append((packet_name(func), None))
+        with mark(_OP_MARK + str(index)):
+            out = func(*args, **kwargs)
+        formula = self._formulas.get(func, self)
+        if formula is self:
+            formula = self._formulas[func] = self.table.resolve_aten(func)
+        if formula is not None:
+            with contextlib.suppress(Exception):  # a formula that fails on these values: not counted, never fatal
+                self.ops[index] = (self.ops[index][0], count_of(formula, out, args, kwargs))
+        return out
+
+    def under(self, event: Any) -> _EagerCount:
+        """The ops whose events lie under ``event`` (the mode is off while an op runs: never nested)."""
+        found = _EagerCount()
+        stack = [event]
+        while stack:
+            e = stack.pop()
+            if e.name.startswith(_OP_MARK):
+                op, count = self.ops[int(e.name[len(_OP_MARK):])]
+                found.ops[op] += 1
+                if count is None:
+                    found.no_formula.add(op)
+                else:
+                    found.count.add(count)
+                continue
+            stack.extend(e.cpu_children)
+        return found
+
+
+def _count_eager(run: Callable[[bool, contextlib.AbstractContextManager[Any]], float], table: FormulaTable
+                 ) -> dict[_Key, _EagerCount]:
+    """One call (``run(marks, around)``: on copies, undone) under :class:`_EagerOps` and the
+    profiler: each op outside the compiled graphs, keyed as the timed calls' walk keys it, with the
+    aten ops under its event."""
+    ops = _EagerOps(table)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run(True, ops)
+    found = _timings(prof.events(), [], False)  # no graph: the graphs' events are not read here
+    return {key: ops.under(e) for key, e in found.eager_events.items()}
+
+
+# ---------------------------------------------------------------------------------------------
 # kernels -> records
 # ---------------------------------------------------------------------------------------------
 
@@ -1073,7 +1212,8 @@ class _Work:
     uncounted: set[str] = field(default_factory=set)
 
 
-def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Timings, cudagraphs: bool
+def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Timings, cudagraphs: bool,
+           eager_counts: Mapping[_Key, _EagerCount] | None = None
            ) -> tuple[list[NodeRecord], list[Region], list[Eliminated]]:
     works: dict[tuple[int, int], _Work] = {}
     eliminated: list[Eliminated] = []
@@ -1121,15 +1261,21 @@ def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Tim
     order = sorted(range(len(records)), key=order_keys.__getitem__)
     records = [records[i]._replace(index=n) for n, i in enumerate(order)]
     regions = [regions[i] for i in order]
-    records.extend(_eager_records(timings, len(records)))
+    records.extend(_eager_records(timings, len(records), eager_counts or {}))
     return records, regions, eliminated
 
 
-def _eager_records(t: _Timings, start: int) -> list[NodeRecord]:
-    """The ops that ran outside the compiled graphs, and each phase's time in no kernel."""
+def _eager_records(t: _Timings, start: int, counts: Mapping[_Key, _EagerCount]) -> list[NodeRecord]:
+    """The ops that ran outside the compiled graphs (counted where ``counts`` has them), and each
+    phase's time in no kernel."""
     records: list[NodeRecord] = []
     for (phase, name, nth), times in t.eager.items():
         target = name.replace("::", ".", 1) if name.startswith("aten::") else name
+        found = counts.get((phase, name, nth))
+        if found is not None:
+            records.append(_counted_eager(found, start + len(records), f"eager:{phase[0]}:{name}#{nth}", target,
+                                          phase, _median_ms(times)))
+            continue
         zero = target.startswith("aten.") and _is_zero(target)
         records.append(NodeRecord(
             index=start + len(records), name=f"eager:{phase[0]}:{name}#{nth}", op="eager", target=target,
@@ -1139,6 +1285,8 @@ def _eager_records(t: _Timings, start: int) -> list[NodeRecord]:
             note="" if zero else "ran eagerly outside the compiled graphs (timed; its FLOPs are not counted here)",
             phase=phase, bytes_read=0, bytes_written=0))
     for phase, windows in t.windows.items():
+        if phase == "loss":  # the loss's own Python: no compiled call there
+            continue
         seen = t.seen.get(phase, [])
         rest = [w - s for w, s in zip(windows, seen)]
         records.append(NodeRecord(
@@ -1149,6 +1297,28 @@ def _eager_records(t: _Timings, start: int) -> list[NodeRecord]:
             note="the call's time in no kernel: Dynamo's guards, AOTAutograd's and Inductor's Python wrappers, "
                  "allocation" + (" (not derived from device times)" if t.device else "")))
     return records
+
+
+def _counted_eager(found: _EagerCount, index: int, name: str, target: str, phase: str, time_ms: float | None
+                   ) -> NodeRecord:
+    """An op outside the compiled graphs, with the work of its aten ops (not counted when none of
+    them has a formula)."""
+    c = found.count
+    counted = c.calls > 0 or not found.no_formula
+    ops = ", ".join(op if n == 1 else f"{op} x{n}" for op, n in list(found.ops.items())[:6]) + (
+        ", ..." if len(found.ops) > 6 else "")
+    note = ("ran eagerly outside the compiled graphs; counted on its aten ops in one more call, untimed"
+            + (f" ({ops})" if ops else " (none)")) if counted else \
+        "ran eagerly outside the compiled graphs (timed; not counted)"
+    if found.no_formula:
+        note += "; no formula for " + ", ".join(sorted(found.no_formula))
+    status = Status.UNSUPPORTED if not counted else Status.COUNTED if c.flops or c.macs else Status.ZERO
+    return NodeRecord(
+        index=index, name=name, op="eager", target=target, module_path="", module_type="",
+        flops=c.flops if counted else None, macs=c.macs if counted else None, status=status, time_ms=time_ms,
+        mem_before=None, mem_after=None, mem_delta=None, output_shape=None, note=note, phase=phase,
+        dot_outputs=c.dot_outputs if counted else None, mm_macs=c.mm_macs if counted else None,
+        bytes_read=0, bytes_written=0)
 
 
 def _is_zero(target: str) -> bool:

@@ -1195,11 +1195,24 @@ def compiled_text(settings: Mapping[str, Any]) -> str:
         return (f"Inductor regions: call {format_time_ms(regions.get('call_ms'))}; compile "
                 f"{regions.get('compile_s', 0.0):.2f} s; {len(regions.get('frames') or ())} frame(s), "
                 f"{len(regions.get('graph_breaks') or ())} graph break(s), {regions.get('recompiles', 0)} recompile(s)"
-                + (f"; {regions['eager_uncounted']} op(s) ran eagerly outside the compiled graphs"
-                   + (f" ({regions.get('frames_eager')} frame(s) Dynamo did not compile)"
-                      if regions.get("frames_eager") else "") + ": timed, FLOPs not counted"
-                   if regions.get("eager_uncounted") else ""))
+                + _eager_ops_text(regions))
     return ""
+
+
+def _eager_ops_text(regions: Mapping[str, Any]) -> str:
+    """The ops of a compiled program that ran eagerly outside its graphs: how many, their FLOPs,
+    how many are not counted (a profile from before they were counted has only that number)."""
+    uncounted = regions.get("eager_uncounted") or 0
+    ops = regions.get("eager_ops", uncounted)
+    if not ops:
+        return ""
+    frames = regions.get("frames_eager")
+    text = f"; {ops} op(s) ran eagerly outside the compiled graphs" + (
+        f" ({frames} frame(s) Dynamo did not compile)" if frames else "")
+    if "eager_flops" in regions and uncounted < ops:
+        text += f": {format_count(regions['eager_flops'], 'FLOPs')} counted"
+        return text + (f", {uncounted} not counted" if uncounted else "")
+    return text + ": timed, FLOPs not counted"
 
 
 def summary_lines(profile: Profile) -> list[tuple[str, str]]:

@@ -1,0 +1,198 @@
+"""profile_compiled counts the ops that run eagerly outside the compiled graphs.
+
+Code between graph breaks, a frame Dynamo gives up on, a ``torch.compiler.disable``'d function and
+autograd's own nodes leave only profiler events; profile_compiled counts their aten ops in one more
+untimed call (torch_flops.compiled._EagerOps). Each test compares the compiled profile's totals
+with hand arithmetic, with torch_flops' eager profile of the same model and with PyTorch's
+FlopCounterMode run live on the same eager call (in the flop_counter convention: matmuls only).
+Two Inductor compiles in all (forward; forward + backward); the other models compile nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import torch_flops
+from torch_flops import compiled as C
+from torch_flops.report import compiled_text
+
+pytestmark = pytest.mark.usefixtures("inductor_on_cpu")  # conftest: skips without Inductor on CPU
+
+
+class Broken(nn.Module):
+    """Two Linear layers with, between them, a ``print`` (a graph break), an ``.item()``-driven
+    branch (a graph break) and a ``torch.compiler.disable``'d function whose two matmuls run eagerly.
+    ``scalar``: the output summed (a loss for ``backward=True``)."""
+
+    def __init__(self, scalar: bool = False) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 4)
+        self.scalar = scalar
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        print("torch_flops test: a graph break between the layers")
+        if y.sum().item() > -1e30:  # always true
+            y = y * 2.0
+        out = self.b(self.mix(y))
+        return out.sum() if self.scalar else out
+
+    @torch.compiler.disable
+    def mix(self, y: torch.Tensor) -> torch.Tensor:
+        return y @ y.t() @ y
+
+
+class Routed(nn.Module):
+    """A routing loop over ``nonzero()`` indices: Dynamo gives up on the frame (it compiles no
+    graph), and the whole forward runs as plain Python."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(8, 3)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = self.gate(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for e in range(3):
+            rows = (idx == e).nonzero().squeeze(1)
+            if rows.numel():
+                out[rows] = self.experts[e](x[rows])
+        return out.sum()
+
+
+def _profile(model: nn.Module, x: torch.Tensor, backward: bool) -> SimpleNamespace:
+    """The compiled profile (its warnings kept), and the eager references on copies of the model."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = C.profile_compiled(model, x, warmup=0, repeat=2, backward=backward)
+    eager = torch_flops.TorchFLOPsByFX(copy.deepcopy(model))
+    with torch.set_grad_enabled(backward):
+        eager.propagate(x, backward=backward)
+    reference = copy.deepcopy(model)
+    with FlopCounterMode(display=False) as flop_counter, torch.set_grad_enabled(backward):
+        out = reference(x)
+        if backward:
+            out.backward()
+    return SimpleNamespace(result=result, eager_total=eager.total_flops + eager.total_backward_flops,
+                           flop_counter=flop_counter.get_total_flops(),
+                           unsupported=[w for w in caught if issubclass(w.category, torch_flops.UnsupportedOpWarning)])
+
+
+def _eager(result: C.CompiledProfile, phase: str | None = None) -> list[Any]:
+    return [r for r in result.profile.records if r.op == "eager" and (phase is None or r.phase == phase)]
+
+
+@pytest.fixture(scope="module")
+def broken() -> SimpleNamespace:
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    return SimpleNamespace(forward=_profile(Broken(), x, backward=False),
+                           backward=_profile(Broken(scalar=True), x, backward=True))
+
+
+def test_graph_breaks_forward_counted(broken: SimpleNamespace) -> None:
+    run = broken.forward
+    result = run.result
+    assert len(result.graph_breaks) >= 3 and result.recompiles == 0  # print, .item(), the disabled call
+    # x (2, 8). a: addmm 2*2*8*8 = 256 + bias 2*8 = 16 -> 272; y.sum() for .item(): 16 adds; y * 2.0: 16;
+    # mix (eager): y @ y.t() 2*2*2*8 = 64, then (2, 2) @ (2, 8) 2*2*8*2 = 64; b: 2*2*8*4 = 128 + 8 -> 136
+    assert result.profile.total_flops == 272 + 16 + 16 + 64 + 64 + 136 == run.eager_total
+    # flop_counter convention: the matmuls only, 256 + 64 + 64 + 128 = 512, as FlopCounterMode counts live
+    assert result.profile.with_convention("flop_counter").total_flops == run.flop_counter == 512
+    eager = {r.target: r for r in _eager(result)}
+    assert [r.flops for r in _eager(result) if r.target == "aten.matmul"] == [64, 64]
+    assert eager["aten.item"].flops == 0 and eager["aten.t"].flops == 0
+    assert all(r.time_ms is not None for r in _eager(result))  # timed by the profiled calls
+    assert not run.unsupported  # everything is counted: nothing to warn about
+    text = compiled_text(result.profile.settings)
+    assert "4 op(s) ran eagerly outside the compiled graphs: 128 FLOPs counted" in text and "not counted" not in text
+
+
+def test_graph_breaks_backward_counted(broken: SimpleNamespace) -> None:
+    run = broken.backward
+    result = run.result
+    # forward as above + the loss's sum, 2*4 = 8 adds: 568 + 8 = 576. Backward: b's input and weight
+    # gradients 2*2*4*8 = 128 each + its bias gradient 8 = 264; mix's (eager, autograd's own nodes)
+    # four mms of 2*2*2*8 = 64 + y's three gradients added, 2 * 16 = 32 -> 288; the * 2.0: 16;
+    # a's weight gradient 2*8*2*8 = 256 + bias 16 = 272 (x needs none)
+    assert result.profile.total_flops == 576 + 264 + 288 + 16 + 272 == run.eager_total
+    assert sum(r.flops for r in _eager(result, "backward")) == 288
+    assert result.profile.with_convention("flop_counter").total_flops == run.flop_counter == 512 + 3 * 256
+    assert not run.unsupported
+
+
+def test_frame_dynamo_gives_up_on_counted() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(16, 8)
+    for backward in (False, True):
+        run = _profile(Routed(), x, backward)
+        result = run.result
+        assert result.dynamo.frames_total == 1 and result.dynamo.frames_ok == 0  # no graph: all of it ran eagerly
+        assert result.profile.total_flops == run.eager_total and not run.unsupported
+        assert result.profile.with_convention("flop_counter").total_flops == run.flop_counter
+        # the gate, 16 rows x 8 x 3 MACs, and each expert on its rows, 16 rows in all x 8 x 8 MACs; the
+        # backward: the experts' weight gradients, 16 x 8 x 8 MACs again (x needs no gradient, and none
+        # reaches the gate through argmax)
+        assert result.profile.total_macs == 16 * 8 * 3 + 16 * 8 * 8 + (16 * 8 * 8 if backward else 0)
+        assert "1 frame(s) Dynamo did not compile" in compiled_text(result.profile.settings)
+
+
+def test_loss_counted_as_eager_counts_it() -> None:
+    """The loss (``loss_fn``) runs eagerly too: its ops are records of phase "loss", as in eager's
+    profile. A forward Dynamo does not compile (disabled): no compile here."""
+
+    class Off(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 4)
+
+        @torch.compiler.disable
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x)
+
+    torch.manual_seed(0)
+    model, x = Off(), torch.randn(2, 8)
+    result = C.profile_compiled(model, x, warmup=0, repeat=1, loss_fn=lambda out: out.pow(2).sum())
+    eager = torch_flops.TorchFLOPsByFX(copy.deepcopy(model))
+    eager.propagate(x, loss_fn=lambda out: out.pow(2).sum())
+    loss = _eager(result, "loss")
+    assert [r.target for r in loss] == ["aten.pow", "aten.sum"]
+    assert sum(r.flops for r in loss) == sum(r.flops or 0 for r in eager.records if r.phase == "loss") > 0
+    # forward 2*2*8*4 + 8 = 136; the loss on (2, 4): pow 8 + sum 8 = 16; the backward: pow's, grad * 2 *
+    # out^1, 3 x 8 = 24, and a's weight gradient 2*4*2*8 = 128 + its bias's 8 = 136 (x needs none)
+    assert result.profile.total_flops == 136 + 16 + 24 + 136 == eager.total_flops + eager.total_backward_flops
+    assert not [r for r in result.profile.records if r.op == "overhead" and r.phase == "loss"]
+
+
+def test_ops_left_uncounted_are_named() -> None:
+    """A program whose eager ops change from call to call: the counting call ran other ops than the
+    profiled calls, so its counts are not used; the eager ops stay uncounted and are named."""
+
+    class Alternating(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.calls = 0
+
+        @torch.compiler.disable
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1  # a Python counter the extra calls cannot undo
+            y = self.a(x)
+            return y.relu() if self.calls % 2 else y.sigmoid()
+
+    with pytest.warns(torch_flops.UnsupportedOpWarning, match=r"ran eagerly outside the compiled graphs") as caught:
+        result = C.profile_compiled(Alternating(), torch.randn(2, 8), warmup=0, repeat=1)
+    message = str(caught[0].message)
+    assert "ran other ops outside the graphs than the profiled calls" in message and "aten.linear" in message
+    assert all(r.flops is None for r in _eager(result)) and result.profile.total_flops == 0
+    assert "not counted" in compiled_text(result.profile.settings)
