@@ -131,3 +131,31 @@ def test_name_helpers_find_every_namespace() -> None:
     assert F.logsigmoid in functions("logsigmoid") and torch.special.expit in functions("special_expit")
     assert functions("no_such_function") == (Name("function", "no_such_function"),)
     assert methods("relu", "real", "__neg__") == (torch.Tensor.relu, Name("method", "real"), torch.Tensor.neg)
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_an_aten_key_serves_the_functions_and_methods_of_its_name(tracer: str) -> None:
+    """FlopCounterMode's ``custom_mapping`` is keyed by aten ops; the front ends record ``torch.mm``,
+    ``Tensor.mm`` and ``a + b`` whole (their own formulas), so an ``aten.mm`` / ``aten.add`` key
+    serves them too, and FlopCounterMode with the same mapping agrees."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Products(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.mm(a, b) + a.mm(b)
+
+    a = torch.randn(3, 3)
+    mm = torch.ops.aten.mm
+    counter = TorchFLOPsByFX(Products(), tracer=tracer, custom_formulas={mm: lambda module, out, *args, **kw: (2000, 1000)})
+    counter.propagate(a, a)
+    # two products at 2000 each, one add of 3 x 3 = 9 elements
+    assert counter.total_flops == 2 * 2000 + 9
+    with FlopCounterMode(display=False, custom_mapping={mm: lambda *args, **kwargs: 2000}) as reference:
+        Products()(a, a)
+    assert counter.in_convention("flop_counter").total_flops == reference.get_total_flops() == 4000
+    adds = TorchFLOPsByFX(Products(), tracer=tracer, custom_formulas={torch.ops.aten.add.Tensor: lambda *a, **k: 7})
+    adds.propagate(a, a)
+    assert adds.total_flops == 2 * (2 * 27) + 7  # the products' own 2 x 27 MACs each, the add 7
+    plain = TorchFLOPsByFX(Products(), tracer=tracer)  # the package's own table is untouched
+    plain.propagate(a, a)
+    assert plain.total_flops == 2 * (2 * 27) + 9

@@ -173,17 +173,33 @@ class FormulaTable:
         if not isinstance(overrides, Mapping):
             raise TypeError(f"custom_formulas must be a mapping of target -> formula, got {type(overrides).__name__}")
         table = self.copy()
+        targets = []
         for key, formula in overrides.items():
             if formula is not None and not callable(formula) and not isinstance(formula, Composite):
                 raise TypeError(f"custom_formulas[{key!r}] must be a formula (callable) or None, got {formula!r}")
             target = Name("method", key) if isinstance(key, str) else key
             if isinstance(key, str) and callable(getattr(torch.Tensor, key, None)):
                 target = getattr(torch.Tensor, key)
+            targets.append(normalize_key(target))
             if formula is None:
                 table._entries.pop(normalize_key(target), None)
                 table._index = table._resolved = None
             else:
                 table.add((target,), formula, override=True, where="custom_formulas")
+        # an aten op's formula (FlopCounterMode's custom_mapping is keyed so) also serves the torch
+        # functions and Tensor methods of its name that have a formula of the package's own
+        # (``torch.mm``, ``Tensor.add``, ``operator.add`` for ``aten.mm`` / ``aten.add``): a front end
+        # records those calls whole, so the op itself never shows; they take the op's arguments
+        for key, formula in overrides.items():
+            packet = normalize_key(key)
+            if formula is None or not isinstance(packet, torch._ops.OpOverloadPacket):
+                continue
+            name = packet._qualified_op_name.split("::")[-1]
+            for kind in ("function", "method"):
+                for same in table.keys_named(kind, name):
+                    if same not in targets and table._builtin.get(same) is table._entries.get(same):
+                        table._entries[same] = formula
+            table._index = table._resolved = None
         return table
 
     def restore(self, snapshot: FormulaTable) -> None:
