@@ -159,3 +159,21 @@ def test_an_aten_key_serves_the_functions_and_methods_of_its_name(tracer: str) -
     plain = TorchFLOPsByFX(Products(), tracer=tracer)  # the package's own table is untouched
     plain.propagate(a, a)
     assert plain.total_flops == 2 * (2 * 27) + 9
+
+
+def test_a_torch_function_formula_keeps_the_default_front_end() -> None:
+    """The eager recording keeps torch functions and Tensor methods whole (``__torch_function__``),
+    so a formula for one applies there: no detour through fx, no warning that it does not apply
+    (only a plain Python function's formula needs a graph)."""
+    import warnings
+
+    class Branchy(nn.Module):  # fx cannot trace a branch on a tensor's value
+        def forward(self, a: torch.Tensor) -> torch.Tensor:
+            return a + a if a.sum() > -1e9 else a
+
+    counter = TorchFLOPsByFX(Branchy(), custom_formulas={"add": lambda module, out, *args, **kwargs: 5})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no TracerFallbackWarning
+        counter.propagate(torch.ones(2, 2))
+    # the add 5 (the formula given), the sum over 4 elements 4 (one per element), the comparison 1
+    assert (counter.total_flops, counter.tracer_used) == (5 + 4 + 1, "eager")

@@ -127,6 +127,19 @@ def key_name(key: Any) -> str:
     return str(getattr(key, "__name__", key))
 
 
+def _torch_api(key: Any) -> bool:
+    """Whether a function or method key is one of torch's overridable functions or Tensor methods
+    (a call reaches ``__torch_function__``), or a Name of one."""
+    if isinstance(key, Name):
+        return key.kind == "method" or callable(getattr(torch.Tensor, key.name, None))
+    return key in _overridable() or getattr(torch.Tensor, getattr(key, "__name__", ""), None) is key
+
+
+@functools.cache
+def _overridable() -> frozenset[Any]:
+    return frozenset(f for functions in torch.overrides.get_overridable_functions().values() for f in functions)
+
+
 def _describe(formula: Any) -> str:
     original = getattr(formula, _LEGACY, formula)
     return str(getattr(original, "__qualname__", original))
@@ -270,11 +283,12 @@ class FormulaTable:
         return tuple(classes), frozenset(names)
 
     def user_graph_keys(self) -> list[Any]:
-        """Function and Tensor-method keys whose formula the user added or replaced: only a graph
-        front end (fx) sees those calls whole; at the aten level they are their ops."""
+        """Function keys whose formula the user added or replaced and which only a graph front end
+        (fx) sees whole: plain Python functions. torch's own functions and Tensor methods reach the
+        eager recording through ``__torch_function__``, which keeps them whole too."""
         builtin = self._builtin
         changed = [key for key, formula in self._entries.items() if builtin.get(key) is not formula]  # few
-        return [key for key in changed if key_kind(key) in ("function", "method")]
+        return [key for key in changed if key_kind(key) in ("function", "method") and not _torch_api(key)]
 
     # ------------------------------------------------------------------ finding
     def _names(self) -> dict[tuple[Kind, str], list[Any]]:
