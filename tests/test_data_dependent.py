@@ -192,7 +192,7 @@ def test_on_meta_tensors_made_without_a_device_are_made_on_meta() -> None:
     x = torch.empty(2, 4, 8, device="meta")
     with pytest.raises(RuntimeError), torch.no_grad():  # plain PyTorch refuses it on meta
         model(x)
-    with pytest.warns(torch_flops.TracerFallbackWarning, match="made them on meta"):
+    with pytest.warns(torch_flops.TracerFallbackWarning, match="ran a second time with meta as the default device"):
         meta = torch_flops.profile(model, x)
     assert cpu.total_flops == meta.total_flops == 8 + 64 + 1088 and meta.tracer == "eager"
     assert _nothing_installed()

@@ -177,3 +177,28 @@ def test_a_torch_function_formula_keeps_the_default_front_end() -> None:
         counter.propagate(torch.ones(2, 2))
     # the add 5 (the formula given), the sum over 4 elements 4 (one per element), the comparison 1
     assert (counter.total_flops, counter.tracer_used) == (5 + 4 + 1, "eager")
+
+
+def test_an_aten_key_skips_python_functions_of_its_name_and_decomposed_ops() -> None:
+    # F.embedding(input, weight) orders its arguments otherwise than aten.embedding(weight, indices),
+    # and aten.linear decomposes before any dispatch mode sees it: neither takes the aten formula
+    seen: list[Any] = []
+
+    def spy(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+        seen.append(args)
+        return 1000
+
+    class Lookup(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table, self.proj = nn.Parameter(torch.randn(10, 4)), nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return F.linear(F.embedding(ids, self.table), self.proj)
+
+    ids = torch.tensor([[1, 2]])
+    plain = TorchFLOPsByFX(Lookup())
+    plain.propagate(ids)
+    counter = TorchFLOPsByFX(Lookup(), custom_formulas={torch.ops.aten.embedding: spy, torch.ops.aten.linear: spy})
+    counter.propagate(ids)
+    assert seen == [] and counter.total_flops == plain.total_flops == 2 * 2 * 4 * 3  # 2 rows x 4 x 3 MACs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -106,7 +107,7 @@ def test_cpu_tensors_built_in_forward_say_what_to_do_on_meta() -> None:
     # the default front end makes such tensors on meta, with a warning: Linear(4, 4) on 2 rows is
     # 2 x 4 x 4 = 32 MACs, 64 + 8 bias = 72 FLOPs; the add 8 more
     counter = TorchFLOPsByFX(model)
-    with pytest.warns(TracerFallbackWarning, match="made them on meta"):
+    with pytest.warns(TracerFallbackWarning, match="ran a second time with meta as the default device"):
         counter.propagate(torch.randn(2, 4, device="meta"))
     assert counter.total_flops == 80
 
@@ -155,3 +156,22 @@ def test_strict_names_the_users_call_beside_the_aten_op() -> None:
         TorchFLOPsByFX(Inverts(), strict=True).propagate(torch.randn(3, 3) + 3 * torch.eye(3))
 
 
+
+
+def test_grouped_matmul_on_meta_refuses_what_the_cpu_kernel_refuses() -> None:
+    # an out_dtype other than the operands' (the CPU kernel refuses it), and a float32 matrix too
+    # narrow for the bfloat16 kernel's 16-byte strides: the meta kernel's own error stands
+    class Experts(nn.Module):
+        def __init__(self, k: int, n: int) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(2, k, n, device="meta"))
+
+        def forward(self, x: torch.Tensor, offsets: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            return torch._grouped_mm(x, self.w, offs=offsets, **kwargs)
+
+    offsets = torch.tensor([8, 16], dtype=torch.int32, device="meta")
+    with pytest.raises(RuntimeError, match="BF16"):
+        TorchFLOPsByFX(Experts(16, 8).half()).propagate(torch.randn(16, 16, device="meta", dtype=torch.half),
+                                                         offsets, out_dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="BF16"):
+        TorchFLOPsByFX(Experts(4, 4)).propagate(torch.randn(16, 4, device="meta"), offsets)

@@ -126,7 +126,7 @@ def test_cli_hardware_prices_generation_in_every_format_that_shows_it(capsys: py
     assert main(["llama", "--generate", "2", "--tokens", "1,4", "--hardware", "l4", "--format", "markdown"]) == 0
     assert "**Predicted on l4**" in capsys.readouterr().out
     assert main(["llama", "--generate", "2", "--tokens", "1,4", "--hardware", "l4", "--format", "csv"]) == 2
-    assert "with --format csv, add --roofline" in capsys.readouterr().err
+    assert "--format csv holds the measured steps only" in capsys.readouterr().err
 
 
 def test_cli_generation_in_flop_counter_convention_and_refusals(capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,3 +146,6 @@ def test_cli_generation_in_flop_counter_convention_and_refusals(capsys: pytest.C
                    ["--group-by", "module", "--format", "table"]):
         assert main(["llama", "--generate", "2", "--tokens", "1,4", *option]) == 2
         assert f"{option[0]} does not apply to --generate" in capsys.readouterr().err
+    assert main(["llama", "--meta", "--generate", "2", "--sweep", "batch=1", "--hardware", "l4", "--convention",
+                 "flop_counter"]) == 2
+    assert "--sweep prices the torch_flops count of every point" in capsys.readouterr().err

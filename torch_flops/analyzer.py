@@ -233,9 +233,10 @@ class TorchFLOPsByFX:
                     retried = None
                 if retried is not None:
                     warnings.warn("torch_flops: the model makes tensors in forward without device= (torch.arange, "
-                                  "torch.tensor), which are CPU tensors and cannot meet its meta tensors, so this meta "
-                                  "profile made them on meta (as they are made on the inputs' device when it is the "
-                                  "default one).", TracerFallbackWarning, stacklevel=3)
+                                  "torch.tensor), which are CPU tensors and cannot meet its meta tensors, so its "
+                                  "forward ran a second time with meta as the default device, and this profile is of "
+                                  "that call (what the failed first call changed in Python, a counter, a list, stays "
+                                  "changed).", TracerFallbackWarning, stacklevel=3)
                     return retried
             if not ((front.needs_values or reads_values(e)) and self.options.tracer == "auto"):
                 advice = meta_advice(e)

@@ -123,16 +123,17 @@ def reads_values(e: BaseException) -> bool:
 
 
 def makes_cpu_tensors(e: BaseException) -> bool:
-    """Whether a model failed on meta because a CPU tensor it made met a meta tensor."""
+    """Whether a model failed on meta because a CPU tensor it made met a meta tensor (torch's own
+    two messages for it)."""
     text = str(e)
-    return "is not on the expected device meta" in text or "to be on same device" in text or (
-        "device" in text and "meta" in text and "cpu" in text)
+    return "Tensor on device cpu is not on the expected device meta" in text or (
+        "to be on same device" in text and isinstance(e, RuntimeError))
 
 
 def meta_advice(e: BaseException) -> str | None:
     """What to do when a model fails on meta for a reason no front end can remove, or None."""
     text = str(e)
-    if makes_cpu_tensors(e):
+    if makes_cpu_tensors(e) or ("device" in text and "meta" in text and "cpu" in text):
         return ("torch_flops: the model makes CPU tensors in its forward (torch.arange or torch.tensor without "
                 "device=...), which cannot meet meta tensors: profile it on CPU with small shapes (its counts depend "
                 "on shapes only), or make those tensors on the inputs' device.")

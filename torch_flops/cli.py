@@ -422,11 +422,15 @@ def _check_combinations(ns: argparse.Namespace) -> None:
         for option, given in (("--warmup", ns.warmup is not None), ("--repeat", ns.repeat is not None),
                               ("--tracer", ns.tracer in ("fx", "export")), ("--group-by", ns.group_by is not None),
                               ("--all-nodes", ns.all_nodes), ("--roofline", ns.roofline),
-                              ("--top", ns.top is not None),
-                              ("--convention with --sweep", ns.sweep is not None and ns.convention != "torch_flops")):
+                              ("--top", ns.top is not None)):
             if given:
                 raise CLIError(f"{option} does not apply to --generate, which records one generation as it runs "
                                "(a table per step; --hardware for its prediction, --depth for its module trees)", 2)
+        if ns.sweep is not None and ns.convention != "torch_flops":
+            raise CLIError("--sweep prices the torch_flops count of every point: leave --convention out", 2)
+        if ns.sweep is None and ns.format == "csv" and ns.hardware is not None and not (ns.plot or ns.html):
+            raise CLIError("--hardware prices a --generate run in its text, markdown, json and --html outputs; "
+                           "--format csv holds the measured steps only (a --sweep's csv holds the prices)", 2)
     if ns.group_by is not None and ns.format not in text_formats:
         raise CLIError(f"--group-by chooses the rows of --format table, csv or markdown, not --format {ns.format}", 2)
     group_by = ns.group_by or "node"

@@ -88,6 +88,8 @@ _NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal",
                            # on meta these fail only in their value-reading forms: torch.where(cond),
                            # x[mask] and x[mask] = v (a boolean mask is a nonzero)
                            "where", "getitem", "setitem", "index", "index_put"})
+
+
 def _meta_grouped_mm(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], error: RuntimeError) -> Any:
     """The output of a grouped matmul on meta in a dtype its meta kernel refuses, or None.
 
@@ -95,17 +97,25 @@ def _meta_grouped_mm(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e
     does, while the CPU kernel also runs float32 and float16: an MoE model (Mixtral, Qwen3-MoE,
     gpt-oss: transformers' ``grouped_mm`` experts) built on meta in float32 cannot run there. Its
     output's shape depends on the operands' shapes only, so it is what the kernel gives for the same
-    shapes in bfloat16, in the dtype the CPU call returns (``out_dtype``, else the operands')."""
+    shapes in bfloat16, cast to the operands' dtype (the CPU kernel's output dtype; it refuses another
+    ``out_dtype``, and so does this). None, and the meta kernel's error stands, for anything else:
+    another op or message, mixed dtypes, an ``out_dtype`` of another dtype, shapes the bfloat16
+    kernel refuses."""
     if getattr(func, "_opname", None) != "_grouped_mm" or "Expected inputs of BF16 type" not in str(error):
         return None
     tensors = [a for a in args[:2] if isinstance(a, torch.Tensor)]
     if len(tensors) != 2 or not all(t.is_meta and t.dtype in (torch.float32, torch.float16) for t in tensors):
         return None
+    dtype = tensors[0].dtype
     # aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None)
-    dtype = kwargs.get("out_dtype") or (args[4] if len(args) > 4 and args[4] is not None else tensors[0].dtype)
+    out_dtype = kwargs.get("out_dtype", args[4] if len(args) > 4 else None)
+    if tensors[1].dtype is not dtype or out_dtype not in (None, dtype):
+        return None
     rest = {k: v for k, v in kwargs.items() if k != "out_dtype"}
-    head = tuple(t.to(torch.bfloat16) for t in tensors)
-    return func(*head, *args[2:4], **rest).to(dtype)
+    try:
+        return func(*(t.to(torch.bfloat16) for t in tensors), *args[2:4], **rest).to(dtype)
+    except RuntimeError:  # (bfloat16's 16-byte stride rule on a narrow float32 matrix)
+        return None
 
 
 _AMP_UPDATE = "_amp_update_scale_"  # GradScaler.update(): the end of an AMP step, the optimizer's or not

@@ -24,6 +24,7 @@ formulas in and out of it.
 from __future__ import annotations
 
 import functools
+import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -127,6 +128,43 @@ def key_name(key: Any) -> str:
     return str(getattr(key, "__name__", key))
 
 
+#: Python operators that call the aten op of their name on tensors (``a + b`` is ``aten.add``)
+_OPERATOR_OPS = frozenset({"add", "sub", "mul", "pow", "neg", "matmul"})
+
+
+def _binding(key: Any) -> bool:
+    """Whether a function or method key is torch's own binding of the aten op of its name (a
+    Tensor method, a builtin of ``torch`` or ``torch._C._nn``/``_linalg``/``_special``/``_fft``, an
+    arithmetic operator), whose arguments are the op's."""
+    if isinstance(key, Name):
+        return False
+    name = getattr(key, "__name__", "")
+    if getattr(torch.Tensor, name, None) is key:
+        return True
+    if not isinstance(key, types.BuiltinFunctionType):
+        return False
+    module = getattr(key, "__module__", None) or ""
+    if module == "_operator":
+        return name in _OPERATOR_OPS
+    return module == "torch" or module.startswith("torch._C._")
+
+
+def _dispatched(packet: Any) -> bool:
+    """Whether calls of an aten op reach a dispatch mode (FlopCounterMode's ``custom_mapping``, the
+    eager recording's aten level): not when every overload is ``CompositeImplicitAutograd`` (it
+    decomposes into other ops first)."""
+    for overload in packet.overloads():
+        if overload == "out" or overload.endswith("_out"):  # (an out= variant has its own kernel)
+            continue
+        try:
+            op = getattr(packet, overload)
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+                return True
+        except (AttributeError, RuntimeError):  # TorchScript-only overloads (aten::add.t)
+            continue
+    return False
+
+
 def _torch_api(key: Any) -> bool:
     """Whether a function or method key is one of torch's overridable functions or Tensor methods
     (a call reaches ``__torch_function__``), or a Name of one."""
@@ -200,17 +238,19 @@ class FormulaTable:
             else:
                 table.add((target,), formula, override=True, where="custom_formulas")
         # an aten op's formula (FlopCounterMode's custom_mapping is keyed so) also serves the torch
-        # functions and Tensor methods of its name that have a formula of the package's own
-        # (``torch.mm``, ``Tensor.add``, ``operator.add`` for ``aten.mm`` / ``aten.add``): a front end
-        # records those calls whole, so the op itself never shows; they take the op's arguments
+        # bindings of that very op that have a formula of the package's own (``torch.mm``,
+        # ``Tensor.add``, ``a + b`` for ``aten.mm`` / ``aten.add``): a front end records those calls
+        # whole, so the op itself never shows; they take the op's own arguments. Not Python functions
+        # of the same name (``F.embedding`` orders its arguments otherwise), nor an op that decomposes
+        # before any dispatch mode sees it (``aten.linear``: FlopCounterMode never sees it either)
         for key, formula in overrides.items():
             packet = normalize_key(key)
-            if formula is None or not isinstance(packet, torch._ops.OpOverloadPacket):
+            if formula is None or not isinstance(packet, torch._ops.OpOverloadPacket) or not _dispatched(packet):
                 continue
             name = packet._qualified_op_name.split("::")[-1]
             for kind in ("function", "method"):
                 for same in table.keys_named(kind, name):
-                    if same not in targets and table._builtin.get(same) is table._entries.get(same):
+                    if same not in targets and _binding(same) and table._builtin.get(same) is table._entries.get(same):
                         table._entries[same] = formula
             table._index = table._resolved = None
         return table
