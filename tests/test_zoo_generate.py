@@ -46,6 +46,17 @@ def test_cached_decoding_equals_decoding_without_a_cache(build: Any) -> None:
         chunks = torch.cat([model(ids[:, :4], cache=cache), model(ids[:, 4:], cache=cache)], dim=1)
         torch.testing.assert_close(chunks, model(ids), rtol=1e-5, atol=1e-5)
     assert cache.length == 7 and len(cache.layers) == 2
+    with torch.no_grad():  # the logits of the last position only (a decode loop's), from the same forward
+        last = model(ids, logits_to_keep=1)
+        torch.testing.assert_close(last, model(ids)[:, -1:], rtol=1e-5, atol=1e-5)
+    # the LM head's work for 1 position instead of 7: 2 sequences x (7 - 1) x 64 x 1000 MACs fewer
+    with FlopCounterMode(display=False) as full, torch.no_grad():
+        model(ids)
+    with FlopCounterMode(display=False) as kept, torch.no_grad():
+        model(ids, logits_to_keep=1)
+    assert full.get_total_flops() - kept.get_total_flops() == 2 * 2 * 6 * 64 * 1000
+    with pytest.raises(ValueError, match="logits_to_keep must be an int >= 1 or None, got 0"):
+        model(ids, logits_to_keep=0)
 
 
 @pytest.mark.parametrize("build", [_gpt2, _llama])
@@ -61,7 +72,7 @@ def test_profiled_steps_against_flop_counter_mode_and_the_kv_formula(build: Any)
         step_ids = ids
         for _ in range(5):
             with FlopCounterMode(display=False) as counter:
-                logits = model(step_ids, cache=reference)
+                logits = model(step_ids, cache=reference, logits_to_keep=1)
             expected.append(counter.get_total_flops())
             step_ids = logits[:, -1:].argmax(-1)
     assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == expected
@@ -138,7 +149,7 @@ def test_cli_generation_in_flop_counter_convention_and_refusals(capsys: pytest.C
     with torch.no_grad():
         for ids in (torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long)):
             with FlopCounterMode(display=False) as counter:
-                model(ids, cache=cache)
+                model(ids, cache=cache, logits_to_keep=1)
             expected.append(counter.get_total_flops())
     assert [s["flops"] for s in doc["steps"]] == expected
     assert doc["summary"]["prefill_flops"] == expected[0]

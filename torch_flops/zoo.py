@@ -561,6 +561,16 @@ class KVCache:
         return f"KVCache({len(self.layers)} layers, {self.length} tokens)"
 
 
+def _kept(logits_to_keep: Any) -> int | None:
+    """How many last positions get logits: all (None) without ``logits_to_keep`` and under
+    ``torch.fx`` tracing (the traced graph is the all-positions forward)."""
+    if logits_to_keep is None or isinstance(logits_to_keep, torch.fx.Proxy):
+        return None
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 1:
+        raise ValueError(f"logits_to_keep must be an int >= 1 or None, got {logits_to_keep!r}")
+    return logits_to_keep
+
+
 def _cache_of(cache: Any) -> KVCache | None:
     """``cache`` when it is a :class:`KVCache`; None without one, and for the placeholder
     ``torch.fx`` passes while tracing (the traced graph is the cache-less forward)."""
@@ -669,10 +679,12 @@ class GPT2(nn.Module):
         nn.init.normal_(self.wpe.weight, std=0.01)
         self.lm_head.weight = self.wte.weight  # weight tying
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Logits of every position; with ``cache``, the positions follow the cached tokens and
-        each layer's keys and values are appended to it."""
-        kv = _cache_of(cache)
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None,
+                logits_to_keep: int | None = None) -> torch.Tensor:
+        """Logits of every position (of the last ``logits_to_keep`` only, as a decode loop needs);
+        with ``cache``, the positions follow the cached tokens and each layer's keys and values are
+        appended to it."""
+        kv, keep = _cache_of(cache), _kept(logits_to_keep)
         if kv is None:
             positions = torch.arange(input_ids.size(1), device=input_ids.device)
         else:
@@ -681,7 +693,7 @@ class GPT2(nn.Module):
         x = self.wte(input_ids) + self.wpe(positions)
         for i, block in enumerate(self.h):
             x = block(x) if kv is None else block(x, kv, i)
-        return self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x if keep is None else x[:, -keep:]))
 
 
 def gpt2(config: GPT2Config | None = None, **overrides: Any) -> GPT2:
@@ -926,15 +938,16 @@ class Llama(nn.Module):
         emb = torch.cat((angles, angles), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """Logits of every position; with ``cache``, as :meth:`GPT2.forward` (rotary positions
-        after the cached tokens)."""
-        kv = _cache_of(cache)
+    def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None,
+                logits_to_keep: int | None = None) -> torch.Tensor:
+        """Logits of every position; ``cache`` and ``logits_to_keep`` as in :meth:`GPT2.forward`
+        (rotary positions after the cached tokens)."""
+        kv, keep = _cache_of(cache), _kept(logits_to_keep)
         x = self.embed_tokens(input_ids)
         cos, sin = self.rotary(input_ids, x.dtype, 0 if kv is None else kv.length)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin) if kv is None else layer(x, cos, sin, kv, i)
-        return self.lm_head(self.norm(x))
+        return self.lm_head(self.norm(x if keep is None else x[:, -keep:]))
 
 
 def llama(config: LlamaConfig | None = None, **overrides: Any) -> Llama:
@@ -953,7 +966,9 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, *,
              cache: KVCache | None = None) -> torch.Tensor:
     """Greedy decoding with a KV cache for the zoo's decoders (:class:`GPT2`, :class:`Llama`): one
     call over the prompt (the prefill), then one call per further token over the last token alone
-    (the decode steps); returns the prompt followed by the ``max_new_tokens`` new tokens. Give
+    (the decode steps), each computing the logits of its last position only (``logits_to_keep=1``,
+    as transformers' ``generate`` does); returns the prompt followed by the ``max_new_tokens`` new
+    tokens. Give
     ``cache`` (an empty :class:`KVCache`) to read it afterwards, e.g. as
     :func:`torch_flops.profile_generate`'s ``kv_cache``::
 
@@ -970,12 +985,12 @@ def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, *,
         raise ValueError(f"generate() starts from an empty cache; this one holds {cache.length} tokens")
     tokens = [input_ids]
     with torch.no_grad():
-        logits = model(input_ids, cache=cache)
+        logits = model(input_ids, cache=cache, logits_to_keep=1)
         for step in range(max_new_tokens):
             next_ids = logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(next_ids)
             if step + 1 < max_new_tokens:
-                logits = model(next_ids, cache=cache)
+                logits = model(next_ids, cache=cache, logits_to_keep=1)
     return torch.cat(tokens, dim=1)
 
 
