@@ -122,17 +122,17 @@ class FxBinder:
 
     def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
         """The :attr:`unused` arguments this call gives a value other than None."""
-        if not self.unused:
-            return []
-        given = dict(zip(self.names, args)) | dict(kwargs)
+        given = self._given(args, kwargs) if self.unused else {}
         return [name for name in self.unused if given.get(name) is not None]
 
     def omitted(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> frozenset[str]:
         """The :attr:`optional` arguments this call leaves out or gives as None."""
-        if not self.optional:
-            return frozenset()
-        given = dict(zip(self.names, args)) | dict(kwargs)
+        given = self._given(args, kwargs) if self.optional else {}
         return frozenset(name for name in self.optional if given.get(name) is None)
+
+    def _given(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Placeholder name -> the value this call gives it (by position or keyword)."""
+        return dict(zip(self.names, args)) | dict(kwargs)
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         names = self.names

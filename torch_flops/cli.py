@@ -445,10 +445,9 @@ def _check_combinations(ns: argparse.Namespace) -> None:
                            "have no depth)", 2)
     if ns.top is not None and ns.format in ("json", "csv", "markdown") and not ns.roofline:
         raise CLIError(f"--top lists the top modules of --format tree and table, not --format {ns.format}", 2)
-    # (--generate prices its steps on --hardware in every format but csv; a --sweep in every format)
-    generation_priced = ns.generate is not None and (ns.sweep is not None or ns.format != "csv")
+    # (--generate's own rule is above: it prices every format but a run's csv)
     if ns.hardware is not None and ns.format in text_formats and not (ns.roofline or ns.plot or ns.html
-                                                                      or generation_priced):
+                                                                      or ns.generate is not None):
         raise CLIError(f"--hardware puts the roofline in the tree, in json, in --html and with --roofline/--plot: "
                        f"with --format {ns.format}, add --roofline (or --html / --plot)", 2)
     if ns.meta and (ns.warmup is not None or ns.repeat is not None):

@@ -138,14 +138,13 @@ def _binding(key: Any) -> bool:
     arithmetic operator), whose arguments are the op's."""
     if isinstance(key, Name):
         return False
-    name = getattr(key, "__name__", "")
-    if getattr(torch.Tensor, name, None) is key:
+    if key_kind(key) == "method":
         return True
     if not isinstance(key, types.BuiltinFunctionType):
         return False
     module = getattr(key, "__module__", None) or ""
     if module == "_operator":
-        return name in _OPERATOR_OPS
+        return key.__name__ in _OPERATOR_OPS
     return module == "torch" or module.startswith("torch._C._")
 
 
@@ -170,7 +169,7 @@ def _torch_api(key: Any) -> bool:
     (a call reaches ``__torch_function__``), or a Name of one."""
     if isinstance(key, Name):
         return key.kind == "method" or callable(getattr(torch.Tensor, key.name, None))
-    return key in _overridable() or getattr(torch.Tensor, getattr(key, "__name__", ""), None) is key
+    return key_kind(key) == "method" or key in _overridable()
 
 
 @functools.cache
