@@ -54,7 +54,7 @@ from torch_flops.compiled import (
 from torch_flops.errors import DroppedOutputWarning, TracingError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
-from torch_flops.measure import LiveTensors, NullTimer, Timer, input_device, make_memory_probe
+from torch_flops.measure import LiveTensors, NullTimer, Timer, input_device, make_memory_probe, queued_runs
 from torch_flops.measuring import GraphRun, Measurements
 from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
@@ -191,6 +191,7 @@ class _EagerRunner:
         self.loss_fn, self.backward = loss_fn, backward
         self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
         self.memory_source = self.memory.source
+        self.timer: Timer | None = None  # one for the timed runs of this call (a CUDA timer learns from each run)
         self.counted: Step | None = None
         self.needs_values = False
         self.restore_grads = False  #: the counting run's backward, too, leaves no gradient behind
@@ -203,7 +204,9 @@ class _EagerRunner:
         self._last = None
         s = self.settings
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
-        recording = Recording(self.index, s.table, timer=NullTimer() if warmup else s.timer_for(self.device),
+        if not warmup and self.timer is None:
+            self.timer = queued_runs(s.timer_for(self.device))
+        recording = Recording(self.index, s.table, timer=NullTimer() if warmup or self.timer is None else self.timer,
                               memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
                               progress=self.progress, planned=self._planned)
         grads: LeafGrads | None = None
@@ -288,7 +291,7 @@ class GraphFront:
         memory = make_memory_probe(device, s.mem_func_name, storages)
         gm = graph.graph_module
         with TRACE_GATE.running(), training_flags_restored(snapshot.modules), gc_paused(), runner.lock:
-            runner.prepare(timer=s.timer_for(device), memory=memory, strict=s.strict, timed=device.type != "meta",
+            runner.prepare(timer=queued_runs(s.timer_for(device)), memory=memory, strict=s.strict, timed=device.type != "meta",
                            sequences=sequences, progress=progress)
             output, measurements = run_repeated(
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,

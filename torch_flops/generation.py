@@ -549,7 +549,7 @@ class _CallLog:
         self.no_cache: list[bool] = []  # per call: called with use_cache=False
         self.cache: Any = None  # the cache the latest call was given (only the latest: not every step's)
         self.allocated: list[int] = []
-        self._cuda = device.type == "cuda"
+        self._read_allocated = make_memory_probe(device, "memory_allocated").read if device.type == "cuda" else None
         self._handles: list[Any] = []
 
     def install(self) -> None:
@@ -572,14 +572,14 @@ class _CallLog:
                                  else None)
         self.cache = found_cache(kwargs)
         self.no_cache.append(kwargs.get("use_cache") is False)
-        if self._cuda:
-            self.allocated.append(torch.cuda.memory_allocated(self.device))
+        if self._read_allocated is not None:
+            self.allocated.append(self._read_allocated())
         self.starts.append(time.perf_counter())
 
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self.thread:
             return
-        if self._cuda:
+        if self._read_allocated is not None:  # (CUDA)
             torch.cuda.synchronize(self.device)
         self.ends.append(time.perf_counter())
 
