@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import statistics
 import sys
 import threading
@@ -815,15 +816,20 @@ def _config_patches(options: Mapping[str, Any]) -> dict[str, Any]:
     return patches
 
 
+_ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
+
+
 def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], options: Mapping[str, Any],
              warmup: int, repeat: int, backward: bool, loss_fn: Callable[[Any], Any] | None) -> CompiledProfile:
     device = input_device((args, kwargs), model)
     patches = _config_patches(options)
     backend = RecordingBackend(model, FORMULAS.copy(), patches)
-    # isolate_recompiles (torch >= 2.13; not in torch.compile's typed overloads): our cache entries
-    # never count against the recompile limit of the user's own compiled model
     private: dict[str, Any] = {"backend": backend, "dynamic": options.get("dynamic"),
-                               "fullgraph": bool(options.get("fullgraph", False)), "isolate_recompiles": True}
+                               "fullgraph": bool(options.get("fullgraph", False))}
+    if _ISOLATES_RECOMPILES:
+        # (torch >= 2.13; not in torch.compile's typed overloads): our cache entries never count
+        # against the recompile limit of the user's own compiled model. Older torch shares the limit.
+        private["isolate_recompiles"] = True
     compiled = torch.compile(model, **private)
     cudagraphs = bool(patches.get("triton.cudagraphs")) and device.type == "cuda"
     grad = torch.enable_grad() if backward else torch.no_grad()
