@@ -3,7 +3,8 @@ FlopCounterMode agreement on a GPU. Skipped where no CUDA device is present."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import TorchFLOPsByFX
-from torch_flops.measure import DeviceTimer, make_memory_probe, make_timer
+from torch_flops.measure import CudaEventTimer, make_memory_probe, make_timer, queued_runs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -50,10 +51,57 @@ class BigLinear(nn.Module):
 
 
 def test_cuda_timer_and_memory_reader_chosen(cuda: torch.device) -> None:
-    assert isinstance(make_timer(cuda), DeviceTimer)
+    assert isinstance(make_timer(cuda), CudaEventTimer)
     probe = make_memory_probe(cuda, "memory_allocated")
-    assert probe.read is not None and probe.read() == torch.cuda.memory_allocated()
+    big = torch.empty(MiB4, dtype=torch.uint8, device=cuda)  # something allocated: a reading above 0
+    # the fast reader returns what the public counters return
+    assert probe.read is not None and probe.read() == torch.cuda.memory_allocated() >= MiB4
     assert probe.source == "cuda.memory_allocated"
+    peak = make_memory_probe(cuda, "max_memory_allocated")
+    assert peak.read is not None and peak.read() == torch.cuda.max_memory_allocated() >= MiB4
+    del big
+
+
+def test_event_ticks_follow_the_current_stream(cuda: torch.device) -> None:
+    """Each event lands on the stream current at its tick: a model that switches streams has its
+    nodes timed on the stream their kernels ran on."""
+    timer = make_timer(cuda)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        before = timer.tick()
+        torch.cuda._sleep(2_000_000)  # about a millisecond of GPU time (2e6 cycles at ~2 GHz), on the side stream
+        after = timer.tick()
+    timer.finish()
+    # recorded on the side stream, the pair brackets the sleep; on the default stream, where nothing
+    # ran between them, it would measure about 0
+    assert timer.elapsed_ms(before, after) > 0.3
+
+
+def _two_runs_with_host_pauses(timer: Any) -> tuple[float, float]:
+    """Two runs of two ticks with 5 ms of host work (and nothing on the GPU) between them: the
+    elapsed time of each run's pair."""
+    import time
+
+    elapsed = []
+    for _ in range(2):
+        first = timer.tick()
+        time.sleep(0.005)
+        second = timer.tick()
+        timer.finish()
+        elapsed.append(timer.elapsed_ms(first, second))
+    return elapsed[0], elapsed[1]
+
+
+def test_repeated_runs_are_queued_behind_the_hosts_launch_time(cuda: torch.device) -> None:
+    """For the repeated runs of one profile, from the second run on the GPU waits while the host
+    launches the run (twice the first run's host time), so an event pair times the GPU work between
+    its ticks, not the host's pauses; a timer not set so (a generation's) never waits."""
+    first, second = _two_runs_with_host_pauses(queued_runs(make_timer(cuda)))
+    # first run: the GPU, idle, records each event when it is enqueued: the pair spans the host's 5 ms;
+    # second run: a wait of ~10 ms went ahead of both events, queued before the GPU woke: back to back
+    assert first >= 4.0 and second < 1.0
+    first, second = _two_runs_with_host_pauses(make_timer(cuda))
+    assert first >= 4.0 and second >= 4.0
 
 
 def test_event_times_for_every_call_node(cuda: torch.device) -> None:
@@ -61,7 +109,9 @@ def test_event_times_for_every_call_node(cuda: torch.device) -> None:
     counter = TorchFLOPsByFX(model, warmup=1, repeat=3)
     with torch.no_grad():
         counter.propagate(torch.randn(2, 3, 8, 8, device=cuda))
-    for r in counter.records:
+    calls = [r for r in counter.records if r.op.startswith("call_")]
+    assert len(calls) == 4  # conv, relu, flatten, fc (the input and the output run nothing: no time)
+    for r in calls:
         assert isinstance(r.time_ms, float) and r.time_ms >= 0.0, r.name
     kernels = {r.name: r.time_ms for r in counter.records if r.name in ("conv", "relu", "fc")}
     assert len(kernels) == 3 and all(t is not None and t > 0 for t in kernels.values())  # each launches a kernel
@@ -84,7 +134,8 @@ def test_memory_allocated_delta_of_a_known_output(cuda: torch.device) -> None:
     assert rec["fc"].mem_delta == MiB4
     assert rec["fc"].mem_before is not None
     assert rec["fc"].mem_after == rec["fc"].mem_before + MiB4
-    assert rec["x"].mem_delta == 0  # the input was allocated before the run
+    # the input runs nothing: no allocator reading (it was allocated before the run, by the caller)
+    assert rec["x"].op == "placeholder" and rec["x"].mem_delta is None
     # Linear(1024, 1024) on (1024, 1024): macs = 1024**3; flops = 2*macs + 1024*1024 bias adds
     assert (rec["fc"].macs, rec["fc"].flops) == (1024**3, 2 * 1024**3 + 1024**2)
     assert counter.max_memory is not None and counter.max_memory >= rec["fc"].mem_after
@@ -101,7 +152,8 @@ def test_max_memory_allocated(cuda: torch.device) -> None:
         counter = TorchFLOPsByFX(model, mem_func_name="max_memory_allocated")
         counter.propagate(x)
     assert counter.profile.memory_source == "cuda.max_memory_allocated"
-    values = [(r.mem_before, r.mem_after) for r in counter.records]
+    values = [(r.mem_before, r.mem_after) for r in counter.records if r.op.startswith("call_")]
+    assert len(values) == 1  # fc
     assert all(isinstance(b, int) and isinstance(a, int) and a >= b for b, a in values)  # a peak never drops
     rec = {r.name: r for r in counter.records}
     assert rec["fc"].mem_after is not None and rec["fc"].mem_after >= base + MiB4
@@ -154,3 +206,84 @@ def test_roofline_of_a_cuda_run_is_timed_on_its_own_device(cuda: torch.device) -
     assert fc0.pct_of_roofline < 110
     assert fc0.achieved_flops_per_s == pytest.approx(fc0.flops / (fc0.time_ms / 1e3))
     assert fc0.lost_time_ms == pytest.approx(fc0.time_ms - fc0.roofline_time_ms)
+
+
+# --------------------------------------------------------------------------- generation on a GPU
+
+
+def _flop_counter_per_call(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[int], int]:
+    """``run()`` under FlopCounterMode: its output, the FLOPs of each call of ``model`` (the counter
+    read in a pre- and a post-hook of the model) and the FLOPs of the whole run."""
+    per_call: list[int] = []
+    with FlopCounterMode(display=False) as counter:
+        pre = model.register_forward_pre_hook(lambda m, a: per_call.append(-counter.get_total_flops()))
+        post = model.register_forward_hook(lambda m, a, o: per_call.__setitem__(-1, per_call[-1]
+                                                                                + counter.get_total_flops()))
+        try:
+            out = run()
+        finally:
+            pre.remove()
+            post.remove()
+    return out, per_call, counter.get_total_flops()
+
+
+# eager attention with grouped-query attention (2 KV heads for 4 query heads); sdpa without it, since
+# FlopCounterMode itself refuses sdpa's K and V with fewer heads than Q (torch 2.11 on CUDA)
+@pytest.mark.parametrize("attn,dtype,kv_heads", [("eager", torch.float32, 2), ("sdpa", torch.bfloat16, 4)])
+def test_generate_on_cuda_steps_against_flop_counter_and_kv_formula(cuda: torch.device, attn: str,
+                                                                     dtype: torch.dtype, kv_heads: int) -> None:
+    """The user's own ``generate`` on the GPU: the same tokens as without the profiler, each step's
+    FLOPs equal FlopCounterMode's over that step's forward on the same device (with ``sdpa`` in
+    bf16, CUDA picks a fused attention kernel, counted by its own aten op), the KV cache from the
+    live object, CUDA-synchronised times and ``memory_allocated`` readings."""
+    from torch_flops import profile_generate
+
+    hf = pytest.importorskip("transformers")
+    config = hf.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=kv_heads, vocab_size=1000, max_position_embeddings=256,
+                            attn_implementation=attn)
+    torch.manual_seed(0)
+    model = hf.LlamaForCausalLM(config).to(cuda, dtype).eval()
+    ids = torch.randint(1, 1000, (2, 16), device=cuda, generator=torch.Generator(cuda).manual_seed(1))
+    greedy = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 6, "min_new_tokens": 6,
+              "do_sample": False, "pad_token_id": 0}
+    plain, per_call, whole = _flop_counter_per_call(model, lambda: model.generate(ids, **greedy))
+    gp = profile_generate(model, ids, **greedy)
+    assert torch.equal(gp.output, plain) and gp.baseline_matches is True
+    assert [s.tokens_in for s in gp.steps] == [16, 1, 1, 1, 1, 1]
+    counted = [p.with_convention("flop_counter").total_flops for p in gp.profiles]
+    assert counted == per_call and sum(counted) == whole
+    # KV cache after each step: 2 (K, V) x 2 layers x kv_heads x 64 head_dim x tokens x batch 2 x
+    # bytes per element (4 in float32, 2 in bf16) = 512 x kv_heads x bytes x tokens
+    size = torch.finfo(dtype).bits // 8
+    assert gp.kv_cache_bytes == [512 * kv_heads * size * t for t in range(16, 22)]
+    assert gp.kv_cache_matches_formula is True
+    assert gp.prefill.device.startswith("cuda") and gp.prefill.memory_source == "cuda.memory_allocated"
+    assert gp.ttft_ms is not None and gp.ttft_ms > 0 and gp.tpot_ms is not None and gp.tpot_ms > 0
+    memory = gp.memory()
+    assert memory["kv_cache"] == gp.kv_cache_bytes[-1] and memory["activations"] is not None
+    # weights: the parameters, plus the rotary buffers (inv_freq, original_inv_freq: 32 floats each)
+    assert gp.weights_bytes == size * sum(p.numel() for p in model.parameters()) + sum(b.nbytes for b in model.buffers())
+
+
+def test_generate_on_cuda_sampling_same_tokens(cuda: torch.device) -> None:
+    """Sampling from the CUDA generator: the profiled run draws what the plain run draws."""
+    from torch_flops import profile_generate
+
+    hf = pytest.importorskip("transformers")
+    config = hf.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=500, n_positions=128, bos_token_id=0,
+                           eos_token_id=0)
+    torch.manual_seed(0)
+    model = hf.GPT2LMHeadModel(config).to(cuda).eval()
+    ids = torch.randint(1, 500, (2, 8), device=cuda, generator=torch.Generator(cuda).manual_seed(1))
+    sampling = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 8, "min_new_tokens": 8,
+                "do_sample": True, "top_k": 50, "pad_token_id": 0}
+    torch.manual_seed(7)
+    plain = model.generate(ids, **sampling)
+    after = torch.rand(4, device=cuda)
+    torch.manual_seed(7)
+    gp = profile_generate(model, ids, **sampling)
+    assert torch.equal(torch.rand(4, device=cuda), after)  # the baseline's rerun left the state one run leaves
+    assert torch.equal(gp.output, plain) and gp.baseline_matches is True
+    # GPT-2 keeps every head's K and V: 2 x 2 layers x 4 heads x 32 head_dim x batch 2 x 4 B = 4096 B per token
+    assert gp.kv_cache_bytes == [4096 * t for t in range(8, 16)]
