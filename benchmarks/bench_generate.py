@@ -16,6 +16,10 @@
    {128, 2048} x generated {128, 512} = 12 points, on h100-sxm.
 
     python benchmarks/bench_generate.py [--reps 5] [--new-tokens 32] [--prompt 128] [--skip-sweep]
+                                        [--device cuda] [--dtype bfloat16]
+
+With ``--device cuda`` part 1 runs on the GPU (each timing ends with a synchronise) and also prints
+the measured TTFT and time per output token next to the roofline's prediction for the device.
 
 Prints, never asserts.
 """
@@ -45,27 +49,44 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--skip-sweep", action="store_true")
     parser.add_argument("--skip-cprofile", action="store_true")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure")
+        return
+    dtype = getattr(torch, args.dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config()).eval()
-    ids = torch.randint(0, 50257, (1, args.prompt), generator=torch.Generator().manual_seed(0))
+    model = GPT2LMHeadModel(GPT2Config()).to(device, dtype).eval()
+    ids = torch.randint(0, 50257, (1, args.prompt), generator=torch.Generator().manual_seed(0)).to(device)
     kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": args.new_tokens,
               "min_new_tokens": args.new_tokens, "do_sample": False, "pad_token_id": 50256}
 
     def plain() -> torch.Tensor:
-        return model.generate(ids, **kwargs)
+        out = model.generate(ids, **kwargs)
+        sync()
+        return out
 
     floor = _interception_floor(model)
 
     def counted() -> torch.Tensor:
         with FlopCounterMode(display=False):
-            return model.generate(ids, **kwargs)
+            out = model.generate(ids, **kwargs)
+        sync()
+        return out
 
     def intercepted() -> torch.Tensor:
         with floor():
-            return model.generate(ids, **kwargs)
+            out = model.generate(ids, **kwargs)
+        sync()
+        return out
 
     expected = plain()  # warm up both paths (allocator, transformers' first-call set-up, lazy imports)
     gp = profile_generate(model, ids, baseline=False, **kwargs)
@@ -89,7 +110,9 @@ def main() -> None:
         assert gp.timing is not None
         recorded_s.append(gp.timing.total_ms / 1e3)
     base = statistics.median(plain_s)
-    print(f"GPT-2 small (124 M params, float32, CPU, {torch.get_num_threads()} threads), prompt {args.prompt}, "
+    where = f"{torch.cuda.get_device_name(device)}" if device.type == "cuda" else \
+        f"CPU, {torch.get_num_threads()} threads"
+    print(f"GPT-2 small (124 M params, {args.dtype}, {where}), prompt {args.prompt}, "
           f"{args.new_tokens} new tokens, {args.reps} interleaved repetitions, medians:")
     print(f"  generate, plain:                      {base * 1e3:8.1f} ms")
     print(f"  generate, intercepted only (floor):   {statistics.median(floor_s) * 1e3:8.1f} ms   "
@@ -103,6 +126,21 @@ def main() -> None:
     nodes = [len(p.records) for p in gp.profiles]
     print(f"  nodes recorded: prefill {nodes[0]}, decode step {nodes[1]} (x {len(nodes) - 1}); "
           f"prefill {gp.prefill.total_flops / 1e9:.1f} GFLOPs, decode {gp.decode_flops_per_token / 1e6:.0f} MFLOPs/token")
+
+    if device.type == "cuda":
+        measured = profile_generate(model, ids, **kwargs)  # with the baseline: the unprofiled run's times
+        name = torch.cuda.get_device_name(device)
+        from torch_flops import hardware
+
+        try:
+            spec = hardware.spec_for_device_name(name)
+        except ValueError:
+            spec = hardware.get("h100-sxm")
+        predicted = measured.predict(spec)
+        base = measured.baseline
+        print(f"  measured without the profiler: TTFT {base.ttft_ms:.2f} ms, TPOT {base.tpot_ms:.2f} ms; "
+              f"roofline on {spec.name}: TTFT {predicted.ttft_ms:.3f} ms, TPOT {predicted.tpot_ms:.3f} ms "
+              f"(measured / predicted: {base.ttft_ms / predicted.ttft_ms:.1f}x, {base.tpot_ms / predicted.tpot_ms:.1f}x)")
 
     if not args.skip_cprofile:
         profiler = cProfile.Profile()
