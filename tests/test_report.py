@@ -35,7 +35,7 @@ Params:      137
 Model size:  unknown (no node shows the dtype of the 137 params)
 MACs:        560 MACs
 FLOPs:       1.26 KFLOPs
-Latency:     4.86 ms; first (cold) call: no warm-up ran; warmup=1 (CLI: --warmup 1) gives warm timings
+Latency:     4.87 ms; first (cold) call: no warm-up ran; warmup=1 (CLI: --warmup 1) gives warm timings
 Throughput:  822 samples/s
 FLOP/s:      258 KFLOP/s achieved
 Peak memory: 3.00 MiB (live_tensors)
@@ -47,7 +47,7 @@ Unsupported: 1 node(s), excluded: torch.mystery x1
 
 module                  params  % params  MACs   % MACs   FLOPs  % FLOPs  latency (cold)  % latency  FLOP/s
 ----------------------  ------  --------  ----  -------  ------  -------  --------------  ---------  ------
-Net                        137   100.00%   560  100.00%  1.26 K  100.00%         4.86 ms    100.00%   258 K
+Net                        137   100.00%   560  100.00%  1.26 K  100.00%         4.87 ms    100.00%   258 K
   encoder (Sequential)     110    80.29%   400   71.43%     880   70.06%         2.50 ms     51.39%   352 K
     0 (Linear)             110    80.29%   400   71.43%     840   66.88%         2.00 ms     41.11%   420 K
     1 (ReLU)                 0     0.00%     0    0.00%      40    3.18%          500 us     10.28%  80.0 K
@@ -103,7 +103,7 @@ Top 2 modules at depth 1:
 MODULE_TABLE_GOLDEN = """\
 module     type          nodes    params    FLOPs    MACs     time    % time    unsupported
 ---------  ----------  -------  --------  -------  ------  -------  --------  -------------
-(root)     Net               8       137   1.26 K     560  4.86 ms   100.00%              1
+(root)     Net               8       137   1.26 K     560  4.87 ms   100.00%              1
 encoder    Sequential        2       110      880     400  2.50 ms    51.39%
 encoder.0  Linear            1       110      840     400  2.00 ms    41.11%
 encoder.1  ReLU              1         0       40       0   500 us    10.28%
@@ -120,7 +120,7 @@ operator.add         1       40      3.18%       0   100 us     2.06%
 placeholder          1        0      0.00%       0  10.0 us     0.21%
 torch.mystery        1        0      0.00%       0   250 us     5.14%              1
 output               1        0      0.00%       0  5.00 us     0.10%
-total                8   1.26 K                560  4.86 ms                        1
+total                8   1.26 K                560  4.87 ms                        1
 """
 
 NODE_TABLE_GOLDEN = """\
@@ -134,15 +134,15 @@ head       Linear         head       counted          168      80  1.00 ms      
 mystery    torch.mystery  -          unsupported        -       -   250 us             -            -            -  (4, 10)
 head_1     Linear         head       counted          168      80  1.00 ms             -            -            -  (4, 2)
 output     output         -          zero               0       0  5.00 us             -            -            -  [(4, 2), -]
-total                                              1.26 K     560  4.86 ms
+total                                              1.26 K     560  4.87 ms
 """
 
 MARKDOWN_GOLDEN = """\
-**torch_flops profile**: 137 params, 560 MACs, 1.26 KFLOPs, latency 4.86 ms (first call, cold) on cpu (tracer fx, 1 unsupported node(s))
+**torch_flops profile**: 137 params, 560 MACs, 1.26 KFLOPs, latency 4.87 ms (first call, cold) on cpu (tracer fx, 1 unsupported node(s))
 
 | module    | type       |   nodes |   params |   FLOPs |   MACs |    time |   % time |   unsupported |
 |-----------|------------|---------|----------|---------|--------|---------|----------|---------------|
-| (root)    | Net        |       8 |      137 |  1.26 K |    560 | 4.86 ms |  100.00% |             1 |
+| (root)    | Net        |       8 |      137 |  1.26 K |    560 | 4.87 ms |  100.00% |             1 |
 | encoder   | Sequential |       2 |      110 |     880 |    400 | 2.50 ms |   51.39% |               |
 | encoder.0 | Linear     |       1 |      110 |     840 |    400 | 2.00 ms |   41.11% |               |
 | encoder.1 | ReLU       |       1 |        0 |      40 |      0 |  500 us |   10.28% |               |
@@ -222,7 +222,8 @@ def test_tree_rows_raw_and_formatted(hand_profile: Any) -> None:
     unused = dict(zip(report.TREE_COLUMNS, rows[3]))
     assert unused["time_ms"] is None and unused["time_pct"] is None and unused["flops_per_s"] is None
     text = report.format_rows(report.TREE_COLUMNS, rows)
-    assert text[0][3:] == ["137", "100.00%", "560", "100.00%", "1.26 K", "100.00%", "4.86 ms", "100.00%", "258 K"]
+    # 4.865 ms in all: "4.87 ms" whichever order the node times are summed in (the sum is read to 12 digits)
+    assert text[0][3:] == ["137", "100.00%", "560", "100.00%", "1.26 K", "100.00%", "4.87 ms", "100.00%", "258 K"]
     assert text[3][-3:] == ["-", "-", "-"]
 
 
@@ -230,6 +231,9 @@ def test_format_helpers() -> None:
     assert report.format_count(4_089_184_256, "MACs") == "4.09 GMACs"
     assert report.format_count(25_557_032) == "25.6 M"
     assert report.format_time_ms(3.2) == "3.20 ms"
+    # one sum, added in two orders (Python 3.11's sum and 3.12's compensated one differ in the last bit):
+    # 4.865 either way, which prints as the double nearest 4.865 does
+    assert report.format_time_ms(4.864999999999999) == report.format_time_ms(4.865000000000001) == "4.87 ms"
     assert report.format_percent(1, 8) == "12.50%"
     assert report.format_percent(None, 8) == report.format_percent(1, 0) == "-"
 

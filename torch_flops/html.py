@@ -316,8 +316,10 @@ function hideTip() { tip.style.display = "none"; }
 // ------------------------------------------------------------ numbers, as torch_flops.report writes them
 const PREFIX = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
 // x with d decimals as Python's f"{x:.{d}f}" writes it: toFixed rounds an exact tie (424.5, 10.25, 0.125) up,
-// Python to even; a tie is exact only when x * 2^(d+1) is an integer (scaling by a power of 2 is exact)
+// Python to even; a tie is exact only when x * 2^(d+1) is an integer (scaling by a power of 2 is exact).
+// x is first read to 12 significant digits, as report._snap does, so that a sum's last-bit noise never decides.
 function fixed(x, d) {
+  x = Number(x.toPrecision(12));
   const a = Math.abs(x), s = a * Math.pow(10, d);
   if (Number.isInteger(a * Math.pow(2, d + 1)) && s % 1 === 0.5) {
     const n = Math.floor(s) + Math.floor(s) % 2;
@@ -325,7 +327,7 @@ function fixed(x, d) {
   }
   return x.toFixed(d);
 }
-function three(x) { const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
+function three(x) { x = Number(x.toPrecision(12)); const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
 function count(n) {
   if (n === null || n === undefined) return "-";
   for (const [s, p] of PREFIX) if (Math.abs(n) >= s) return three(n / s) + " " + p;

@@ -234,7 +234,15 @@ def format_count(n: float | None, unit: str = "") -> str:
     return f"{int(n)} {unit}".rstrip()
 
 
+def _snap(x: float) -> float:
+    """``x`` read to 12 significant digits: a total that lands on a rounding edge (4.865) prints the
+    same whichever order its terms were added in (Python 3.12's ``sum`` compensates, 3.11's does
+    not). The HTML report's ``fixed`` snaps the same way (``toPrecision(12)``)."""
+    return float(f"{x:.12g}")
+
+
 def _three_digits(x: float) -> str:
+    x = _snap(x)
     if abs(x) >= 100:
         return f"{x:.0f}"
     if abs(x) >= 10:
@@ -283,7 +291,7 @@ def _percent(part: float | None, whole: float | None) -> float | None:
 
 
 def _format_pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}%"
+    return "-" if value is None else f"{_snap(value):.2f}%"
 
 
 def _plain_shape(shape: Any) -> Any:
