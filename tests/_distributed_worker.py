@@ -142,9 +142,14 @@ def main() -> None:
         whole.propagate(x, loss_fn=lambda out: out.sum())
         facts["unsharded_macs"], facts["unsharded_backward_macs"] = whole.total_macs, whole.total_backward_macs
         model.zero_grad(set_to_none=True)
+        # a CPU mesh named outright: without one fully_shard takes the accelerator when there is one, and a
+        # machine with one GPU has no device for rank 1
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (world,))
         for layer in (model[0], model[2]):
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         counter = TorchFLOPsByFX(model)
         counter.propagate(x, loss_fn=lambda out: out.sum())
         facts["backward_comm_bytes"] = counter.profile.backward["comm_bytes"]
