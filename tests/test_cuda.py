@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import TorchFLOPsByFX
-from torch_flops.measure import CudaEventTimer, make_memory_probe, make_timer, queued_runs
+from torch_flops.measure import CudaEventTimer, make_memory_probe, make_timer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -94,9 +94,9 @@ def _two_runs_with_host_pauses(timer: Any) -> tuple[float, float]:
 
 def test_repeated_runs_are_queued_behind_the_hosts_launch_time(cuda: torch.device) -> None:
     """For the repeated runs of one profile, from the second run on the GPU waits while the host
-    launches the run (twice the first run's host time), so an event pair times the GPU work between
+    launches the run (twice the shortest host time so far), so an event pair times the GPU work between
     its ticks, not the host's pauses; a timer not set so (a generation's) never waits."""
-    first, second = _two_runs_with_host_pauses(queued_runs(make_timer(cuda)))
+    first, second = _two_runs_with_host_pauses(make_timer(cuda, queue_ahead=True))
     # first run: the GPU, idle, records each event when it is enqueued: the pair spans the host's 5 ms;
     # second run: a wait of ~10 ms went ahead of both events, queued before the GPU woke: back to back
     assert first >= 4.0 and second < 1.0

@@ -11,6 +11,7 @@ from torch import nn
 
 from torch_flops import Status, TorchFLOPsByFX
 from torch_flops.measure import (
+    CudaEventTimer,
     LiveTensors,
     NullTimer,
     PerfCounterTimer,
@@ -261,3 +262,100 @@ def test_time_is_the_median_over_repeats_eager(models: Any, as_factory: bool) ->
     # median(1, 2, 9) = 2 for every timed node
     assert [r.time_ms for r in counter.records] == [None, 2.0, 2.0, 2.0, 2.0, None]
     assert counter.total_time_ms == 2.0 * n_timed  # 8.0
+
+
+# --------------------------------------------------------------------------- the CUDA timer's logic, scripted
+
+
+class _CudaScript:
+    """What :class:`CudaEventTimer` calls in torch.cuda, scripted on a machine without CUDA: the
+    current stream's key, ``_sleep`` calls, the streams the events land on; each calibration
+    sleep of 1e6 cycles takes 0.5 ms (2e6 cycles per ms)."""
+
+    def __init__(self) -> None:
+        self.current = (7, 0, 1)  # (stream id, device index, device type), as the binding returns it
+        self.sleeps: list[int] = []
+        self.recorded: list[Any] = []
+        self.built: list[int] = []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import contextlib
+
+        script = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self, stream: Any = None) -> None:
+                script.recorded.append(stream)
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Any) -> float:
+                return 0.5
+
+        def stream(stream_id: int, device_index: int, device_type: int) -> tuple[str, int]:
+            script.built.append(stream_id)
+            return ("stream", stream_id)
+
+        monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", lambda index: script.current, raising=False)
+        monkeypatch.setattr(torch.cuda, "Stream", stream)
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "_sleep", self.sleeps.append, raising=False)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+
+
+def _scripted_timer(monkeypatch: pytest.MonkeyPatch, queue_ahead: bool) -> tuple[CudaEventTimer, _CudaScript,
+                                                                                   list[float]]:
+    script = _CudaScript()
+    script.install(monkeypatch)
+    timer = CudaEventTimer(torch.device("cuda", 0), queue_ahead=queue_ahead)
+    clock = [0.0]
+    timer._clock = lambda: clock[0]  # type: ignore[method-assign]
+    return timer, script, clock
+
+
+def _run(timer: CudaEventTimer, clock: list[float], host_s: float, nodes: int = 1) -> None:
+    """One run of ``nodes`` nodes (two ticks each) whose host time is ``host_s``."""
+    for _ in range(nodes):
+        timer.tick()
+        timer.tick()
+    clock[0] += host_s
+    timer.finish()
+
+
+def test_cuda_timer_queues_each_run_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    timer, script, clock = _scripted_timer(monkeypatch, queue_ahead=True)
+    _run(timer, clock, 0.010)  # run 1: 10 ms of host time, no wait before it
+    assert script.sleeps == [1_000_000]  # only the calibration (1e6 cycles in 0.5 ms: 2e6 cycles a ms)
+    _run(timer, clock, 0.004)  # run 2: waits 2 x 10 ms x 2e6 = 40e6 cycles; 4 ms of host time
+    _run(timer, clock, 0.030)  # run 3: the shortest run counts: 2 x 4 ms x 2e6 = 16e6 cycles
+    _run(timer, clock, 0.004)  # run 4: still 16e6 (a 30 ms run, one that synchronised, does not feed back)
+    assert script.sleeps == [1_000_000, 40_000_000, 16_000_000, 16_000_000]
+    assert all(s == ("stream", 7) for s in script.recorded) and script.built == [7]
+
+
+def test_cuda_timer_wait_is_capped_and_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    timer, script, clock = _scripted_timer(monkeypatch, queue_ahead=True)
+    _run(timer, clock, 5.0)  # a 5 s run: the wait is capped at 2 s = 2000 ms x 2e6 = 4e9 cycles
+    _run(timer, clock, 5.0)
+    assert script.sleeps == [1_000_000, 4_000_000_000]
+    timer, script, clock = _scripted_timer(monkeypatch, queue_ahead=False)  # a generation's, or the user's
+    for _ in range(3):
+        _run(timer, clock, 0.010)
+    assert script.sleeps == []  # neither a wait nor a calibration
+
+
+def test_cuda_timer_events_follow_the_current_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    timer, script, _ = _scripted_timer(monkeypatch, queue_ahead=False)
+    timer.tick()
+    script.current = (9, 0, 1)  # the model switches to a side stream ...
+    timer.tick()
+    timer.tick()
+    script.current = (7, 0, 1)  # ... and back
+    timer.tick()
+    assert script.recorded == [("stream", 7), ("stream", 9), ("stream", 9), ("stream", 7)]
+    assert script.built == [7, 9, 7]  # a Stream object built only when the current one changes

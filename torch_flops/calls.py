@@ -54,7 +54,7 @@ from torch_flops.compiled import (
 from torch_flops.errors import DroppedOutputWarning, TracingError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
-from torch_flops.measure import LiveTensors, NullTimer, Timer, input_device, make_memory_probe, queued_runs
+from torch_flops.measure import CudaEventTimer, LiveTensors, NullTimer, Timer, input_device, make_memory_probe
 from torch_flops.measuring import GraphRun, Measurements
 from torch_flops.plan import make_plan
 from torch_flops.progress import Progress
@@ -94,7 +94,7 @@ class CallSettings:
     repeat: int
     strict: bool
     mem_func_name: str
-    timer_for: Callable[[torch.device], Timer]
+    timer_for: Callable[..., Timer]  #: (device, queued=False) -> Timer: Options.timer_for
 
 
 def checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
@@ -191,7 +191,7 @@ class _EagerRunner:
         self.loss_fn, self.backward = loss_fn, backward
         self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
         self.memory_source = self.memory.source
-        self.timer: Timer | None = None  # one for the timed runs of this call (a CUDA timer learns from each run)
+        self.timer: Timer | None = None  # one for all the runs of this call (a CUDA timer of ours learns the host time)
         self.counted: Step | None = None
         self.needs_values = False
         self.restore_grads = False  #: the counting run's backward, too, leaves no gradient behind
@@ -204,9 +204,12 @@ class _EagerRunner:
         self._last = None
         s = self.settings
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
-        if not warmup and self.timer is None:
-            self.timer = queued_runs(s.timer_for(self.device))
-        recording = Recording(self.index, s.table, timer=NullTimer() if warmup or self.timer is None else self.timer,
+        if self.timer is None:
+            self.timer = s.timer_for(self.device, queued=True)
+        # a warm-up is untimed, except by a CUDA timer of ours that queues the runs: it learns the
+        # host's launch time there, so that every timed run is queued (as in the fx front end)
+        learns = isinstance(self.timer, CudaEventTimer) and self.timer.queue_ahead
+        recording = Recording(self.index, s.table, timer=NullTimer() if warmup and not learns else self.timer,
                               memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
                               progress=self.progress, planned=self._planned)
         grads: LeafGrads | None = None
@@ -291,8 +294,8 @@ class GraphFront:
         memory = make_memory_probe(device, s.mem_func_name, storages)
         gm = graph.graph_module
         with TRACE_GATE.running(), training_flags_restored(snapshot.modules), gc_paused(), runner.lock:
-            runner.prepare(timer=queued_runs(s.timer_for(device)), memory=memory, strict=s.strict, timed=device.type != "meta",
-                           sequences=sequences, progress=progress)
+            runner.prepare(timer=s.timer_for(device, queued=True), memory=memory, strict=s.strict,
+                           timed=device.type != "meta", sequences=sequences, progress=progress)
             output, measurements = run_repeated(
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
                 extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm), progress=progress)

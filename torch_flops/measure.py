@@ -7,11 +7,11 @@ Pass your own to ``TorchFLOPsByFX(timer=...)`` (an object, or a function of the 
 * CPU: ``time.perf_counter_ns`` tokens.
 * CUDA and other accelerators with events: one start/end event pair per node recorded on the
   current stream, no synchronisation between nodes, one synchronisation at the end of the run.
-  On CUDA, when a profile repeats its runs (``repeat`` > 1), every timed run after the first starts
-  with a GPU-side wait as long as the host took to launch the first one (:class:`CudaEventTimer`,
-  :func:`queued_runs`), so that the GPU runs the kernels back to back from a full queue and each
-  event pair times its kernels, not the profiler's own Python between launches; a single run
-  (``repeat=1``) has no such estimate.
+  On CUDA, when a profile repeats its runs (``warmup`` + ``repeat`` > 1), every run after the first
+  starts with a GPU-side wait of twice the shortest host time of a run so far
+  (:class:`CudaEventTimer`), so that the GPU runs the kernels back to back from a full queue and
+  each event pair times its kernels, not the profiler's own Python between launches; a single run
+  (``repeat=1``, no warm-up) has no such estimate.
 * meta: no time (``None``).
 
 Memory (:class:`MemoryProbe`): on CUDA the allocator's own counter
@@ -41,10 +41,10 @@ __all__ = [
     "PerfCounterTimer",
     "StorageEntries",
     "Timer",
+    "cuda_memory_reader",
     "input_device",
     "make_memory_probe",
     "make_timer",
-    "queued_runs",
     "storage_entries",
     "storage_key",
     "tensor_nbytes",
@@ -115,29 +115,31 @@ class DeviceTimer:
 
 
 class CudaEventTimer(DeviceTimer):
-    """``torch.cuda.Event`` pairs, recorded on the stream current at each tick, and queued behind a
-    GPU-side wait from the second run on.
+    """``torch.cuda.Event`` pairs, recorded on the stream current at each tick, and, with
+    ``queue_ahead``, each run after the first queued behind a GPU-side wait.
 
     Events: ``Event.record()`` without a stream builds a ``Stream`` object through
-    ``torch.cuda.current_stream()`` each time, about 25 us of Python a tick on an H100 (two ticks a
-    node). Here the current stream's identity is read from the binding that function reads and the
-    ``Stream`` object is rebuilt only when it changes (a model that switches streams), so each
-    event still lands on the stream its node's kernels were launched on.
+    ``torch.cuda.current_stream()`` each time (8.7 us a tick measured on an H100 host, two ticks a
+    node; 3.7 us here). The current stream's identity is read from the binding that function reads
+    and the ``Stream`` object is rebuilt only when it changes (a model that switches streams), so
+    each event still lands on the stream its node's kernels were launched on.
 
-    The wait (only with ``queue_ahead``, which :func:`queued_runs` sets for the repeated runs of one
-    profile): the profiler spends tens of microseconds of Python on each node; when that is longer
-    than the node's kernels, the GPU drains its queue between nodes and an event pair measures the
-    launch of the next kernel as well as the kernel. So the first tick of every run after the first
-    enqueues ``torch.cuda._sleep`` for twice the host time of the first run (at most 2 s): the host
-    launches the whole run while the GPU waits, then the GPU runs it as it would run the model,
-    kernel after kernel. The outputs are the same; the run's wall time grows by about its host time.
-    Only the first run's host time counts: a run that synchronises in the middle (``.item()``)
-    waits for the sleep there, and its host time would feed back into the next wait; from that
-    point on it is timed from a drained queue. Off for a generation or a training step, which are
-    not repeated and synchronise every step."""
+    The wait (``queue_ahead``: the repeated runs of one profile, ``Options.timer_for(queued=True)``;
+    never a timer of the user's): the profiler spends tens of microseconds of Python on each node;
+    when that is longer than the node's kernels, the GPU drains its queue between nodes and an event
+    pair measures the launch of the next kernel as well as the kernel. So the first tick of every
+    run after the first enqueues ``torch.cuda._sleep`` on the timer's stream for twice the shortest
+    host time of a run so far (at most 2 s): the host launches the whole run while the GPU waits,
+    then the GPU runs it as it runs the model, kernel after kernel. The outputs are the same; the
+    run's wall time grows by about its host time. The shortest run counts: the first one pays
+    CUDA's set-up, and a run that synchronises in the middle (``.item()``) waits for the sleep
+    there, so its host time would feed back into the next wait (from that point on it is timed from
+    a drained queue). A run whose host time outlasts the wait (the counting run does more work per
+    node) is queued for its first part only."""
 
     HOLD_FACTOR = 2.0
     MAX_HOLD_MS = 2000.0
+    _clock = staticmethod(time.perf_counter)  # host seconds (a test may script it)
 
     def __init__(self, device: torch.device, queue_ahead: bool = False) -> None:
         super().__init__(device)
@@ -148,7 +150,7 @@ class CudaEventTimer(DeviceTimer):
         self._stream: Any = None
         self._sleep = getattr(torch.cuda, "_sleep", None)
         self._run_start: float | None = None  #: host clock at the current run's first tick
-        self._host_ms = 0.0  #: the host time of the first finished run
+        self._host_ms: float | None = None  #: the shortest host time of a finished run
         self._cycles_per_ms: float | None = None
 
     def tick(self) -> Any:
@@ -157,52 +159,47 @@ class CudaEventTimer(DeviceTimer):
             self._key = key
             self._stream = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
         if self._run_start is None:
-            self._run_start = time.perf_counter()
+            self._run_start = self._clock()
             if self.queue_ahead and self._host_ms and self._cycles_per_ms and self._sleep is not None:
                 hold_ms = min(self._host_ms * self.HOLD_FACTOR, self.MAX_HOLD_MS)
-                self._sleep(int(hold_ms * self._cycles_per_ms))
+                with torch.cuda.stream(self._stream):  # the timer's device and stream, whatever is current
+                    self._sleep(int(hold_ms * self._cycles_per_ms))
         event = self._event_cls(enable_timing=True)
         event.record(self._stream)
         return event
 
     def finish(self) -> None:
         if self._run_start is not None:
-            if not self._host_ms:
-                self._host_ms = (time.perf_counter() - self._run_start) * 1e3
+            host_ms = (self._clock() - self._run_start) * 1e3
+            self._host_ms = host_ms if self._host_ms is None else min(self._host_ms, host_ms)
             self._run_start = None
         self._synchronize(self.device)
-        if self.queue_ahead and self._cycles_per_ms is None and self._host_ms and self._sleep is not None:
+        if self.queue_ahead and self._cycles_per_ms is None and self._stream is not None and self._sleep is not None:
             self._cycles_per_ms = self._calibrate()
 
     def _calibrate(self) -> float:
         """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (it spins on the SM clock): one
-        timed sleep of 1e6 cycles, between two runs."""
+        timed sleep of 1e6 cycles on the timer's stream, between two runs."""
         cycles = 1_000_000
         start, end = self._event_cls(enable_timing=True), self._event_cls(enable_timing=True)
-        start.record()
-        self._sleep(cycles)  # type: ignore[misc]
-        end.record()
+        with torch.cuda.stream(self._stream):
+            start.record(self._stream)
+            self._sleep(cycles)  # type: ignore[misc]
+            end.record(self._stream)
         end.synchronize()
         ms = float(start.elapsed_time(end))
         return cycles / ms if ms > 0 else 0.0
 
 
-def queued_runs(timer: Timer) -> Timer:
-    """``timer``, set to queue each run after the first behind the host's launch time when it is a
-    :class:`CudaEventTimer` (the repeated runs of one profile); any other timer as it is."""
-    if isinstance(timer, CudaEventTimer):
-        timer.queue_ahead = True
-    return timer
-
-
-def make_timer(device: torch.device) -> Timer:
-    """The right timer for tensors on ``device``."""
+def make_timer(device: torch.device, queue_ahead: bool = False) -> Timer:
+    """The right timer for tensors on ``device``; ``queue_ahead``: for the repeated runs of one
+    profile (:class:`CudaEventTimer`; nothing elsewhere)."""
     if device.type == "meta":
         return NullTimer()
     if device.type == "cpu":
         return PerfCounterTimer()
     if device.type == "cuda" and hasattr(torch._C, "_cuda_getCurrentStream"):
-        return CudaEventTimer(device)
+        return CudaEventTimer(device, queue_ahead)
     backend = getattr(torch, device.type, None)
     if backend is not None and hasattr(backend, "Event") and hasattr(backend, "synchronize"):
         return DeviceTimer(device)
@@ -240,11 +237,12 @@ def cuda_memory_reader(mem_func_name: str, index: int) -> Callable[[], int]:
     """A reader of ``torch.cuda.<mem_func_name>(index)``, read twice per node.
 
     The public function flattens the caching allocator's whole nested statistics dict in Python to
-    return one entry of it: about 150 us a call on an H100 (torch 2.11), 300 us a node, which made
-    the profiled run many times slower than the model on a GPU. The same number is read here from the
-    nested dict itself (``allocated_bytes.all.current``, or ``.peak`` for the maximum: the keys
-    ``memory_allocated`` and ``max_memory_allocated`` read), about 16 us a call there. Where that
-    binding is missing, the public function."""
+    return one entry of it: 147 us a call measured on an H100 host (torch 2.11), twice a node, which
+    made the profiled run many times slower than the model on a GPU. The same number is read here
+    from the nested dict itself (``allocated_bytes.all.current``, or ``.peak`` for the maximum: the
+    keys ``memory_allocated`` and ``max_memory_allocated`` read), 11.5 us a call there. Before CUDA
+    is initialised the counter is 0, as the public function says. Where the binding is missing,
+    the public function."""
     fn = getattr(torch.cuda, mem_func_name)
     stats = getattr(torch._C, "_cuda_memoryStats", None)
     if stats is None:
@@ -252,6 +250,8 @@ def cuda_memory_reader(mem_func_name: str, index: int) -> Callable[[], int]:
     key = "peak" if mem_func_name == "max_memory_allocated" else "current"
 
     def read() -> int:
+        if not torch.cuda.is_initialized():
+            return 0
         return int(stats(index)["allocated_bytes"]["all"][key])
 
     return read

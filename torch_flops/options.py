@@ -85,11 +85,13 @@ class Options:
         return CaptureOptions(leaf_types=leaf_types + user_classes, leaf_paths=leaf_paths,
                               leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args)
 
-    def timer_for(self, device: torch.device) -> Timer:
+    def timer_for(self, device: torch.device, queued: bool = False) -> Timer:
         """The timer of a run on ``device``: the user's (or the one their function makes), else
-        device events on accelerators and ``perf_counter_ns`` on CPU."""
+        device events on accelerators and ``perf_counter_ns`` on CPU; ``queued``: the timer of the
+        repeated runs of one profile (a CUDA timer of ours then queues each run after the first,
+        see :class:`~torch_flops.measure.CudaEventTimer`; a timer of yours is used as it is)."""
         if self.timer is None:
-            return make_timer(device)
+            return make_timer(device, queue_ahead=queued)
         return self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[operator,return-value]
 
     def settings(self) -> dict[str, Any]:
