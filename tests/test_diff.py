@@ -242,6 +242,12 @@ def test_diff_view_in_chromium(pair: dict[str, Any], browser: Any, tmp_path: Pat
     path = d.to_html(tmp_path / "diff.html", checks=["flops>+1%", "flops>+60%"])
     page = browser.open(Path(path).as_uri())
     assert page.evaluate("document.body.dataset.ready") == "1"
+    # a change whose last bit depends on the order of a sum prints as the text prints it (both read
+    # it to 12 digits): 197.505 from either side, and the double nearest 197.505 lies just below it
+    from torch_flops.diff import _pct_text
+
+    for value in (197.50500000000002, 197.50499999999997):
+        assert page.evaluate(_numbers_js(f"changePct({value!r}, 1)")) == _pct_text(value) == "+197.50%"
     rows = "[...document.querySelectorAll('#diff tbody tr')]"
     cell = "r => r.children[1].textContent"
     assert page.evaluate(f"{rows}.length") == len(d.rows) == 9
@@ -288,3 +294,12 @@ def test_diff_view_in_chromium(pair: dict[str, Any], browser: Any, tmp_path: Pat
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
     assert width == 1280 and height >= 600
+
+
+def _numbers_js(expression: str) -> str:
+    """``expression`` evaluated with the page's number formats (the section of its script that
+    writes numbers as torch_flops.report does) in scope."""
+    from torch_flops.html import _JS
+
+    section = _JS.split("numbers, as torch_flops.report writes them")[1].split("\n// ----")[0]
+    return f"(() => {{ {section}\n return {expression}; }})()"

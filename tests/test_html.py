@@ -465,6 +465,12 @@ def test_numbers_are_written_as_the_text_report_writes_them(hand_profile: Any, b
     assert _rows(page, "#nodes", 7) == [report.format_time_ms(x.time_ms) for x in p.records]
     by_op = p.by_operator()  # the operator table, most FLOPs first, its % of the total as the text's
     assert _rows(page, "#operators", 3)[0] == report.format_percent(next(iter(by_op.values())).flops, p.total_flops)
+    # a sum's last bit (its order of addition) never decides a digit or a unit, on the page as in the text:
+    # both read a number to 12 digits first (4.865 ms is "4.87 ms" from either side; 1000 ms is "1.00 s")
+    for value in (4.864999999999999, 4.865000000000001, 999.9999999999999, 1000.0000000000001, 0.9999999999999999):
+        assert page.evaluate(_numbers_js(f"time({value!r})")) == report.format_time_ms(value)
+    assert [report.format_time_ms(v) for v in (4.864999999999999, 999.9999999999999)] == ["4.87 ms", "1.00 s"]
+    assert page.evaluate(_numbers_js("count(999.9999999999999)")) == report.format_count(999.9999999999999) == "1.00 K"
     assert page.errors() == []
 
 
@@ -493,3 +499,12 @@ def test_a_parent_with_many_children_shows_the_first_500(rec: Any, browser: Any,
     assert page.evaluate(count) == len(p.by_module()) == 1 + n
     assert _rows(page, "#tree", 3)[0] == report.format_count(p.total_flops) == "361 K"  # 600 * 601 = 360,600
     assert page.errors() == []
+
+
+def _numbers_js(expression: str) -> str:
+    """``expression`` evaluated with the page's number formats (the section of its script that
+    writes numbers as torch_flops.report does) in scope."""
+    from torch_flops.html import _JS
+
+    section = _JS.split("numbers, as torch_flops.report writes them")[1].split("\n// ----")[0]
+    return f"(() => {{ {section}\n return {expression}; }})()"

@@ -538,7 +538,7 @@ def _pct_text(value: float | None) -> str:
         return "-"
     if math.isinf(value):
         return "new" if value > 0 else "gone"
-    return f"{value:+.2f}%"
+    return f"{report.snap(value):+.2f}%"
 
 
 def _formatter(metric: str) -> Any:

@@ -317,7 +317,7 @@ function hideTip() { tip.style.display = "none"; }
 const PREFIX = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
 // x with d decimals as Python's f"{x:.{d}f}" writes it: toFixed rounds an exact tie (424.5, 10.25, 0.125) up,
 // Python to even; a tie is exact only when x * 2^(d+1) is an integer (scaling by a power of 2 is exact).
-// x is first read to 12 significant digits, as report._snap does, so that a sum's last-bit noise never decides.
+// x is first read to 12 significant digits, as report.snap does, so that a sum's last-bit noise never decides.
 function fixed(x, d) {
   x = Number(x.toPrecision(12));
   const a = Math.abs(x), s = a * Math.pow(10, d);
@@ -330,11 +330,13 @@ function fixed(x, d) {
 function three(x) { x = Number(x.toPrecision(12)); const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
 function count(n) {
   if (n === null || n === undefined) return "-";
+  if (!Number.isInteger(n)) n = Number(n.toPrecision(12));  // report.snap: the unit from the snapped value
   for (const [s, p] of PREFIX) if (Math.abs(n) >= s) return three(n / s) + " " + p;
   return Number.isInteger(n) ? String(n) : three(n);
 }
 function time(ms) {
   if (ms === null || ms === undefined) return "-";
+  ms = Number(ms.toPrecision(12));  // report.snap: the unit from the snapped value
   if (ms < 0) return "-" + time(-ms);
   if (ms >= 1000) return three(ms / 1000) + " s";
   if (ms >= 1) return three(ms) + " ms";

@@ -201,6 +201,7 @@ __all__ = [
     "profile_to_json",
     "roofline_text",
     "rows_for",
+    "snap",
     "summary_lines",
     "summary_text",
     "table_text",
@@ -226,6 +227,8 @@ def format_count(n: float | None, unit: str = "") -> str:
     """``4089184256 -> '4.09 G'`` (three significant digits); ``None -> '-'``."""
     if n is None:
         return "-"
+    if isinstance(n, float):
+        n = snap(n)  # the unit too is chosen from the snapped value
     for scale, suffix in _SUFFIXES:
         if abs(n) >= scale:
             return f"{_three_digits(n / scale)} {suffix}{unit}"
@@ -234,15 +237,16 @@ def format_count(n: float | None, unit: str = "") -> str:
     return f"{int(n)} {unit}".rstrip()
 
 
-def _snap(x: float) -> float:
-    """``x`` read to 12 significant digits: a total that lands on a rounding edge (4.865) prints the
-    same whichever order its terms were added in (Python 3.12's ``sum`` compensates, 3.11's does
-    not). The HTML report's ``fixed`` snaps the same way (``toPrecision(12)``)."""
+def snap(x: float) -> float:
+    """``x`` read to 12 significant digits, before any number is rounded for print: a total that lands
+    on a rounding edge (4.865) prints the same whichever order its terms were added in (Python
+    3.12's ``sum`` compensates, 3.11's does not). The HTML report snaps the same way
+    (``toPrecision(12)``)."""
     return float(f"{x:.12g}")
 
 
 def _three_digits(x: float) -> str:
-    x = _snap(x)
+    x = snap(x)
     if abs(x) >= 100:
         return f"{x:.0f}"
     if abs(x) >= 10:
@@ -268,6 +272,7 @@ def format_time_ms(ms: float | None) -> str:
     a negative time (a node faster than its roofline) keeps its sign."""
     if ms is None:
         return "-"
+    ms = snap(ms)  # the unit too is chosen from the snapped value
     if ms < 0:
         return "-" + format_time_ms(-ms)
     if ms >= 1000:
@@ -291,7 +296,7 @@ def _percent(part: float | None, whole: float | None) -> float | None:
 
 
 def _format_pct(value: float | None) -> str:
-    return "-" if value is None else f"{_snap(value):.2f}%"
+    return "-" if value is None else f"{snap(value):.2f}%"
 
 
 def _plain_shape(shape: Any) -> Any:
@@ -949,7 +954,7 @@ def total_time_text(profile: Profile) -> str:
     if t is None:
         return f"Total time: not measured (device {profile.device})"
     note = timing_note(profile)
-    return f"Total time: {t:.3f} ms ({format_time_ms(t)}) on {profile.device}" + (f"; {note}" if note else "")
+    return f"Total time: {snap(t):.3f} ms ({format_time_ms(t)}) on {profile.device}" + (f"; {note}" if note else "")
 
 
 def max_memory_text(profile: Profile) -> str:
