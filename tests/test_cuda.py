@@ -3,11 +3,12 @@ FlopCounterMode agreement on a GPU. Skipped where no CUDA device is present."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from _flop_counts import flop_counter_per_call  # tests/_flop_counts.py
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -211,22 +212,6 @@ def test_roofline_of_a_cuda_run_is_timed_on_its_own_device(cuda: torch.device) -
 # --------------------------------------------------------------------------- generation on a GPU
 
 
-def _flop_counter_per_call(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[int], int]:
-    """``run()`` under FlopCounterMode: its output, the FLOPs of each call of ``model`` (the counter
-    read in a pre- and a post-hook of the model) and the FLOPs of the whole run."""
-    per_call: list[int] = []
-    with FlopCounterMode(display=False) as counter:
-        pre = model.register_forward_pre_hook(lambda m, a: per_call.append(-counter.get_total_flops()))
-        post = model.register_forward_hook(lambda m, a, o: per_call.__setitem__(-1, per_call[-1]
-                                                                                + counter.get_total_flops()))
-        try:
-            out = run()
-        finally:
-            pre.remove()
-            post.remove()
-    return out, per_call, counter.get_total_flops()
-
-
 # eager attention with grouped-query attention (2 KV heads for 4 query heads); sdpa without it, since
 # FlopCounterMode itself refuses sdpa's K and V with fewer heads than Q (torch 2.11 on CUDA)
 @pytest.mark.parametrize("attn,dtype,kv_heads", [("eager", torch.float32, 2), ("sdpa", torch.bfloat16, 4)])
@@ -247,7 +232,7 @@ def test_generate_on_cuda_steps_against_flop_counter_and_kv_formula(cuda: torch.
     ids = torch.randint(1, 1000, (2, 16), device=cuda, generator=torch.Generator(cuda).manual_seed(1))
     greedy = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 6, "min_new_tokens": 6,
               "do_sample": False, "pad_token_id": 0}
-    plain, per_call, whole = _flop_counter_per_call(model, lambda: model.generate(ids, **greedy))
+    plain, per_call, whole = flop_counter_per_call(model, lambda: model.generate(ids, **greedy))
     gp = profile_generate(model, ids, **greedy)
     assert torch.equal(gp.output, plain) and gp.baseline_matches is True
     assert [s.tokens_in for s in gp.steps] == [16, 1, 1, 1, 1, 1]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _flop_counts import flop_counter_per_call  # tests/_flop_counts.py (pytest puts tests/ on sys.path)
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -30,23 +31,6 @@ from torch_flops.session import installed
 @pytest.fixture(scope="module")
 def hf() -> Any:
     return pytest.importorskip("transformers")
-
-
-def flop_counter_per_call(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[int], int]:
-    """``run()`` under FlopCounterMode: its output, the FLOPs of each call of ``model`` in it (the
-    counter read before and after the call) and the FLOPs of the whole run."""
-    per_call: list[int] = []
-    with FlopCounterMode(display=False) as counter:
-        pre = model.register_forward_pre_hook(lambda m, a, k: per_call.append(-counter.get_total_flops()),
-                                              with_kwargs=True)
-        post = model.register_forward_hook(lambda m, a, o: per_call.__setitem__(-1, per_call[-1]
-                                                                                + counter.get_total_flops()))
-        try:
-            out = run()
-        finally:
-            pre.remove()
-            post.remove()
-    return out, per_call, counter.get_total_flops()
 
 
 def assert_clean(model: nn.Module) -> None:
