@@ -611,6 +611,12 @@ class Recording:
         """Whether an op about to run (outside the backward) would be recorded by this recording."""
         return self._open is None and (self._seeding or self._phase() is not None)
 
+    def records_nothing_outside(self) -> bool:
+        """Whether no call made outside the model's modules is recorded or counted by this recording
+        now (``outside=False``, no backward counted, no seed gradient running): every op and torch
+        function would only pass through it."""
+        return not self._outside and self._counter is None and not self._seeding
+
     def stepping(self) -> bool:
         """Whether this recording's optimizer is stepping (outside a closure's forward and backward)."""
         return self._in_optimizer and not self._in_closure
@@ -964,6 +970,8 @@ class _Hub:
     def pre_module(self, module: nn.Module) -> None:
         single = self.single
         if single is not None:
+            if self._suspended is not None and not single._stack:  # called again: the modes back on
+                self.resume(self._suspended)
             if single.pre_module(module):
                 self._leaf_token = self.suspend()
             return
@@ -978,8 +986,10 @@ class _Hub:
                     single.post_module(module, args, kwargs, result, failed)
                 finally:
                     self.resume(self._suspended)
-                return
-            single.post_module(module, args, kwargs, result, failed)
+            else:
+                single.post_module(module, args, kwargs, result, failed)
+            if not single._stack and single.records_nothing_outside():
+                self.suspend()  # until the model is called again (pre_module): its calls pass the modes by
             return
         for r in reversed(self.recordings):
             r.post_module(module, args, kwargs, result, failed)
