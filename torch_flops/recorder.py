@@ -61,7 +61,7 @@ class GraphMemo:
     the output needs, when each value dies), a function of its name candidates and input
     positions alone, and its plan, for a graph that ran exactly the same nodes."""
 
-    __slots__ = ("plan", "refs", "shape")
+    __slots__ = ("plan", "refs", "shape", "table")
 
     def __init__(self) -> None:
         #: NodeRef(i) at position i, made once and shared by the graphs (a reference is a position
@@ -71,6 +71,8 @@ class GraphMemo:
         self.shape: tuple[Any, tuple[list[str], list[bool], list[tuple[int, ...]]]] | None = None
         #: (entries, target plans) and the plan built from them
         self.plan: tuple[list[Any], list[OpPlan], Plan] | None = None
+        #: the last plan's traffic table (measuring.traffic_table: a function of the plan alone)
+        self.table: tuple[Plan, Any] | None = None
 
 
 class EagerGraph(NodeMeasurer):
@@ -332,8 +334,15 @@ class EagerGraph(NodeMeasurer):
         this recording's own)."""
         phases = None if all(p == "forward" for p in self.phases) else list(self.phases)
         return self.graph_run(lambda: self.plan, 0, self.times() if times is None else times,
-                              lambda: traffic_table(self.plan), lambda: self.plan.frees, phases,
+                              self._traffic_table, lambda: self.plan.frees, phases,
                               maybe_unsupported=self._unsupported)
+
+    def _traffic_table(self) -> Any:
+        """``traffic_table(self.plan)``, kept for the next graph with the same plan (decode steps)."""
+        plan, memo = self.plan, self._memo
+        if memo.table is None or memo.table[0] is not plan:
+            memo.table = (plan, traffic_table(plan))
+        return memo.table[1]
 
     def check_strict(self) -> None:
         """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula (with the
