@@ -299,8 +299,11 @@ class EagerGraph(NodeMeasurer):
 
     # ------------------------------------------------------------------ results
     def finish(self) -> None:
-        """The recording is over (the timer has finished): the per-node lists as lists."""
+        """The recording is over (the timer has finished): the per-node lists as lists; what only
+        adding nodes needs (each value's node, by the tensor's id) let go."""
         self.split_seen()
+        self._seen = []
+        self._values, self._getitems, self._attr_nodes = {}, {}, {}
 
     def program(self) -> list[Any]:
         """The node targets in order: two calls ran the same program when these are equal."""
