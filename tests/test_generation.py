@@ -396,6 +396,55 @@ def test_cache_given_as_an_argument_and_filled_in_place() -> None:
     assert [s.context_length for s in gp.steps] == [5, 6, 7, 8]
 
 
+def test_modes_off_between_the_models_calls_and_back_on_inside() -> None:
+    # between two calls of the model nothing is recorded (outside=False): the recording's function
+    # and dispatch modes are off there (the loop's own ops run natively) and back on in the next
+    # call; the records are FlopCounterMode's per call all the same, and a loop that raises
+    # between calls leaves nothing installed
+    torch.manual_seed(0)
+    model = Decoder().eval()
+    x0 = torch.randn(1, 5, 32)
+    depths: list[tuple[str, int, int]] = []
+
+    def depth(where: str) -> None:
+        depths.append((where, torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()))
+
+    handle = model.register_forward_pre_hook(lambda m, a: depth("inside"))  # (after torch's global hooks)
+    try:
+        expected, per_call, _ = flop_counter_per_call(model, decode_loop(model, empty_cache(), x0))
+        depths.clear()
+        cache = empty_cache()
+
+        def loop() -> torch.Tensor:
+            depth("before")
+            x, outs = x0, []
+            with torch.no_grad():
+                for _ in range(3):
+                    x = model(x, cache)[:, -1:]
+                    depth("between")
+                    x = torch.cat([x * 1.0], 1)  # a function with a formula, run between the calls
+                    outs.append(x)
+                x = model(x, cache)[:, -1:]
+                outs.append(x)
+            return torch.cat(outs, 1)
+
+        gp = profile_generate(model, loop=loop, kv_cache=lambda: cache)
+    finally:
+        handle.remove()
+    assert_clean(model)
+    assert torch.equal(gp.output, expected)
+    assert [p.with_convention("flop_counter").total_flops for p in gp.profiles] == per_call
+    assert depths == [("before", 1, 1)] + [("inside", 1, 1), ("between", 0, 0)] * 3 + [("inside", 1, 1)]
+
+    def failing() -> torch.Tensor:
+        model(x0, empty_cache())
+        raise KeyError("the loop's own error")
+
+    with pytest.raises(KeyError, match="the loop's own error"):
+        profile_generate(model, loop=failing)
+    assert_clean(model)
+
+
 def test_decode_step_prediction_on_h100_by_hand() -> None:
     torch.manual_seed(0)
     model = Decoder().eval()

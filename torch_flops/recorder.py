@@ -36,6 +36,7 @@ from torch_flops.formulas import FormulaTable
 from torch_flops.measure import MemoryProbe, Timer
 from torch_flops.measuring import GraphRun, NodeMeasurer, traffic_table
 from torch_flops.plan import (
+    NodeKind,
     NodeRef,
     OpPlan,
     Plan,
@@ -48,6 +49,7 @@ from torch_flops.plan import (
 )
 from torch_flops.progress import Progress
 
+_COUNTED, _UNSUPPORTED = NodeKind.COUNTED, NodeKind.UNSUPPORTED
 _NOT_SEEN: tuple[Any, int, Any, Any] = (None, 0, None, None)  # a node measured when it has run
 
 __all__ = ["EagerGraph", "GraphMemo", "check_call", "check_leaves", "named_inputs", "op_name"]
@@ -59,13 +61,18 @@ class GraphMemo:
     the output needs, when each value dies), a function of its name candidates and input
     positions alone, and its plan, for a graph that ran exactly the same nodes."""
 
-    __slots__ = ("plan", "shape")
+    __slots__ = ("plan", "refs", "shape", "table")
 
     def __init__(self) -> None:
+        #: NodeRef(i) at position i, made once and shared by the graphs (a reference is a position
+        #: only); shared objects also make comparing two graphs' arguments an identity check
+        self.refs: list[NodeRef] = []
         #: (name candidates, input positions) and (names, needed, frees)
         self.shape: tuple[Any, tuple[list[str], list[bool], list[tuple[int, ...]]]] | None = None
         #: (entries, target plans) and the plan built from them
         self.plan: tuple[list[Any], list[OpPlan], Plan] | None = None
+        #: the last plan's traffic table (measuring.traffic_table: a function of the plan alone)
+        self.table: tuple[Plan, Any] | None = None
 
 
 class EagerGraph(NodeMeasurer):
@@ -90,11 +97,11 @@ class EagerGraph(NodeMeasurer):
         self._entries: list[tuple[str, Any, NodeLocation, Any, Any, tuple[int, ...], str]] = []
         self._ops: list[OpPlan] = []  #: per node, its target's plan
         self.phases: list[str] = []  #: per node, the phase it ran in (see torch_flops.session)
-        self._refs: list[NodeRef] = []
         #: target (module, ...) -> its plan: shared by the graphs of one recording (a training or
         #: generation step repeats its targets) and of one propagate's calls
         self._planned: dict[Any, OpPlan] = {} if planned is None else planned
         self._memo = GraphMemo() if memo is None else memo  #: the last graph built: shared like ``planned``
+        self._refs: list[NodeRef] = self._memo.refs  #: NodeRef(i) per position, shared (see GraphMemo)
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
         self._getitems: dict[tuple[int, int], int] = {}
@@ -183,7 +190,9 @@ class EagerGraph(NodeMeasurer):
         self._entries.append((op, target, location, node_args, node_kwargs, inputs, name))
         self._ops.append(planned)
         self.phases.append(phase)
-        self._refs.append(NodeRef(i))
+        refs = self._refs
+        if i == len(refs):
+            refs.append(NodeRef(i))
         self.flops.append(None)
         self.macs.append(None)
         self._starts.append(start)
@@ -192,9 +201,9 @@ class EagerGraph(NodeMeasurer):
             self._mem_before.append(None)
             self._mem_after.append(None)
         self._seen.append(_NOT_SEEN)
-        kind = planned.kind.value
-        if kind != "counted":  # the plan's fill: 0 by definition, None for an unsupported node
-            if kind == "unsupported":
+        kind = planned.kind
+        if kind is not _COUNTED:  # the plan's fill: 0 by definition, None for an unsupported node
+            if kind is _UNSUPPORTED:
                 self._unsupported = True
             else:
                 self.flops[i] = self.macs[i] = 0
@@ -290,8 +299,11 @@ class EagerGraph(NodeMeasurer):
 
     # ------------------------------------------------------------------ results
     def finish(self) -> None:
-        """The recording is over (the timer has finished): the per-node lists as lists."""
+        """The recording is over (the timer has finished): the per-node lists as lists; what only
+        adding nodes needs (each value's node, by the tensor's id) let go."""
         self.split_seen()
+        self._seen = []
+        self._values, self._getitems, self._attr_nodes = {}, {}, {}
 
     def program(self) -> list[Any]:
         """The node targets in order: two calls ran the same program when these are equal."""
@@ -325,8 +337,15 @@ class EagerGraph(NodeMeasurer):
         this recording's own)."""
         phases = None if all(p == "forward" for p in self.phases) else list(self.phases)
         return self.graph_run(lambda: self.plan, 0, self.times() if times is None else times,
-                              lambda: traffic_table(self.plan), lambda: self.plan.frees, phases,
+                              self._traffic_table, lambda: self.plan.frees, phases,
                               maybe_unsupported=self._unsupported)
+
+    def _traffic_table(self) -> Any:
+        """``traffic_table(self.plan)``, kept for the next graph with the same plan (decode steps)."""
+        plan, memo = self.plan, self._memo
+        if memo.table is None or memo.table[0] is not plan:
+            memo.table = (plan, traffic_table(plan))
+        return memo.table[1]
 
     def check_strict(self) -> None:
         """With ``strict=True``: :class:`UnsupportedOpError` for the nodes without a formula (with the

@@ -611,6 +611,12 @@ class Recording:
         """Whether an op about to run (outside the backward) would be recorded by this recording."""
         return self._open is None and (self._seeding or self._phase() is not None)
 
+    def records_nothing_outside(self) -> bool:
+        """Whether no call made outside the model's modules is recorded or counted by this recording
+        now (``outside=False``, no backward counted, no seed gradient running): every op and torch
+        function would only pass through it."""
+        return not self._outside and self._counter is None and not self._seeding
+
     def stepping(self) -> bool:
         """Whether this recording's optimizer is stepping (outside a closure's forward and backward)."""
         return self._in_optimizer and not self._in_closure
@@ -675,24 +681,26 @@ class Recording:
         self._open = func  # the aten ops inside are this node's
         token = suspend() if suspend is not None else None
         start = self._tick()
-        try:
-            out = func(*args, **kwargs) if inner is None else inner()
-        except Exception:
-            name = fx_target if op == "call_method" else op_name(fx_target)
-            what = f"Tensor.{fx_target}" if op == "call_method" else readable(op, fx_target)
-            self._failed = (f"node {self._next_name(name)!r} ({what})", args)
-            if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta
-                                             for a in (*args, *kwargs.values())):
-                self.needs_values = True  # torch.masked_select, torch.repeat_interleave: a node of their own
-            raise
+        try:  # the dispatch mode stays off while the node is recorded too (the profiler's own ops, e.g.
+            try:  # the attention formula's kernel choice, skip a Python dispatch each)
+                out = func(*args, **kwargs) if inner is None else inner()
+            except Exception:
+                name = fx_target if op == "call_method" else op_name(fx_target)
+                what = f"Tensor.{fx_target}" if op == "call_method" else readable(op, fx_target)
+                self._failed = (f"node {self._next_name(name)!r} ({what})", args)
+                if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta
+                                                 for a in (*args, *kwargs.values())):
+                    self.needs_values = True  # torch.masked_select, torch.repeat_interleave: a node of their own
+                raise
+            finally:
+                end = self._tick()
+                self._open = None
+            self._failed = None
+            after = read() if read is not None else None
+            self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after, in_handler=True)
         finally:
-            end = self._tick()
             if resume is not None:
                 resume(token)
-            self._open = None
-        self._failed = None
-        after = read() if read is not None else None
-        self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after, in_handler=True)
         return out
 
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -962,6 +970,8 @@ class _Hub:
     def pre_module(self, module: nn.Module) -> None:
         single = self.single
         if single is not None:
+            if self._suspended is not None and not single._stack:  # called again: the modes back on
+                self.resume(self._suspended)
             if single.pre_module(module):
                 self._leaf_token = self.suspend()
             return
@@ -972,8 +982,14 @@ class _Hub:
         single = self.single
         if single is not None:
             if module is single._open and len(single._stack) == single._open_level:
-                self.resume(self._suspended)
-            single.post_module(module, args, kwargs, result, failed)
+                try:  # (the node recorded with the modes still off: the profiler's own ops skip them)
+                    single.post_module(module, args, kwargs, result, failed)
+                finally:
+                    self.resume(self._suspended)
+            else:
+                single.post_module(module, args, kwargs, result, failed)
+            if not single._stack and single.records_nothing_outside():
+                self.suspend()  # until the model is called again (pre_module): its calls pass the modes by
             return
         for r in reversed(self.recordings):
             r.post_module(module, args, kwargs, result, failed)
