@@ -192,6 +192,7 @@ class _EagerRunner:
         self.memory = make_memory_probe(device, settings.mem_func_name, index.storages)
         self.memory_source = self.memory.source
         self.timer: Timer | None = None  # one for all the runs of this call (a CUDA timer of ours learns the host time)
+        self._warmup_timer: Timer = NullTimer()
         self.counted: Step | None = None
         self.needs_values = False
         self.restore_grads = False  #: the counting run's backward, too, leaves no gradient behind
@@ -206,10 +207,11 @@ class _EagerRunner:
         warmup = not (count or timed)  # recorded too, so that an error names its node; never timed
         if self.timer is None:
             self.timer = s.timer_for(self.device, queued=True)
-        # a warm-up is untimed, except by a CUDA timer of ours that queues the runs: it learns the
-        # host's launch time there, so that every timed run is queued (as in the fx front end)
-        learns = isinstance(self.timer, CudaEventTimer) and self.timer.queue_ahead
-        recording = Recording(self.index, s.table, timer=NullTimer() if warmup and not learns else self.timer,
+            # a warm-up is untimed, except by a CUDA timer of ours that queues the runs: it learns the
+            # host's launch time there, so that every timed run is queued (as in the fx front end)
+            self._warmup_timer = self.timer if isinstance(self.timer, CudaEventTimer) and self.timer.queue_ahead \
+                else NullTimer()
+        recording = Recording(self.index, s.table, timer=self._warmup_timer if warmup else self.timer,
                               memory=self.memory, device=self.device, ignored=s.ignored, backward=self.backward,
                               progress=self.progress, planned=self._planned)
         grads: LeafGrads | None = None

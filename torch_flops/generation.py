@@ -549,7 +549,8 @@ class _CallLog:
         self.no_cache: list[bool] = []  # per call: called with use_cache=False
         self.cache: Any = None  # the cache the latest call was given (only the latest: not every step's)
         self.allocated: list[int] = []
-        self._read_allocated = make_memory_probe(device, "memory_allocated").read if device.type == "cuda" else None
+        self._cuda = device.type == "cuda"
+        self._read_allocated = make_memory_probe(device, "memory_allocated").read if self._cuda else None
         self._handles: list[Any] = []
 
     def install(self) -> None:
@@ -579,7 +580,7 @@ class _CallLog:
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self.thread:
             return
-        if self._read_allocated is not None:  # (CUDA)
+        if self._cuda:
             torch.cuda.synchronize(self.device)
         self.ends.append(time.perf_counter())
 

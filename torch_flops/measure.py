@@ -41,6 +41,7 @@ __all__ = [
     "PerfCounterTimer",
     "StorageEntries",
     "Timer",
+    "cuda_index",
     "cuda_memory_reader",
     "input_device",
     "make_memory_probe",
@@ -144,7 +145,7 @@ class CudaEventTimer(DeviceTimer):
     def __init__(self, device: torch.device, queue_ahead: bool = False) -> None:
         super().__init__(device)
         self.queue_ahead = queue_ahead
-        self._index = device.index if device.index is not None else torch.cuda.current_device()
+        self._index = cuda_index(device)
         self._current = torch._C._cuda_getCurrentStream
         self._key: Any = None
         self._stream: Any = None
@@ -228,9 +229,13 @@ def make_memory_probe(device: torch.device, mem_func_name: str,
     """The allocator counter for CUDA devices; elsewhere live-tensor accounting that leaves out
     ``model_storages`` (:meth:`LiveTensors.storage_keys` of the model's parameters and buffers)."""
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return MemoryProbe(f"cuda.{mem_func_name}", read=cuda_memory_reader(mem_func_name, index))
+        return MemoryProbe(f"cuda.{mem_func_name}", read=cuda_memory_reader(mem_func_name, cuda_index(device)))
     return MemoryProbe("live_tensors", model_storages=model_storages)
+
+
+def cuda_index(device: torch.device) -> int:
+    """The index of a CUDA device (``cuda`` alone: the current device)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def cuda_memory_reader(mem_func_name: str, index: int) -> Callable[[], int]:
