@@ -391,6 +391,26 @@ def test_a_read_only_directory_is_refused_up_front(tmp_path: Any) -> None:
         tmp_path.chmod(0o700)
 
 
+def test_devices_and_pipes_are_written_into_not_replaced(tmp_path: Any) -> None:
+    """Renaming a finished temporary file over ``/dev/null`` or a named pipe would replace the
+    device or the pipe with a plain file (as root, ``print_model_profile(output_file=os.devnull)``
+    did): they are written into where they are."""
+    import stat
+
+    report.write_atomic(os.devnull, "a report nobody keeps")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)  # still the device
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    report.write_atomic(fifo, "résumé\n")  # UTF-8 whatever the locale, as for a file
+    reader.join(timeout=10)
+    assert received == ["résumé\n".encode()]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left beside it
+
+
 def test_files_get_the_usual_permissions(tmp_path: Any) -> None:
     path = tmp_path / "out.txt"
     report.write_atomic(path, "x")

@@ -146,6 +146,7 @@ import dataclasses
 import io
 import json
 import os
+import stat
 import tempfile
 import textwrap
 from collections import Counter
@@ -1361,6 +1362,15 @@ def to_dataframe(profile: Profile, group_by: GroupBy = "node") -> Any:
     return pd.DataFrame(rows, columns=list(columns))
 
 
+def _is_special(target: str) -> bool:
+    """Whether ``target`` exists and is neither a regular file nor a directory (a device, a pipe)."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
     """An ``OSError`` naming the cause unless a file can be written at ``path``: its directory
     exists and is writable, and ``path`` is not a directory (checked before long work)."""
@@ -1368,6 +1378,10 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     directory = os.path.dirname(os.path.abspath(target))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write {target!r}: it is a directory")
+    if _is_special(target):  # /dev/null, a pipe: written into where it is, not replaced
+        if not os.access(target, os.W_OK):
+            raise PermissionError(f"cannot write {target!r}: it is not writable")
+        return
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"cannot write {target!r}: no such directory {directory!r}")
     if not os.access(directory, os.W_OK):
@@ -1376,9 +1390,15 @@ def check_writable(path: str | os.PathLike[str]) -> None:
 
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write ``text`` (or bytes) to a temporary file next to ``path``, then rename it over
-    ``path``: a failure leaves whatever was at ``path`` untouched and no partial file behind."""
+    ``path``: a failure leaves whatever was at ``path`` untouched and no partial file behind. A
+    path that is no regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written into as
+    it is: renaming over it would replace the device or pipe with a file."""
     check_writable(path)
     target = os.fspath(path)
+    if _is_special(target):
+        with open(target, "wb") as out:
+            out.write(text if isinstance(text, bytes) else text.encode("utf-8"))  # never the locale's encoding
+        return
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     try:
