@@ -408,3 +408,23 @@ def test_steps_share_a_plan_only_when_they_ran_the_same_nodes() -> None:
     targets = [[p.target for p in plan.nodes if p.node.op.startswith("call_")] for plan in plans]
     assert targets == [["Tensor.matmul", "Tensor.relu"]] * 2 + [["Tensor.matmul", "Tensor.mul", "Tensor.sub"]] * 3
     assert [plan.nodes[-3].node.args[1] for plan in plans[2:]] == [3, 4, 5]
+
+
+class DropsAValueTheGraphStillReads(nn.Module):
+    """``torch.topk(x, 2)[1]`` drops the values at once while the graph's tuple output lives on
+    (its item 1 is read later); the next tensor of the same size gets the freed address from the
+    allocator. (MoE routers of transformers do exactly this.)"""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = torch.topk(x, 2)[1]  # values (4, 2) float32, 32 bytes, freed here; indices (4, 2) int64
+        z = torch.zeros(4, 2)  # 32 bytes: a new storage, maybe at the values' old address
+        return z + idx
+
+
+def test_a_new_storage_at_a_freed_address_is_counted() -> None:
+    counter = TorchFLOPsByFX(DropsAValueTheGraphStillReads())
+    counter.propagate(torch.randn(4, 8))
+    zeros = next(r for r in counter.records if r.target == "torch.zeros")
+    assert zeros.mem_delta == 4 * 2 * 4  # its own 32 bytes, whatever address the allocator gave it
+    # x is freed after topk (its last reader); topk's pair (the graph holds it for item 1) and z live
+    assert zeros.mem_after == (4 * 2 * 4 + 4 * 2 * 8) + 4 * 2 * 4
