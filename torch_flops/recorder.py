@@ -19,7 +19,6 @@ buffer or constant read (``get_attr``), an item of a tuple output (``getitem``) 
 from __future__ import annotations
 
 import inspect
-import itertools
 import operator
 import weakref
 from collections.abc import Iterable, Mapping
@@ -28,7 +27,6 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch.fx._lazy_graph_module import _LazyGraphModule
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree
 
 from torch_flops.backward import SequenceMap
@@ -106,9 +104,10 @@ class EagerGraph(NodeMeasurer):
         self._refs: list[NodeRef] = self._memo.refs  #: NodeRef(i) per position, shared (see GraphMemo)
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
-        #: storage address -> (a weak reference to the storage there, its key in this graph): see _own_keys
-        self._storage_keys: dict[int, tuple[StorageWeakRef, int]] = {}
-        self._fresh_keys = itertools.count(-1, -1)  # keys of storages at reused addresses (never an address)
+        #: the addresses (storage keys) of the storages recorded, each held by a weak reference until
+        #: finish (see _keep_addresses); released when the graph is dropped unfinished too
+        self._addresses: set[int] = set()
+        self._release = weakref.finalize(self, _release_addresses, self._addresses)
         self._getitems: dict[tuple[int, int], int] = {}
         self._attr_nodes: dict[str, int] = {}
         self._owners: dict[str, Any] = {}  # what the graph module holds: called modules, parameters, constants
@@ -169,7 +168,7 @@ class EagerGraph(NodeMeasurer):
             self._mem_before[i], self._mem_after[i] = before, after
         self.measure(i, planned, args, kwargs, out)
         if self._seen[i][2] is not None:
-            self._own_keys(i, out)
+            self._keep_addresses(i, out)
         self._bind(out, i)
         if self.sequences is not None:  # the autograd nodes made so far (and not claimed) are this node's
             self.sequences.close(i)
@@ -226,48 +225,35 @@ class EagerGraph(NodeMeasurer):
         i = self._append(op, target, location, node_args, None, inputs, name, planned, "forward")
         self.measure(i, planned, (value,) if op == "output" else (), {}, value)
         if self._seen[i][2] is not None and op != "output":
-            self._own_keys(i, value)
+            self._keep_addresses(i, value)
         return i
 
-    def _own_keys(self, i: int, value: Any) -> None:
-        """Node ``i``'s storages under keys of this graph: a storage's address, unless that address
-        belonged to a storage the model has freed since (the model drops a value the graph still
-        reads, e.g. the values of ``topk(x)[1]``, and the allocator hands its address to the next
-        tensor): then a new key, so that the replay counts the new storage (it would else count it
-        as held already)."""
-        seen = self._seen[i]
-        entries: Any = seen[2]
-        if type(entries[0]) is int:  # one storage, of ``value`` itself (or of its one tensor)
-            tensor = value if isinstance(value, torch.Tensor) else next(iter(tensors_of(value)), None)
-            key = self._key(entries[0], tensor)
-            if key != entries[0]:
-                self._seen[i] = (seen[0], seen[1], (key, entries[1]), seen[3])
+    def _keep_addresses(self, i: int, value: Any) -> None:
+        """Keep the storages of node ``i``'s value from handing their addresses (their keys) on:
+        a weak reference to a storage keeps its bookkeeping object, whose address is the key, from
+        being freed, though its bytes are. Without it, when the model drops a value the graph still
+        holds (the values of ``topk(x)[1]``), the allocator gives its address to the next storage,
+        which the memory replay then counted as held already. Released by :meth:`finish`."""
+        entries: Any = self._seen[i][2]
+        held = self._addresses
+        if type(entries[0]) is int:  # one storage: of ``value`` itself, or of its one tensor
+            if entries[0] not in held:
+                tensor = value if isinstance(value, torch.Tensor) else next(iter(tensors_of(value)), None)
+                self._keep(entries[0], tensor)
             return
-        tensors = tensors_of(value)  # in the order of storage_entries
-        if len(tensors) != len(entries):
-            return
-        keys = tuple((self._key(k, t), n) for (k, n), t in zip(entries, tensors))
-        if keys != entries:
-            self._seen[i] = (seen[0], seen[1], keys, seen[3])
+        if any(address not in held for address, _ in entries):
+            for (address, _), tensor in zip(entries, tensors_of(value)):
+                if address not in held:
+                    self._keep(address, tensor)
 
-    def _key(self, address: int, tensor: torch.Tensor | None) -> int:
-        found = self._storage_keys.get(address)
-        if found is not None and not found[0].expired():
-            return found[1]
+    def _keep(self, address: int, tensor: torch.Tensor | None) -> None:
         try:
             storage = tensor.untyped_storage()  # type: ignore[union-attr]
         except (AttributeError, RuntimeError, NotImplementedError):
-            return address
-        if storage._cdata != address:
-            return address
-        key = address if found is None else next(self._fresh_keys)
-        self._storage_keys[address] = (StorageWeakRef(storage), key)
-        return key
-
-    def recorded_key(self, address: int) -> int:
-        """The key the storage now at ``address`` is recorded under (see :meth:`_own_keys`)."""
-        found = self._storage_keys.get(address)
-        return found[1] if found is not None and not found[0].expired() else address
+            return
+        if storage._cdata == address:
+            handle: Any = storage._weak_ref()  # an int: the address itself, its weak count raised
+            self._addresses.add(handle)
 
     def _own(self, path: str, value: Any) -> str:
         """The flat attribute name the graph module holds ``value`` (a module or tensor at
@@ -352,7 +338,8 @@ class EagerGraph(NodeMeasurer):
         adding nodes needs (each value's node, by the tensor's id) let go."""
         self.split_seen()
         self._seen = []
-        self._values, self._getitems, self._attr_nodes, self._storage_keys = {}, {}, {}, {}
+        self._values, self._getitems, self._attr_nodes = {}, {}, {}
+        self._release()
 
     def program(self) -> list[Any]:
         """The node targets in order: two calls ran the same program when these are equal."""
@@ -471,6 +458,13 @@ class EagerGraph(NodeMeasurer):
             locations[node] = location
         gm = _LazyGraphModule(self._owners, graph, self._root_type)
         return CapturedGraph(graph_module=gm, locations=locations, binder=None)
+
+
+def _release_addresses(addresses: set[int]) -> None:
+    free = torch.UntypedStorage._free_weak_ref
+    for address in addresses:
+        free(address)
+    addresses.clear()
 
 
 def _names(candidates: Iterable[str]) -> list[str]:

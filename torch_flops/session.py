@@ -803,8 +803,7 @@ class Recording:
         found, keys = saved_bytes(list(roots), sequences, n, self.index.storages)
         previous = counter.run.saved_bytes
         counter.run.saved_bytes = [a + b for a, b in zip(found, previous + [0] * (n - len(previous)))]
-        graph = self._graph
-        self._saved_keys = self._saved_keys | (keys if graph is None else {graph.recorded_key(k) for k in keys})
+        self._saved_keys = self._saved_keys | keys
 
     # ------------------------------------------------------------------ the optimizer
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
