@@ -91,7 +91,13 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         tick = self._tick
         start = tick()
         try:
-            out = getattr(self, n.op)(n.target, args, kwargs)
+            op = n.op
+            if op == "call_function":  # what fx.Interpreter.call_function does
+                out = n.target(*args, **kwargs)  # type: ignore[operator]
+            elif op == "call_module" and plan.module is not None:  # fx's call_module without the path lookup:
+                out = plan.module(*args, **kwargs)  # the plan holds the submodule the path names
+            else:
+                out = getattr(self, op)(n.target, args, kwargs)
         except Exception as e:  # noqa: BLE001  (named, then re-raised as itself)
             return self._failed(n, plan, args, e)
         end = tick()
