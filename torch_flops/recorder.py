@@ -249,7 +249,7 @@ class EagerGraph(NodeMeasurer):
     def _keep(self, address: int, tensor: torch.Tensor | None) -> None:
         try:
             storage = tensor.untyped_storage()  # type: ignore[union-attr]
-        except (AttributeError, RuntimeError, NotImplementedError):
+        except Exception:  # noqa: BLE001  (no storage to keep: a subclass, a sparse tensor; its key is no address)
             return
         if storage._cdata == address:
             handle: Any = storage._weak_ref()  # an int: the address itself, its weak count raised
