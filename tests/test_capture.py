@@ -264,3 +264,29 @@ def test_lazy_modules_need_one_forward_first() -> None:
     counter.propagate(torch.randn(2, 3))
     # Linear(3, 4) on (2, 3): 24 MACs, 48 + 8 bias = 56 FLOPs; ReLU 8; parameters 12 + 4
     assert (counter.total_macs, counter.total_flops, counter.profile.total_params) == (24, 64, 16)
+
+
+class CountsItsCalls(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count += 1  # under fx: self.count = <Proxy add>, an assignment no graph replays
+        self.last = x  # the same for a plain attribute
+        return self.lin(x) * self.count
+
+
+def test_fx_refuses_a_forward_that_assigns_attributes_and_leaves_them_alone() -> None:
+    model = CountsItsCalls()
+    count = model.count
+    with pytest.raises(TracingError, match=r"assigns module attributes \((count, last|last, count)"):
+        TorchFLOPsByFX(model, tracer="fx")
+    assert model.count is count and float(count) == 0.0  # the buffer object and value, as they were
+    assert "last" not in model.__dict__
+    x = torch.randn(2, 4)
+    assert torch.equal(model(x), model.lin(x) * 1.0)  # the model runs eagerly as before: count is 1 now
+    counter = TorchFLOPsByFX(model)  # the default front end runs it as it is
+    counter.propagate(x)
+    assert float(model.count) == 2.0

@@ -343,7 +343,7 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     try:
         # fx patches torch process-wide while it traces (Module.__call__, wrapped functions):
         # one trace at a time; and what the forward does to real buffers while tracing is undone
-        with TRACE_GATE.tracing(), _buffers_kept(model):
+        with TRACE_GATE.tracing(), _buffers_kept(model), _attributes_kept(model) as assigned:
             graph = tracer.trace(model, concrete_args=concrete)
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
@@ -351,7 +351,42 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             f"torch.fx.symbolic_trace could not trace {type(model).__name__}"
             f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
         ) from e
+    if assigned:
+        names = ", ".join(f"{path + '.' if path else ''}{name}" for path, name in assigned[:5])
+        raise TracingError(
+            f"{type(model).__name__}'s forward assigns module attributes ({names}{' and more' if len(assigned) > 5 else ''}"
+            ", e.g. self.count += 1 on a buffer): a torch.fx graph cannot replay an assignment, so it would run a "
+            "different program (they were left as they were). Profile it with the default front end "
+            "(tracer='auto'), which runs the model as it is")
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+@contextlib.contextmanager
+def _attributes_kept(model: nn.Module) -> Iterator[list[tuple[str, str]]]:
+    """While fx traces, ``self.count += 1`` on a buffer (or ``self.cache = x``) assigns a Proxy to the
+    real module: each parameter, buffer and attribute assigned meanwhile gets its value back (a new
+    one is removed), and the list yielded names them (path, attribute) after the trace."""
+    modules = list(model.named_modules(remove_duplicate=True))
+    saved = [(dict(m._parameters), dict(m._buffers), dict(m.__dict__)) for _, m in modules]
+    assigned: list[tuple[str, str]] = []
+    try:
+        yield assigned
+    finally:
+        for (path, module), (parameters, buffers, attributes) in zip(modules, saved):
+            for now, before in ((module._parameters, parameters), (module._buffers, buffers)):
+                changed = [k for k in set(now) | set(before) if now.get(k) is not before.get(k)]
+                for name in changed:
+                    assigned.append((path, name))
+                    if name in before:
+                        now[name] = before[name]
+                    else:
+                        del now[name]
+            for name in [k for k, v in module.__dict__.items() if isinstance(v, fx.Proxy)]:
+                assigned.append((path, name))
+                if name in attributes:
+                    module.__dict__[name] = attributes[name]
+                else:
+                    del module.__dict__[name]
 
 
 class TraceGate:
