@@ -411,6 +411,18 @@ def test_devices_and_pipes_are_written_into_not_replaced(tmp_path: Any) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left beside it
 
 
+def test_a_symbolic_link_stays_a_link_to_the_new_report(tmp_path: Any) -> None:
+    (tmp_path / "reports").mkdir()
+    real = tmp_path / "reports" / "latest.csv"
+    real.write_text("old")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(real)
+    report.write_atomic(link, "new")
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert real.read_text() == "new" and link.read_text() == "new"
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["latest.csv"]  # no temporary left
+
+
 def test_files_get_the_usual_permissions(tmp_path: Any) -> None:
     path = tmp_path / "out.txt"
     report.write_atomic(path, "x")

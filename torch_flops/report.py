@@ -1392,9 +1392,12 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write ``text`` (or bytes) to a temporary file next to ``path``, then rename it over
     ``path``: a failure leaves whatever was at ``path`` untouched and no partial file behind. A
     path that is no regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written into as
-    it is: renaming over it would replace the device or pipe with a file."""
+    it is: renaming over it would replace the device or pipe with a file. A symbolic link is
+    followed: the file it points to is replaced, the link stays."""
     check_writable(path)
     target = os.fspath(path)
+    if os.path.islink(target):  # a symbolic link stays one: its target is written (the same, atomically)
+        target = os.path.realpath(target)
     if _is_special(target):
         with open(target, "wb") as out:
             out.write(text if isinstance(text, bytes) else text.encode("utf-8"))  # never the locale's encoding
