@@ -304,3 +304,7 @@ def test_already_compiled_model_is_profiled_with_its_options() -> None:
         C.profile_compiled(model, x, compile_kwargs={"modes": "max-autotune"})
     with pytest.raises(TypeError, match="nn.Module"):
         C.profile_compiled(lambda t: t, x)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="compile_kwargs must be a dict"):
+        C.profile_compiled(model, x, compile_kwargs=[("dynamic", False)])  # type: ignore[arg-type]
+    with torch.no_grad(), pytest.raises(ValueError, match="no_grad"):  # before anything compiles
+        C.profile_compiled(model, x, loss_fn=lambda out: out.sum())

@@ -785,6 +785,9 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
     backward = backward or loss_fn is not None
+    if backward and not torch.is_grad_enabled():
+        raise ValueError("backward=True (or loss_fn) under torch.no_grad() or torch.inference_mode(): the forward "
+                         "would record no graph to run backward on; call profile_compiled outside it")
     original, compiled_in = split_compiled(model)
     options = _compile_options(compiled_in, compile_kwargs)
     with training_flags_restored(list(original.modules())):
@@ -792,6 +795,8 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
 
 
 def _compile_options(compiled: nn.Module | None, compile_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
+        raise TypeError(f"compile_kwargs must be a dict of torch.compile's keywords, got {type(compile_kwargs).__name__}")
     given = dict(compile_kwargs or {})
     unknown = sorted(set(given) - set(_COMPILE_KEYS))
     if unknown:
