@@ -428,3 +428,48 @@ def test_a_new_storage_at_a_freed_address_is_counted() -> None:
     assert zeros.mem_delta == 4 * 2 * 4  # its own 32 bytes, whatever address the allocator gave it
     # x is freed after topk (its last reader); topk's pair (the graph holds it for item 1) and z live
     assert zeros.mem_after == (4 * 2 * 4 + 4 * 2 * 8) + 4 * 2 * 4
+
+
+def test_a_training_profiler_stopped_from_another_thread_says_so_and_stays_whole() -> None:
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prof = TrainingProfiler(model, optimizer)
+    prof.start_profile()
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            prof.end_profile()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    thread = threading.Thread(target=stop)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and "thread that called start_profile" in str(errors[0])
+    assert installed()["recordings"] == 1  # still running, and said so
+    prof.end_profile()  # from its own thread: everything comes off
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+    assert not _get_current_dispatch_mode_stack() and not _get_current_function_mode_stack()
+
+
+def test_propagate_called_from_inside_its_own_model_is_refused() -> None:
+    class CallsItsProfiler(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.counter: Any = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.counter.propagate(x)
+            return self.lin(x)
+
+    model = CallsItsProfiler()
+    model.counter = TorchFLOPsByFX(model)
+    with pytest.raises(RuntimeError, match="from inside the model it is profiling"):
+        model.counter.propagate(torch.randn(2, 4))
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+    model.counter = TorchFLOPsByFX(nn.Linear(4, 4))  # another counter inside: fine
+    outer = TorchFLOPsByFX(model)
+    outer.propagate(torch.randn(2, 4))
+    assert outer.total_flops > 0

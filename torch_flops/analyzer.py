@@ -8,6 +8,7 @@ It runs no loop of its own: one ``propagate`` is :meth:`EagerFront.call
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
@@ -95,6 +96,7 @@ class TorchFLOPsByFX:
         self.model = model
         self.tables = self.options.formula_table(formulas.FORMULAS)  # this counter's own: later edits do not leak in
         self._measured: tuple[Result, int | None] | None = None
+        self._propagating: int | None = None  # the thread inside propagate() (a re-entrant call is refused)
         self._profile: Profile | None = None
         self._warned: set[str] = set()  # unsupported targets already warned about (once per counter)
         self._distributed: dict[str, int] = {}  # rank and world size of the last propagate (none: {})
@@ -178,10 +180,15 @@ class TorchFLOPsByFX:
         if backward and isinstance(self._front, GraphFront):
             raise ValueError(f"backward=True profiles the backward autograd runs, which needs the eager front end "
                              f"(tracer='auto' or 'eager'), not tracer={self.options.tracer!r}")
+        if self._propagating == threading.get_ident():
+            raise RuntimeError("propagate() of this counter was called from inside the model it is profiling (a "
+                               "forward that calls it): profile the inner call with a TorchFLOPsByFX of its own")
         progress = Progress(self.options.progress)
+        outer, self._propagating = self._propagating, threading.get_ident()
         try:
             result = self._call(args, kwargs, loss_fn, backward, progress)
         finally:
+            self._propagating = outer
             progress.done()
         self._measured, self._profile = (result, _batch_size((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up

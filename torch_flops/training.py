@@ -140,8 +140,13 @@ class TrainingProfiler:
         self._thread = threading.get_ident()
 
     def stop_profile(self) -> None:
-        """Stop recording; a step under way is kept when a forward of it ran. The profiles stay."""
+        """Stop recording; a step under way is kept when a forward of it ran. The profiles stay.
+        ``RuntimeError`` from another thread than the one that started it (its modes are on that
+        thread's stacks, which no other thread can reach): nothing is stopped then."""
         recording = self._recording
+        if recording is not None and threading.get_ident() != self._thread:
+            raise RuntimeError("stop_profile()/end_profile() must be called in the thread that called start_profile(): "
+                               "the profiler's modes are on that thread's stacks (nothing was stopped)")
         if recording is not None:
             try:
                 if self._compiled is not None:
