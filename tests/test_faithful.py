@@ -471,3 +471,35 @@ def test_an_op_error_inside_the_model_is_the_models_own_exception() -> None:
 class _Raises(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x @ torch.ones(5, 5)
+
+
+class _RaisesAfterUpdating(nn.Module):
+    """Updates its BatchNorm statistics and a buffer, then raises: one eager call leaves both
+    updated once, and the error as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        y = self.bn(x)
+        raise KeyError(f"no head for {tuple(y.shape)}")
+
+
+@pytest.mark.parametrize(("warmup", "repeat"), [(0, 1), (1, 1), (0, 3), (2, 2)])
+def test_a_model_that_raises_leaves_what_one_eager_call_leaves(warmup: int, repeat: int) -> None:
+    torch.manual_seed(0)
+    twin, model = _RaisesAfterUpdating().train(), _RaisesAfterUpdating().train()
+    model.load_state_dict(twin.state_dict())
+    x = torch.randn(8, 4)
+    with pytest.raises(KeyError, match="no head") as eager:
+        twin(x)
+    with pytest.raises(KeyError, match="no head") as profiled:
+        TorchFLOPsByFX(model, warmup=warmup, repeat=repeat).propagate(x)
+    assert type(profiled.value) is type(eager.value)
+    assert float(model.calls) == float(twin.calls) == 1.0
+    assert int(model.bn.num_batches_tracked) == 1
+    assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
+    assert torch.equal(model.bn.running_var, twin.bn.running_var)

@@ -5,7 +5,9 @@ eager recording, :mod:`torch_flops.calls`).
 Order: ``warmup`` untimed runs, ``repeat - 1`` more timed runs, then the counting run, last, whose
 output is returned and whose effects stay (meta tensors: the counting run only). Every extra run
 gets copies of the inputs, and what it changed (buffers, gradients, RNG state) is put back after it
-(:class:`~torch_flops.state.ExtraRuns`), also when it fails. Each node's time is the median over
+(:class:`~torch_flops.state.ExtraRuns`), also when it fails; an extra run that raises ends the
+extra runs, and the counting run follows at once: the model's own call raises its error as itself
+and leaves what one call leaves. Each node's time is the median over
 the timed runs that ran the counting run's program; one synchronisation per run (the runner's
 timer). The measurements are frozen in one place, :meth:`Measurements.of`.
 """
@@ -70,6 +72,8 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
                     times = runner.run_times()
                     if times is not None:
                         runs.append(times)
+            except Exception:  # noqa: BLE001  (the model's own error: the real call below raises it, and
+                break  # leaves buffers, statistics and RNG as one call does; undone first, as below)
             finally:  # also when the run failed: buffers, gradients and RNG as they were
                 saved.undo()
     step(f"run {total}/{total}")
