@@ -290,3 +290,35 @@ def test_fx_refuses_a_forward_that_assigns_attributes_and_leaves_them_alone() ->
     counter = TorchFLOPsByFX(model)  # the default front end runs it as it is
     counter.propagate(x)
     assert float(model.count) == 2.0
+
+
+class _CheckpointMismatch(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__("checkpoint mismatch")
+        self.code = code
+
+
+class _RaisesItsOwn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise _CheckpointMismatch(3)
+
+
+@pytest.mark.parametrize("tracer", ["fx", "export"])
+def test_the_forwards_own_exception_while_traced_comes_out_as_itself(tracer: str) -> None:
+    with pytest.raises(_CheckpointMismatch) as caught:
+        TorchFLOPsByFX(_RaisesItsOwn(), tracer=tracer).propagate(torch.randn(2, 4))
+    assert caught.value.code == 3
+    assert any(f"torch.{tracer}" in note and "traced it" in note for note in caught.value.__notes__)
+
+
+def test_a_tracing_limit_is_still_a_tracing_error() -> None:
+    class Branches(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if x.sum() > 0 else -x  # a traced value as a Python bool
+
+    with pytest.raises(TracingError, match="could not trace Branches"):
+        TorchFLOPsByFX(Branches(), tracer="fx")

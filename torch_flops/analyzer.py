@@ -120,10 +120,12 @@ class TorchFLOPsByFX:
             shown = Progress(progress)
             try:
                 self._front = GraphFront(model, settings, "fx", progress=shown)
-            except TracingError as e:
+            except Exception as e:  # TracingError, or the forward's own error while traced
                 if tracer == "fx" or isinstance(model, fx.GraphModule):
                     raise
-                self._fx_error = e
+                self._fx_error = e if isinstance(e, TracingError) else TracingError(
+                    f"torch.fx.symbolic_trace could not trace {type(model).__name__}: the forward raised "
+                    f"{type(e).__name__}: {e}")
                 self._front = EagerFront(model, settings)
             finally:
                 shown.done()

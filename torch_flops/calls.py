@@ -359,7 +359,7 @@ class GraphFront:
             progress.step("capturing (torch.fx)")
             try:
                 variant = capture_fx(self.model, dataclasses.replace(options, concrete_args=fixed))
-            except TracingError:
+            except Exception:  # noqa: BLE001  (TracingError, or the forward's own error while traced)
                 variant = capture
             self._variants[omitted] = variant
         return variant

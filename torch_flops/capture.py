@@ -30,7 +30,7 @@ from torch import fx, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.utils import _pytree
 
-from torch_flops.errors import TracingError
+from torch_flops.errors import TracingError, add_note
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import storage_key
 from torch_flops.paths import module_chain
@@ -347,6 +347,10 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             graph = tracer.trace(model, concrete_args=concrete)
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
+        if _models_own(e):
+            add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
+                        f"{f' (inside {where})' if where else ''}")
+            raise
         raise TracingError(
             f"torch.fx.symbolic_trace could not trace {type(model).__name__}"
             f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
@@ -525,6 +529,21 @@ def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
                    module_params=index.params, snapshot=Snapshot(index, gm))
 
 
+#: what tracing itself raises, besides torch's own exception classes: a traced value used where a
+#: real one is needed (len(), bool(), a shape in a torch call) fails with one of these
+_TRACING_ERRORS = (TypeError, RuntimeError, NotImplementedError, AttributeError, ValueError, IndexError)
+
+
+def _models_own(e: BaseException) -> bool:
+    """Whether an exception raised while tracing is the model's own (a class of the user's or of a
+    library's that is neither torch's nor one of the built-in errors a traced value causes, e.g. a
+    ``KeyError`` or ``AssertionError`` the forward raises): it then comes out as itself."""
+    kind = type(e)
+    if kind in _TRACING_ERRORS or kind.__module__.startswith("torch"):
+        return False
+    return isinstance(e, Exception)
+
+
 def _innermost_module(tracer: fx.Tracer) -> str:
     stack = getattr(tracer, "module_stack", None)
     if not stack:
@@ -602,6 +621,10 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
         with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped(), torch.no_grad():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
+        if _models_own(e):
+            add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.export traced it "
+                        f"with inputs ({_describe(args, kwargs)})")
+            raise
         error = TracingError(
             f"torch.export could not trace {type(model).__name__} with inputs "
             f"({_describe(args, kwargs)}): {type(e).__name__}: {_first_line(e)}\n"

@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
+    "add_note",
 ]
 
 
@@ -56,3 +57,16 @@ class TracerFallbackWarning(UserWarning):
 
 class DroppedOutputWarning(UserWarning):
     """Part of the model's output (e.g. a transformers cache object) could not be returned."""
+
+
+def add_note(e: BaseException, note: str) -> None:
+    """``e.add_note(note)`` (Python 3.11), or the same ``__notes__`` list on 3.10: the exception
+    keeps its type, and says where it was raised."""
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+    else:  # pragma: no cover  (Python 3.10)
+        notes = getattr(e, "__notes__", None)
+        if not isinstance(notes, list):
+            notes = []
+            e.__notes__ = notes  # type: ignore[attr-defined]
+        notes.append(note)

@@ -22,7 +22,7 @@ from torch import fx
 
 from torch_flops.backward import BackwardRun, SequenceMap
 from torch_flops.comm import comm_bytes, is_dtensor_value, local_value
-from torch_flops.errors import UnsupportedOpError
+from torch_flops.errors import UnsupportedOpError, add_note
 from torch_flops.formulas import evaluate
 from torch_flops.measure import (
     LiveTensors,
@@ -513,19 +513,6 @@ def _aliases(own: StorageEntries, inputs: Any) -> bool:
         if entries is not None:
             seen.update((entries[0],) if type(entries[0]) is int else (k for k, _ in entries))  # type: ignore[union-attr,misc]
     return keys <= seen
-
-
-def add_note(e: BaseException, note: str) -> None:
-    """``e.add_note(note)`` (Python 3.11), or the same ``__notes__`` list on 3.10: the exception
-    keeps its type, and says where it was raised."""
-    if hasattr(e, "add_note"):
-        e.add_note(note)
-    else:  # pragma: no cover  (Python 3.10)
-        notes = getattr(e, "__notes__", None)
-        if not isinstance(notes, list):
-            notes = []
-            e.__notes__ = notes  # type: ignore[attr-defined]
-        notes.append(note)
 
 
 def describe_inputs(args: Any) -> str:
