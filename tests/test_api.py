@@ -222,3 +222,40 @@ def test_fvcore_flop_count_analysis() -> None:
                                   "| fc2      | 33                     | 60       |",
                                   "| spare    | 12                     |          |"]
     assert FlopCountAnalysis(model, (torch.randn(2, 6),)).total() == 180  # inputs as a tuple
+
+
+def test_bad_arguments_name_their_cause_up_front() -> None:
+    from torch_flops import TorchFLOPsByFX, get_model_profile, sweep_generation
+
+    model, x = nn.Linear(4, 2), torch.randn(3, 4)
+    with pytest.raises(TypeError, match=r"args must be a list or tuple .*args=\[x\]"):
+        get_model_profile(model, args=x, print_profile=False)
+    with pytest.raises(TypeError, match="kwargs must be a dict"):
+        get_model_profile(model, args=[x], kwargs=[1], print_profile=False)  # type: ignore[arg-type]
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(x)
+    with pytest.raises(TypeError, match="show must be a bool"):
+        counter.print_result_table(show="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="as_string must be a bool"):
+        counter.print_result_table(show=False, as_string=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'not_a_target' is no Tensor method and no aten op"):
+        TorchFLOPsByFX(model, custom_formulas={"not_a_target": lambda *a, **k: 1})
+    with pytest.raises(ValueError, match="no aten op 'not_an_op'"):
+        TorchFLOPsByFX(model, custom_formulas={"aten::not_an_op": lambda *a, **k: 1})
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+        sweep_generation(config, [1], [8], [2], hardware="h100-sxm", dtype="bf16")  # type: ignore[arg-type]
+
+
+def test_a_string_aten_key_is_the_aten_op() -> None:
+    from torch_flops import TorchFLOPsByFX
+
+    class MatMul(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten.mm(a, b)
+
+    counter = TorchFLOPsByFX(MatMul(), custom_formulas={"aten::mm": lambda module, out, *a, **k: 7})
+    counter.propagate(torch.randn(2, 3), torch.randn(3, 4))
+    assert counter.total_flops == 7  # the user's formula, keyed by name, on the op

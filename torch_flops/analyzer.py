@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import fx, nn
 
-from torch_flops import formulas, report
+from torch_flops import _validate, formulas, report
 from torch_flops._version import versions
 from torch_flops.calls import (
     CompiledFront,
@@ -358,6 +358,8 @@ class TorchFLOPsByFX:
         a column (``"flops"``, ``"time"``, ...), largest first; ``top``: the first rows only (by
         FLOPs without ``sort_by``). Columns: ``report.NODE_COLUMNS`` / ``MODULE_COLUMNS`` /
         ``OPERATOR_COLUMNS``."""
+        _validate.check_bool("show", show)
+        _validate.check_bool("as_string", as_string)
         profile = self.in_convention(convention)
         columns, rows = report.rows_for(profile, group_by, sort_by=sort_by, top=top)
         if show:

@@ -118,6 +118,11 @@ def get_model_profile(
     """
     if mode not in ("forward", "generate"):
         raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
+    if args is not None and (isinstance(args, (torch.Tensor, str, bytes, Mapping)) or not isinstance(args, Sequence)):
+        raise TypeError(f"args must be a list or tuple of the model's positional inputs (args=[x] for one tensor), "
+                        f"got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a dict of the model's keyword inputs, got {type(kwargs).__name__}")
     if input_shape is not None and (args or (kwargs and mode == "forward")):  # generate: kwargs are its options
         raise ValueError("give either input_shape or args/kwargs, not both")
     if input_shape is None and not args and not kwargs:

@@ -18,7 +18,6 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
-    "add_note",
 ]
 
 

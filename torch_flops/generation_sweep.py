@@ -241,6 +241,8 @@ def sweep_generation(model_or_config: Any, batch_sizes: Sequence[int], prompt_le
     prompts = _positive_ints("prompt_lengths", prompt_lengths)
     generated = _positive_ints("generated_lengths", generated_lengths)
     spec = get_hardware(hardware)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype (torch.bfloat16), got {dtype!r}")
     if inputs is not None and not callable(inputs):
         raise TypeError(f"inputs must be a callable (batch, tokens_in, cache_length) -> kwargs, got {inputs!r}")
     if kv_cache is not None and not callable(kv_cache):

@@ -96,6 +96,23 @@ class Composite:
         return functools.update_wrapper(bound, self.fn)  # type: ignore[return-value]
 
 
+def _string_key(key: str) -> Any:
+    """A ``custom_formulas`` key given as a string: an aten op (``"aten::mm"``, ``"aten.mm"``,
+    ``"aten.mm.default"``: its packet) or a Tensor method name (``"relu"``); ``ValueError`` for
+    anything else (it would silently match nothing)."""
+    for prefix in ("aten::", "aten."):
+        if key.startswith(prefix):
+            packet = getattr(torch.ops.aten, key[len(prefix):].split(".")[0], None)
+            if isinstance(packet, torch._ops.OpOverloadPacket):
+                return packet
+            raise ValueError(f"custom_formulas key {key!r}: torch has no aten op {key[len(prefix):]!r}")
+    method = getattr(torch.Tensor, key, None)
+    if callable(method):
+        return method
+    raise ValueError(f"custom_formulas key {key!r} is no Tensor method and no aten op ('aten::mm'): give the target "
+                     "itself (a module class, torch.mm, torch.ops.aten.mm) or a Tensor method name ('relu')")
+
+
 def normalize_key(key: Any) -> Any:
     """An aten overload (``aten.mm.default``) is keyed by its packet (``aten.mm``)."""
     if isinstance(key, torch._ops.OpOverload):
@@ -227,9 +244,7 @@ class FormulaTable:
         for key, formula in overrides.items():
             if formula is not None and not callable(formula) and not isinstance(formula, Composite):
                 raise TypeError(f"custom_formulas[{key!r}] must be a formula (callable) or None, got {formula!r}")
-            target = Name("method", key) if isinstance(key, str) else key
-            if isinstance(key, str) and callable(getattr(torch.Tensor, key, None)):
-                target = getattr(torch.Tensor, key)
+            target = _string_key(key) if isinstance(key, str) else key
             targets.append(normalize_key(target))
             if formula is None:
                 table._entries.pop(normalize_key(target), None)
