@@ -680,3 +680,22 @@ def test_the_cache_is_found_under_either_transformers_name(hf: Any) -> None:
             return x
 
     assert cache_argument(New()) == "cache" and cache_argument(Old()) == "past_key_values"
+
+
+def test_a_kv_cache_callable_that_fails_is_named_in_one_warning(hf: Any) -> None:
+    model = tiny_gpt2(hf)
+    inputs = prompt()
+    plain = model.generate(**inputs, max_new_tokens=3, do_sample=False, pad_token_id=0)
+
+    def broken() -> Any:
+        raise LookupError("no cache here")
+
+    for reader, said in ((broken, "your kv_cache callable raised LookupError: no cache here"),
+                         (lambda: "junk", "cannot read a KV cache from a str")):
+        with pytest.warns(UserWarning, match="the KV cache could not be read") as caught:
+            gp = profile_generate(model, inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                  max_new_tokens=3, do_sample=False, pad_token_id=0, kv_cache=reader, baseline=False)
+        text = [str(w.message) for w in caught if "KV cache" in str(w.message)]
+        assert len(text) == 1 and said in text[0] and "pass kv_cache=" not in text[0]
+        assert torch.equal(gp.output, plain)  # the generation itself as without the profiler
+        assert gp.kv_cache_bytes == [None, None, None]

@@ -61,6 +61,8 @@ from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
 from torch_flops.kvcache import (
     KVCacheState,
+    StackedState,
+    cache_layers,
     found_cache,
     found_state,
     kv_cache_formula_bytes,
@@ -681,7 +683,14 @@ class _Session:
         if self.kv_error is None:
             try:
                 if self.kv_reader is not None:
-                    cache = self.kv_reader()
+                    try:
+                        cache = self.kv_reader()
+                    except Exception as e:
+                        raise RuntimeError(f"your kv_cache callable raised {type(e).__name__}: {e}") from e
+                    if cache is not None and not any(cache_layers(cache)) and not isinstance(cache, StackedState):
+                        raise TypeError(f"your kv_cache callable returned {type(cache).__name__}, which holds no "
+                                        "tensors: return the cache object (a transformers Cache, the tuple of (key, "
+                                        "value) tensors per layer, or your own tensors)")
                 else:  # what the model returned; else the cache it was given (one it filled in place, or left empty)
                     cache = found_cache(step.output)
                     cache = cache if cache is not None else found_state(step.output)  # RWKV's stacked state
@@ -889,8 +898,8 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
     kv_states = session.kv if len(session.kv) == len(steps) else [None] * len(steps)
     if session.kv_error is not None:
         notes.append(f"the KV cache could not be read: {session.kv_error}")
-        warnings.warn(f"torch_flops: the KV cache could not be read ({session.kv_error}); pass kv_cache= (a "
-                      "callable returning it)", stacklevel=3)
+        advice = "" if session.kv_reader is not None else "; pass kv_cache= (a callable returning it)"
+        warnings.warn(f"torch_flops: the KV cache could not be read ({session.kv_error}){advice}", stacklevel=3)
     masks = log.mask_lengths if len(log.mask_lengths) == len(steps) else [None] * len(steps)
     # a call starts afresh without a cache (use_cache=False), or after a step that left the cache empty
     fresh = [i == 0 or (i < len(log.no_cache) and log.no_cache[i])
