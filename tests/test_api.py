@@ -259,3 +259,15 @@ def test_a_string_aten_key_is_the_aten_op() -> None:
     counter = TorchFLOPsByFX(MatMul(), custom_formulas={"aten::mm": lambda module, out, *a, **k: 7})
     counter.propagate(torch.randn(2, 3), torch.randn(3, 4))
     assert counter.total_flops == 7  # the user's formula, keyed by name, on the op
+
+
+def test_a_formula_that_returns_a_negative_count_fails_its_node() -> None:
+    from torch_flops import Status, TorchFLOPsByFX
+
+    model, x = nn.Sequential(nn.Linear(4, 2)), torch.randn(3, 4)
+    with pytest.warns(UserWarning, match="negative count"):
+        counter = TorchFLOPsByFX(model, custom_formulas={nn.Linear: lambda module, out, *a, **k: -5})
+        counter.propagate(x)
+    linear = next(r for r in counter.records if r.op == "call_module")
+    assert linear.status is Status.UNSUPPORTED and linear.flops is None and "negative count (-5)" in linear.note
+    assert counter.total_flops == 0

@@ -19,7 +19,7 @@ def evaluate(formula: Formula, module: Any, out: Any, args: tuple[Any, ...],
     ``out=`` keyword is the op's output, never an operand: it is left out of the call. A bare int
     is ``(flops, 0)``; a pair is ``(flops, macs)`` with nothing known of the dot products (None,
     None); four values say how many outputs the MACs go into and how many a matrix-multiply
-    kernel does."""
+    kernel does. A negative count is a ``ValueError`` (the node's formula failed)."""
     if kwargs and "out" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     result: Any = formula(module, out, *args, **kwargs)
@@ -27,12 +27,19 @@ def evaluate(formula: Formula, module: Any, out: Any, args: tuple[Any, ...],
     if kind is Count:
         return result  # type: ignore[no-any-return]
     if kind is int:
+        if result < 0:
+            raise ValueError(f"the formula returned a negative count ({result})")
         return (result, 0, None, None)
     if isinstance(result, tuple):
         flops, macs = result[0], result[1]
         flops = flops if type(flops) is int else int(flops)
         macs = macs if type(macs) is int else int(macs)
+        if flops < 0 or macs < 0:
+            raise ValueError(f"the formula returned a negative count ({result[0]}, {result[1]})")
         if len(result) > 2:
             return (flops, macs, result[2], result[3])
         return (flops, macs, None, None)
-    return (int(result), 0, None, None)
+    flops = int(result)
+    if flops < 0:
+        raise ValueError(f"the formula returned a negative count ({result})")
+    return (flops, 0, None, None)
