@@ -265,8 +265,8 @@ def test_a_formula_that_returns_a_negative_count_fails_its_node() -> None:
     from torch_flops import Status, TorchFLOPsByFX
 
     model, x = nn.Sequential(nn.Linear(4, 2)), torch.randn(3, 4)
+    counter = TorchFLOPsByFX(model, custom_formulas={nn.Linear: lambda module, out, *a, **k: -5})
     with pytest.warns(UserWarning, match="negative count"):
-        counter = TorchFLOPsByFX(model, custom_formulas={nn.Linear: lambda module, out, *a, **k: -5})
         counter.propagate(x)
     linear = next(r for r in counter.records if r.op == "call_module")
     assert linear.status is Status.UNSUPPORTED and linear.flops is None and "negative count (-5)" in linear.note
