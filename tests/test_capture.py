@@ -322,3 +322,30 @@ def test_a_tracing_limit_is_still_a_tracing_error() -> None:
 
     with pytest.raises(TracingError, match="could not trace Branches"):
         TorchFLOPsByFX(Branches(), tracer="fx")
+
+
+class WritesIntoItsOwnTensor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty(4, 4)  # made without the inputs: fx runs this once and keeps y as a constant
+        torch.mm(x, self.w, out=y)  # the graph writes into that constant ...
+        return y * 1  # ... but this product was computed at trace time: a stale output every call
+
+
+class AddsIntoItsOwnTensor(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(4)
+        total.add_(x.sum(0))  # every call would add into the one constant
+        return total
+
+
+@pytest.mark.parametrize("model", [WritesIntoItsOwnTensor(), AddsIntoItsOwnTensor()])
+def test_fx_refuses_a_forward_that_writes_into_a_folded_constant(model: nn.Module) -> None:
+    with pytest.raises(TracingError, match="writes into a tensor it made without the inputs"):
+        TorchFLOPsByFX(model, tracer="fx")
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        assert torch.equal(TorchFLOPsByFX(model).propagate(x), model(x))  # the default front end: as it runs

@@ -355,6 +355,13 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             f"torch.fx.symbolic_trace could not trace {type(model).__name__}"
             f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
         ) from e
+    written = _constants_written(graph)
+    if written:
+        raise TracingError(
+            f"{type(model).__name__}'s forward writes into a tensor it made without the inputs ({written}): "
+            "torch.fx runs such a tensor's code once, at trace time, and keeps the tensor as a constant, so "
+            "what the forward reads back from it afterwards would be stale. Profile it with the default front end "
+            "(tracer='auto'), which runs the model as it is")
     if assigned:
         names = ", ".join(f"{path + '.' if path else ''}{name}" for path, name in assigned[:5])
         raise TracingError(
@@ -363,6 +370,23 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             "different program (they were left as they were). Profile it with the default front end "
             "(tracer='auto'), which runs the model as it is")
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+def _constants_written(graph: fx.Graph) -> str:
+    """The first traced call that writes into a tensor constant fx folded at trace time (``y =
+    torch.empty(4, 4); torch.mm(x, w, out=y)``, ``y.add_(x)``), readably, or "" when none does.
+    (A buffer's in-place update writes a get_attr of the model's own, which is fine.)"""
+    def folded(value: Any) -> bool:
+        return isinstance(value, fx.Node) and value.op == "get_attr" and str(value.target).startswith("_tensor_constant")
+
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        in_place = name.endswith("_") and not name.endswith("__") and node.args and folded(node.args[0])
+        if folded(node.kwargs.get("out")) or in_place:
+            return f"{name}(..., out=...)" if folded(node.kwargs.get("out")) else f"Tensor.{name}"
+    return ""
 
 
 @contextlib.contextmanager
