@@ -303,3 +303,25 @@ def _numbers_js(expression: str) -> str:
 
     section = _JS.split("numbers, as torch_flops.report writes them")[1].split("\n// ----")[0]
     return f"(() => {{ {section}\n return {expression}; }})()"
+
+
+def test_a_malformed_profile_is_named_and_refused_with_code_2(pair: dict[str, Any], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    document = json.loads(Path(pair["paths"]["a"]).read_text())
+    no_records = tmp_path / "norec.json"
+    no_records.write_text(json.dumps({k: v for k, v in document.items() if k != "records"}))
+    no_flops = tmp_path / "noflops.json"
+    no_flops.write_text(json.dumps({**document, "records": [{k: v for k, v in document["records"][0].items()
+                                                              if k != "flops"}]}))
+    not_json = tmp_path / "bad.json"
+    not_json.write_text("{nope")
+    for path, said in ((no_records, "not a readable torch_flops profile (KeyError: 'records')"),
+                       (no_flops, "not a readable torch_flops profile (KeyError: 'flops')"),
+                       (not_json, "no JSON")):
+        assert main(["diff", str(path), str(pair["paths"]["a"]), "--fail-on", "flops>+1%"]) == 2  # not "crossed"
+        err = capsys.readouterr().err
+        assert f"{path.name}: {said}" in err and "Traceback" not in err
+        with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(")", r"\)")):
+            torch_flops.Profile.from_json(path)
+    with pytest.raises(TypeError, match="got int"):  # never taken as a file descriptor (read and closed)
+        torch_flops.Profile.from_json(0)  # type: ignore[arg-type]

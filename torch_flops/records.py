@@ -723,13 +723,34 @@ class Profile:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike[str] | Mapping[str, Any]) -> Profile:
-        """:meth:`from_dict` of a parsed document, a JSON string, or the path of a JSON file."""
+        """:meth:`from_dict` of a parsed document, a JSON string, or the path of a JSON file.
+        ``TypeError`` for another kind of source (an int is no file descriptor here); ``ValueError``
+        naming the file for a document that is no JSON or no torch_flops profile."""
         if isinstance(source, Mapping):
-            return cls.from_dict(source)
-        if isinstance(source, str) and source.lstrip().startswith("{"):
-            return cls.from_dict(json.loads(source))
-        with open(source, encoding="utf-8") as f:  # as write_atomic writes it, whatever the locale
-            return cls.from_dict(json.load(f))
+            data: Any = source
+            where = "the document"
+        elif isinstance(source, str) and source.lstrip().startswith("{"):
+            where = "the JSON string"
+            try:
+                data = json.loads(source)
+            except ValueError as e:
+                raise ValueError(f"{where} is no JSON ({e})") from e
+        elif isinstance(source, (str, os.PathLike)):
+            where = os.fspath(source)
+            with open(source, encoding="utf-8") as f:  # as write_atomic writes it, whatever the locale
+                try:
+                    data = json.load(f)
+                except ValueError as e:
+                    raise ValueError(f"{where}: no JSON ({e})") from e
+        else:
+            raise TypeError(f"Profile.from_json takes the path of a JSON file, a JSON string or a parsed dict, "
+                            f"got {type(source).__name__}")
+        if not isinstance(data, Mapping):  # (a ValueError: the file's content is wrong, not the argument)
+            raise ValueError(f"{where}: not a torch_flops profile (a JSON {type(data).__name__}, not an object)")  # noqa: TRY004
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            raise ValueError(f"{where}: not a readable torch_flops profile ({type(e).__name__}: {e})") from e
 
     # ------------------------------------------------------------------ at a REPL, in a notebook
     def __repr__(self) -> str:
