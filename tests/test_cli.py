@@ -404,3 +404,28 @@ def test_generate_writes_its_html_report_and_refuses_what_it_cannot_draw(tmp_pat
                             str(page)], "--html writes the steps of one --generate run")):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--output", "{same}", "--html", "{same}"], "--output and --html name the same file"),
+    (["--format", "json", "--output", "{same}", "--chrome-trace", "{same}"], "--output and --chrome-trace name the same"),
+    (["--sweep", "batch=1,8"], "--sweep goes with --generate N"),
+    (["--output", ""], "cannot write '': the path is empty"),
+])
+def test_outputs_and_sweeps_that_cannot_apply_are_refused_before_running(
+        capsys: pytest.CaptureFixture[str], tiny_module: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    same = str(tmp_path / "same.txt")
+    code, out, err = run_main(capsys, "tinynet_cli:build", "--input-shape", "3,8",
+                              *[a.replace("{same}", same) for a in args])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert not (tmp_path / "same.txt").exists()  # nothing ran, nothing written
+
+
+def test_a_sweep_axis_given_twice_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    hf = pytest.importorskip("transformers")
+    hf.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=50, max_position_embeddings=64,
+                   architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    code, _, err = run_main(capsys, str(tmp_path / "config.json"), "--meta", "--generate", "2", "--sweep", "batch=1",
+                            "batch=2", "prompt=4", "--hardware", "h100-sxm")
+    assert code == 2 and "--sweep gives batch= twice" in err

@@ -431,6 +431,8 @@ def _check_combinations(ns: argparse.Namespace) -> None:
         if ns.sweep is None and ns.format == "csv" and ns.hardware is not None and not (ns.plot or ns.html):
             raise CLIError("--hardware prices a --generate run in its text, markdown, json and --html outputs; "
                            "--format csv holds the measured steps only (a --sweep's csv holds the prices)", 2)
+    elif ns.sweep is not None:
+        raise CLIError("--sweep goes with --generate N (and --meta): it prices generation at each point", 2)
     if ns.group_by is not None and ns.format not in text_formats:
         raise CLIError(f"--group-by chooses the rows of --format table, csv or markdown, not --format {ns.format}", 2)
     group_by = ns.group_by or "node"
@@ -493,10 +495,13 @@ def _run(ns: argparse.Namespace) -> int:
     for option in ("output", "chrome_trace", "plot", "html"):  # {rank}: each rank of a distributed run its own file
         if getattr(ns, option) is not None:
             setattr(ns, option, rank_path(getattr(ns, option)))
-    for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace), ("--plot", ns.plot),
-                         ("--html", ns.html)):
-        if path is not None:
-            _check_writable(option, path)  # before a profile that may take minutes
+    outputs = [(option, path) for option, path in (("--output", ns.output), ("--chrome-trace", ns.chrome_trace),
+                                                   ("--plot", ns.plot), ("--html", ns.html)) if path is not None]
+    for i, (option, path) in enumerate(outputs):
+        _check_writable(option, path)  # before a profile that may take minutes
+        for other, other_path in outputs[:i]:
+            if os.path.abspath(other_path) == os.path.abspath(path):
+                raise CLIError(f"{other} and {option} name the same file ({path}): one would overwrite the other", 2)
     if ns.plot is not None:
         _check_matplotlib()
 
@@ -870,6 +875,8 @@ def _sweep_axes(items: Sequence[str], tokens: tuple[int, ...] | None, new_tokens
         key, sep, values = item.partition("=")
         if not sep or key not in ("batch", "prompt", "generated"):
             raise CLIError(f"bad --sweep {item!r}: expected batch=1,8,64, prompt=128,2048 or generated=32,256", 2)
+        if key in axes:
+            raise CLIError(f"--sweep gives {key}= twice: give its values once, comma-separated ({key}=1,8,64)", 2)
         axes[key] = _parse_dims(values, f"--sweep {key}")
     batch, prompt = tokens or _DEFAULT_TOKENS
     return {"batch": axes.get("batch", (batch,)), "prompt": axes.get("prompt", (prompt,)),

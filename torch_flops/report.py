@@ -1375,6 +1375,8 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     """An ``OSError`` naming the cause unless a file can be written at ``path``: its directory
     exists and is writable, and ``path`` is not a directory (checked before long work)."""
     target = os.fspath(path)
+    if not target:
+        raise FileNotFoundError("cannot write '': the path is empty")
     directory = os.path.dirname(os.path.abspath(target))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write {target!r}: it is a directory")
@@ -1386,6 +1388,12 @@ def check_writable(path: str | os.PathLike[str]) -> None:
         raise FileNotFoundError(f"cannot write {target!r}: no such directory {directory!r}")
     if not os.access(directory, os.W_OK):
         raise PermissionError(f"cannot write {target!r}: directory {directory!r} is not writable")
+    try:  # what os.access cannot tell (root; /proc, a read-only mount): make the temporary file write_atomic would
+        fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise PermissionError(f"cannot write {target!r}: no file can be made in {directory!r} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
