@@ -325,3 +325,15 @@ def test_a_malformed_profile_is_named_and_refused_with_code_2(pair: dict[str, An
             torch_flops.Profile.from_json(path)
     with pytest.raises(TypeError, match="got int"):  # never taken as a file descriptor (read and closed)
         torch_flops.Profile.from_json(0)  # type: ignore[arg-type]
+
+
+def test_gates_that_cannot_be_evaluated_are_refused(pair: dict[str, Any]) -> None:
+    result = torch_flops.diff(pair["a"], pair["b"])
+    with pytest.raises(ValueError, match="neither profile has a backward"):
+        result.check(["backward_flops>-100%"])
+    with pytest.raises(ValueError, match="neither profile has an optimizer step"):
+        result.check(["optimizer_flops>=0"])
+    in_macs = torch_flops.diff(pair["a"], pair["a"].with_convention("macs"))
+    with pytest.raises(ValueError, match="different conventions"):  # 22304 FLOPs vs its own MACs is no regression
+        in_macs.check(["flops<-1%"])
+    assert result.check(["params>0"])  # a gate that can be evaluated still is: B has 784 more parameters

@@ -288,14 +288,27 @@ class ProfileDiff:
     # ------------------------------------------------------------------ the gate
     def check(self, checks: Iterable[str]) -> list[Violation]:
         """The violations of the gate expressions ``checks`` (see the module docstring); empty when
-        all pass. ``ValueError`` for a bad expression, an unknown module, or a time gate on
-        profiles not timed with ``repeat >= 3``."""
+        all pass. ``ValueError`` for a bad expression, an unknown module, a time gate on
+        profiles not timed with ``repeat >= 3``, a backward or optimizer gate on profiles without
+        one, or a FLOPs gate on profiles counted in different conventions."""
         if isinstance(checks, str):
             checks = [checks]
         parsed = [parse_check(c) for c in checks]
         for c in parsed:
             if c.metric in _TIMES:
                 self._check_timed(c.expr)
+            if c.metric in ("backward_flops", "backward_time_ms") and not (self.a.has_backward or self.b.has_backward):
+                raise ValueError(f"check {c.expr!r}: neither profile has a backward (profile a training step: "
+                                 "propagate(x, loss_fn=...), TrainingProfiler or --train)")
+            if c.metric == "optimizer_flops" and not any(r.phase == "optimizer" for p in (self.a, self.b)
+                                                         for r in p.records):
+                raise ValueError(f"check {c.expr!r}: neither profile has an optimizer step (TrainingProfiler, or "
+                                 "--train --optimizer NAME)")
+            if c.metric in ("flops", "macs", "backward_flops", "optimizer_flops") \
+                    and self.a.convention != self.b.convention:
+                raise ValueError(f"check {c.expr!r}: the profiles count in different conventions ({self.labels[0]} "
+                                 f"{self.a.convention}, {self.labels[1]} {self.b.convention}): re-express one "
+                                 "(Profile.with_convention) before gating on FLOPs")
             if c.scope not in (None, "*") and self.module(c.scope) is None:
                 raise ValueError(f"check {c.expr!r}: no module {c.scope!r} in either profile")
         found: list[Violation] = []
