@@ -271,3 +271,35 @@ def test_a_formula_that_returns_a_negative_count_fails_its_node() -> None:
     linear = next(r for r in counter.records if r.op == "call_module")
     assert linear.status is Status.UNSUPPORTED and linear.flops is None and "negative count (-5)" in linear.note
     assert counter.total_flops == 0
+
+
+def test_more_bad_arguments_name_their_cause() -> None:
+    from torch_flops import TorchFLOPsByFX, TrainingProfiler, diff, flop_count_table
+
+    model, x = nn.Sequential(nn.Linear(8, 4)), torch.randn(2, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TrainingProfiler(model, optimizer) as prof:
+        model(x).sum().backward()
+        optimizer.step()
+    with pytest.raises(TypeError, match="as_string must be a bool"):
+        prof.get_total_flops(as_string="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="detailed must be a bool"):
+        prof.print_model_profile(detailed="x")  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match="the path is empty"):
+        prof.print_model_profile(output_file="")
+    with pytest.raises(TypeError, match="as_string must be a bool"):
+        get_model_profile(model, input_shape=(2, 8), print_profile=False, as_string="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ignore_modules must be a list"):
+        get_model_profile(model, input_shape=(2, 8), print_profile=False, ignore_modules=5)  # type: ignore[arg-type]
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(x)
+    with pytest.raises(TypeError, match="show must be a bool"):
+        counter.print_total_flops(show="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top must be an int >= 0"):
+        counter.print_roofline("h100-sxm", top=-1, show=False)
+    with pytest.raises(ValueError, match="top must be None or an int >= 0"):
+        diff(counter.profile, counter.profile).text(top=-1)
+    with pytest.raises(TypeError, match="top must be None or an int >= 0"):
+        diff(counter.profile, counter.profile).markdown(top="5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a FlopCountAnalysis"):
+        flop_count_table(5)  # type: ignore[arg-type]

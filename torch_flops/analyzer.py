@@ -368,6 +368,7 @@ class TorchFLOPsByFX:
         return report.Rows(report.format_rows(columns, rows) if as_string else rows, columns)
 
     def print_total_flops(self, show: bool = True, convention: str = "torch_flops") -> int:
+        _validate.check_bool("show", show)
         profile = self.in_convention(convention)
         if show:
             print(report.total_flops_text(profile))
@@ -380,6 +381,7 @@ class TorchFLOPsByFX:
         return self._show(report.max_memory_text, show, self.profile.max_memory)
 
     def _show(self, text: Callable[[Profile], str], show: bool, value: Any) -> Any:
+        _validate.check_bool("show", show)
         if show:
             print(text(self.profile))
         return value
@@ -422,6 +424,8 @@ class TorchFLOPsByFX:
                        show: bool = True) -> Roofline:
         """Print the ``top`` nodes and modules losing most time on ``hardware`` (predicted slowest
         when not timed there), with the predicted total and its memory-bound share."""
+        _validate.check_int("top", top, 0)
+        _validate.check_bool("show", show)
         line = self.roofline(hardware)
         if show:
             print(report.roofline_text(line, top))

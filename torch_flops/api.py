@@ -135,6 +135,7 @@ def get_model_profile(
         args = (_tensor_like_model(model, tuple(input_shape)) if mode == "forward" else
                 _token_ids_like_model(model, tuple(input_shape)),)
     _validate.check_bool("detailed", detailed)
+    _validate.check_bool("as_string", as_string)
     _validate.check_depth("module_depth", module_depth)
     _validate.check_int("top_modules", top_modules, 0)
     ignore = _class_names(ignore_modules or (), "ignore_modules")
@@ -215,6 +216,8 @@ def _token_ids_like_model(model: nn.Module, shape: tuple[int, ...]) -> torch.Ten
 
 
 def _class_names(items: Iterable[type | str], name: str) -> list[str]:
+    if isinstance(items, (str, type)) or not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be a list of module classes or class names, got {items!r}")
     names: list[str] = []
     for item in items:
         if isinstance(item, type):
@@ -605,6 +608,8 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     count (and activations, when given). Modules whose numbers are all 0 are left out, a module
     with one child of the same numbers is shown as that child, a module that ran no op shows an
     empty count."""
+    if not isinstance(flops, FlopCountAnalysis):
+        raise TypeError(f"flop_count_table takes a FlopCountAnalysis, got {type(flops).__name__}")
     _validate.check_int("max_depth", max_depth, 0)
     _validate.check_bool("show_param_shapes", show_param_shapes)
     params_header = "#parameters" + (" or shape" if show_param_shapes else "")

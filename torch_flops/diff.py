@@ -466,6 +466,7 @@ class ProfileDiff:
     def text(self, top: int | None = 30, depth: int = -1, checks: Sequence[str] = ()) -> str:
         """Totals, renamed/added/removed modules, the gate's results (with ``checks``) and the
         ``top`` largest changes (modules down to ``depth``, and operators) as plain text."""
+        _check_top(top)
         a, b = self.labels
         title = (f"torch_flops diff: A = {a} ({self.a.module_types.get('', '')}, {self.a.device}), "
                  f"B = {b} ({self.b.module_types.get('', '')}, {self.b.device})")
@@ -489,6 +490,7 @@ class ProfileDiff:
 
     def markdown(self, top: int | None = 30, depth: int = -1, checks: Sequence[str] = ()) -> str:
         """The same as GitHub-flavoured Markdown, to paste into a pull request."""
+        _check_top(top)
         a, b = self.labels
         totals = tabulate(self._totals_lines(), headers=["total", "A", "B", "change", "change %"], tablefmt="github",
                           disable_numparse=True, colalign=("left", "right", "right", "right", "right"))
@@ -586,3 +588,8 @@ def diff(a: Profile | str | os.PathLike[str], b: Profile | str | os.PathLike[str
             labels = (f"A ({labels[0]})", f"B ({labels[1]})")
     return ProfileDiff(pa, pb, labels, include_unchanged)
 
+
+def _check_top(top: Any) -> None:
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
+        raise (TypeError if not isinstance(top, int) or isinstance(top, bool) else ValueError)(
+            f"top must be None or an int >= 0, got {top!r}")

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torch_flops import formulas, hardware, report
+from torch_flops import _validate, formulas, hardware, report
 from torch_flops._version import versions
 from torch_flops.calls import reads_values
 from torch_flops.capture import ModelIndex
@@ -197,21 +197,25 @@ class TrainingProfiler:
 
     def get_total_flops(self, as_string: bool = False) -> int | str:
         """FLOPs of one training step: forward + backward + optimizer (the mean over the steps)."""
+        _validate.check_bool("as_string", as_string)
         value = round(sum(step_flops(p) for p in self._profiles()) / len(self.profiles))
         return format_count(value, "FLOPs") if as_string else value
 
     def get_total_macs(self, as_string: bool = False) -> int | str:
         """MACs of one step: forward + backward (the optimizer does none)."""
+        _validate.check_bool("as_string", as_string)
         value = round(sum(p.total_macs + p.total_backward_macs for p in self._profiles()) / len(self.profiles))
         return format_count(value, "MACs") if as_string else value
 
     def get_total_params(self, as_string: bool = False) -> int | str:
+        _validate.check_bool("as_string", as_string)
         value = self._profiles()[0].total_params
         return format_count(value) if as_string else value
 
     def get_total_duration(self, as_string: bool = False) -> float | str:
         """Seconds per step, wall clock from the step's first forward to the end of its
         optimizer step (the mean over the steps)."""
+        _validate.check_bool("as_string", as_string)
         self._profiles()
         value = sum(self._durations) / len(self._durations) / 1e3
         return format_time_ms(value * 1e3) if as_string else value
@@ -237,6 +241,9 @@ class TrainingProfiler:
         """The step's summary (forward, backward, optimizer, duration, MFU inputs) and, with
         ``detailed``, its module tree down to ``module_depth``; printed, or written atomically to
         ``output_file``. Returns the text."""
+        _validate.check_bool("detailed", detailed)
+        if output_file is not None:
+            report.check_writable(output_file)  # (before the text is built)
         profiles = self._profiles()
         if isinstance(profile_step, bool) or not isinstance(profile_step, int):
             raise TypeError(f"profile_step must be an int, got {type(profile_step).__name__}")
