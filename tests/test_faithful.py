@@ -503,3 +503,73 @@ def test_a_model_that_raises_leaves_what_one_eager_call_leaves(warmup: int, repe
     assert int(model.bn.num_batches_tracked) == 1
     assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
     assert torch.equal(model.bn.running_var, twin.bn.running_var)
+
+
+class _RebindsItsState(nn.Module):
+    """Rebinds a buffer (not in place) and a Python counter on every call, and draws from a
+    generator it is given: extra runs (warm-up, repeats) must leave all three as one call does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("history", torch.zeros(1, 2))
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        self.history = torch.cat([self.history, x])  # a new tensor under the buffer's name
+        self.calls += 1
+        return x * self.calls + torch.rand(2, generator=gen)
+
+
+def test_extra_runs_put_back_rebound_buffers_attributes_and_input_generators() -> None:
+    x = torch.ones(1, 2)
+    twin, model = _RebindsItsState(), _RebindsItsState()
+    g_twin, g_model = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    eager = twin(x, g_twin)
+    out = TorchFLOPsByFX(model, warmup=2, repeat=3).propagate(x, g_model)
+    assert torch.equal(out, eager)
+    assert model.calls == twin.calls == 1
+    assert model.history.shape == twin.history.shape == (2, 2) and "history" in dict(model.named_buffers())
+    assert torch.equal(torch.rand(3, generator=g_model), torch.rand(3, generator=g_twin))  # the next draws too
+
+
+def test_an_iterator_input_with_extra_runs_is_refused_before_anything_runs() -> None:
+    calls: list[int] = []
+
+    class SumsIts(nn.Module):
+        def forward(self, parts: Any) -> torch.Tensor:
+            calls.append(1)
+            return sum(parts)
+
+    with pytest.raises(ValueError, match=r"an input is an iterator \(list_iterator\).*warmup=1"):
+        TorchFLOPsByFX(SumsIts(), warmup=1).propagate(iter([torch.ones(2), torch.ones(2)]))
+    assert calls == []
+    out = TorchFLOPsByFX(SumsIts()).propagate(iter([torch.ones(2), torch.ones(2)]))  # one call: fine
+    assert torch.equal(out, torch.full((2,), 2.0))
+
+
+def test_a_strided_nested_tensor_input() -> None:
+    class SumsEach(nn.Module):
+        def forward(self, nt: torch.Tensor) -> torch.Tensor:
+            return torch.stack([t.sum() for t in nt.unbind()])
+
+    nt = torch.nested.nested_tensor([torch.ones(3), torch.ones(5)])
+    counter = TorchFLOPsByFX(SumsEach())
+    assert torch.equal(counter.propagate(nt), torch.tensor([3.0, 5.0]))
+    assert counter.total_flops == 3 + 5  # Tensor.sum of n elements: n FLOPs by the table (3 and 5 above)
+    assert next(r for r in counter.records if r.op == "placeholder").output_shape == ((3,), (5,))
+
+
+def test_a_call_override_that_skips_module_call_is_named() -> None:
+    class Bypasses(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:  # never reaches nn.Module.__call__
+            return self.forward(x)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x)
+
+    with pytest.raises(RuntimeError, match=r"ran without nn.Module.__call__"):
+        TorchFLOPsByFX(Bypasses()).propagate(torch.ones(1, 2))

@@ -33,7 +33,7 @@ from torch_flops.compiled import is_compiled
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.html import write_html
-from torch_flops.measure import Timer, input_device, tensors_of
+from torch_flops.measure import Timer, batch_size_of, input_device
 from torch_flops.measuring import Measurements, add_note
 from torch_flops.options import Options, TracerName
 from torch_flops.progress import Progress
@@ -192,7 +192,7 @@ class TorchFLOPsByFX:
         finally:
             self._propagating = outer
             progress.done()
-        self._measured, self._profile = (result, _batch_size((args, kwargs))), None
+        self._measured, self._profile = (result, batch_size_of((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up
         self._warn_unsupported(result.measurements)
         if self.options.ignore_ops and not self._ignores_checked:
@@ -470,9 +470,3 @@ class TorchFLOPsByFX:
     def save_html(self, path: str, hardware: str | HardwareSpec | None = None, convention: str = "torch_flops") -> str:
         """The same as :meth:`to_html`."""
         return self.to_html(path, hardware, convention)
-
-
-def _batch_size(inputs: Any) -> int | None:
-    for t in tensors_of(inputs):
-        return int(t.shape[0]) if t.dim() > 0 else None
-    return None

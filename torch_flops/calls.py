@@ -170,7 +170,8 @@ class EagerFront:
         try:
             with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
                 output, measurements = run_repeated(runner, (args, kwargs), warmup=s.warmup, repeat=s.repeat,
-                                                    device=device, extra_runs=lambda: ExtraRuns(index.tensors),
+                                                    device=device,
+                                                    extra_runs=lambda: ExtraRuns(index.tensors, modules=index.modules),
                                                     progress=progress)
         finally:
             self.needs_values = runner.needs_values
@@ -232,6 +233,10 @@ class _EagerRunner:
                 grads.restore()
         if warmup:
             return output
+        if not recording.steps:
+            raise RuntimeError(f"{type(self.index.model).__name__} ran without nn.Module.__call__ (its own __call__ does not "
+                               "call super().__call__?): no module call was seen, so nothing was recorded; profile "
+                               "the module its __call__ runs")
         step = recording.steps[0]
         self._last = (step, recording.timer)
         if count:
@@ -300,7 +305,8 @@ class GraphFront:
                            timed=device.type != "meta", sequences=sequences, progress=progress)
             output, measurements = run_repeated(
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
-                extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm), progress=progress)
+                extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm, modules=snapshot.index.modules),
+                progress=progress)
             output = _plain_containers(output)
             if sequences is not None:
                 loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)

@@ -41,6 +41,7 @@ __all__ = [
     "PerfCounterTimer",
     "StorageEntries",
     "Timer",
+    "batch_size_of",
     "cuda_index",
     "cuda_memory_reader",
     "input_device",
@@ -269,6 +270,15 @@ def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
     for t in itertools.chain(model.parameters(), model.buffers()):
         return t.device
     return torch.device("cpu")
+
+
+def batch_size_of(value: Any) -> int | None:
+    """The first dimension of the first tensor in ``value`` that has one (a strided nested
+    tensor, which has no sizes to read: its number of components); None without one."""
+    for t in tensors_of(value):
+        if t.dim() > 0:
+            return int(t.size(0)) if t.is_nested else int(t.shape[0])
+    return None
 
 
 def tensor_nbytes(t: Tensor) -> int:

@@ -287,7 +287,7 @@ class NodeMeasurer:
         # expanded view, a broadcast bias, has fewer bytes behind it than elements)
         shape: Any
         dtype: torch.dtype | None
-        if type(out) is torch.Tensor:
+        if type(out) is torch.Tensor and not out.is_nested:
             shape = out.shape
             nbytes = out.nbytes if out.layout is torch.strided else tensor_nbytes(out)  # sparse: no nbytes
             entries: StorageEntries = None
@@ -470,6 +470,8 @@ def _indexed_traffic(plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any], o
 def output_shape(value: Any) -> tuple[Any, ...] | None:
     """A tensor's shape; nested tuples for tuple/list/dict outputs; None for no tensor."""
     if isinstance(value, torch.Tensor):
+        if value.is_nested and value.layout is torch.strided:  # no sizes of its own: its components'
+            return tuple(tuple(c.shape) for c in value.unbind())
         return tuple(value.shape)
     if isinstance(value, (tuple, list)):
         shapes = tuple(output_shape(v) for v in value)

@@ -14,10 +14,11 @@ timer). The measurements are frozen in one place, :meth:`Measurements.of`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import torch
+from torch.utils import _pytree
 
 from torch_flops.measuring import GraphRun, Measurements, medians
 from torch_flops.progress import Progress
@@ -63,6 +64,13 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
     step = progress.step if progress is not None else _quiet
     runs: list[RunTimes] = []
     if warmups or repeats:
+        leaves = _pytree.tree_leaves(inputs)
+        used_up = next((leaf for leaf in leaves if isinstance(leaf, Iterator)), None)
+        if used_up is not None:  # (checked before anything runs)
+            raise ValueError(f"an input is an iterator ({type(used_up).__name__}), which the extra runs of warmup="
+                             f"{warmup} / repeat={repeat} would use up before the real call: pass a list, or "
+                             "profile one call (warmup=0, repeat=1)")
+        generators = [(g, g.get_state()) for g in leaves if isinstance(g, torch.Generator)]
         saved = extra_runs()
         for i in range(warmups + repeats):
             step(f"run {i + 1}/{total}" + (" (warmup)" if i < warmups else ""))
@@ -75,6 +83,8 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
             except Exception:  # noqa: BLE001  (the model's own error: the real call below raises it, and
                 break  # leaves buffers, statistics and RNG as one call does; undone first, as below)
             finally:  # also when the run failed: buffers, gradients and RNG as they were
+                for g, state in generators:  # a torch.Generator among the inputs: its draws too
+                    g.set_state(state)
                 saved.undo()
     step(f"run {total}/{total}")
     output = runner.call(inputs, count=True, timed=timed)

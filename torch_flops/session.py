@@ -70,7 +70,7 @@ from torch_flops.backward import (
 from torch_flops.capture import ModelIndex, NodeLocation
 from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
-from torch_flops.measure import MemoryProbe, Timer, tensors_of
+from torch_flops.measure import MemoryProbe, Timer, batch_size_of, tensors_of
 from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
 from torch_flops.optim import optimizer_step_flops, update_traffic
 from torch_flops.paths import module_chain
@@ -524,7 +524,7 @@ class Recording:
         self._calls += 1
         with self.paused():  # the profiler's own tensor calls are no nodes
             if self._batch is None:
-                self._batch = next((int(t.shape[0]) for t in tensors_of((args, kwargs)) if t.dim() > 0), None)
+                self._batch = batch_size_of((args, kwargs))
             self._graph.add_inputs(self.model, args, kwargs)
 
     def _call_ends(self, module: nn.Module, args: Any, output: Any) -> None:

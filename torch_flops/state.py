@@ -76,13 +76,20 @@ class LeafGrads:
                 leaf.grad = grad
 
 
+_MISSING = object()
+
+
 class ExtraRuns:
     """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
 
-    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor, bool]], *graphs: nn.Module) -> None:
+    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor, bool]], *graphs: nn.Module,
+                 modules: Iterable[nn.Module] = ()) -> None:
         """``tensors``: the model's ``(name, tensor, is a parameter)`` (``ModelIndex.tensors``);
         ``graphs``: graph modules that run it and may hold tensors of their own (an export graph
-        holds copies)."""
+        holds copies); ``modules``: the model's modules, whose attributes an extra run may rebind
+        (``self.calls += 1``, a buffer replaced by ``self.h = torch.cat(...)``): put back too."""
+        self._attributes = [(m, dict(m.__dict__), dict(m._buffers)) for m in dict.fromkeys(
+            [*modules, *(m for graph in graphs for m in graph.modules())])]
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
         params: dict[int, tuple[str, torch.Tensor]] = {}
         for name, t, is_param in tensors:
@@ -107,6 +114,15 @@ class ExtraRuns:
     def undo(self) -> None:
         """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
         changed a parameter."""
+        for module, attributes, buffers in self._attributes:  # the objects first, then their values
+            now = module.__dict__
+            for name in [k for k in now if k not in attributes]:
+                del now[name]
+            for name, value in attributes.items():
+                if now.get(name, _MISSING) is not value:
+                    now[name] = value
+            module._buffers.clear()
+            module._buffers.update(buffers)
         with torch.no_grad():
             for _, buffer, saved in self._buffers:
                 buffer.copy_(saved)
