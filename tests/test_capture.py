@@ -349,3 +349,36 @@ def test_fx_refuses_a_forward_that_writes_into_a_folded_constant(model: nn.Modul
     x = torch.randn(4, 4)
     with torch.no_grad():
         assert torch.equal(TorchFLOPsByFX(model).propagate(x), model(x))  # the default front end: as it runs
+
+
+class _AppendsToItsHistory(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("history", torch.zeros(1, 4))
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.history = torch.cat([self.history, x])  # rebinds the buffer
+        self.calls += 1
+        return self.history.sum(0)
+
+
+def test_export_refuses_a_forward_that_rebinds_its_state() -> None:
+    model = _AppendsToItsHistory()
+    with pytest.raises(TracingError, match=r"assigns module state \((history, calls|calls, history)"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.ones(2, 4))
+    assert model.history.shape == (1, 4) and model.calls == 0  # torch.export traced it without changing it
+
+
+class _Refuses(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != 8:
+            raise ValueError("model says no")
+        return x
+
+
+def test_export_lets_the_forwards_own_builtin_error_out_as_itself() -> None:
+    with pytest.raises(ValueError, match="model says no") as caught:
+        TorchFLOPsByFX(_Refuses(), tracer="export").propagate(torch.ones(2, 4))
+    assert type(caught.value) is ValueError
+    assert any("torch.export traced it" in note for note in caught.value.__notes__)

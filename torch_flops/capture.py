@@ -568,6 +568,22 @@ def _models_own(e: BaseException) -> bool:
     return isinstance(e, Exception)
 
 
+def _raised_in_forward(e: BaseException) -> bool:
+    """For torch.export, which runs the forward on the real inputs' shapes: whether ``e`` is the
+    forward's own error (what the same eager call raises): an exception class that is not torch's,
+    raised where the forward's own Python code was running (its innermost frame is neither torch's
+    nor this package's; an op's error, such as mismatched shapes, is raised from the forward's frame)."""
+    if not isinstance(e, Exception) or type(e).__module__.startswith("torch"):
+        return False
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    where = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    return not any(part in where for part in ("/torch/", "/torch_flops/"))
+
+
 def _innermost_module(tracer: fx.Tracer) -> str:
     stack = getattr(tracer, "module_stack", None)
     if not stack:
@@ -597,6 +613,7 @@ def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, 
 # ---------------------------------------------------------------------------------------------
 
 _EXPORT_ROOT = "model"  # the attribute under which _ExportWrapper holds the user's model
+_ABSENT = object()
 
 _PLAIN_LEAVES = (torch.Tensor, int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 
@@ -605,15 +622,23 @@ class _ExportWrapper(nn.Module):
     """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
     example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
 
-    def __init__(self, model: nn.Module, dropped: list[str]) -> None:
+    def __init__(self, model: nn.Module, dropped: list[str], assigned: list[str] | None = None) -> None:
         super().__init__()
         setattr(self, _EXPORT_ROOT, model)
         # torch.export restores module attributes after tracing, so the record of what was dropped
         # lives in a list owned by the caller (held in a closure, not as a module attribute).
         self._record_drop = dropped.append
+        self._record_assigned: list[str] = assigned if assigned is not None else []
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        out = getattr(self, _EXPORT_ROOT)(*args, **kwargs)
+        model = getattr(self, _EXPORT_ROOT)
+        before = [(path, m, dict(m._buffers), dict(m.__dict__)) for path, m in model.named_modules()]
+        out = model(*args, **kwargs)
+        for path, m, buffers, attributes in before:  # (torch.export puts them back after tracing: seen here)
+            rebound = [k for k in set(m._buffers) | set(buffers) if m._buffers.get(k) is not buffers.get(k)]
+            counters = [k for k, v in m.__dict__.items() if attributes.get(k, _ABSENT) is not v
+                        and isinstance(v, (int, float)) and not isinstance(v, bool)]
+            self._record_assigned.extend(f"{path + '.' if path else ''}{k}" for k in (*rebound, *counters))
         leaves, spec = _pytree.tree_flatten_with_path(out)
         kept = []
         for path, leaf in leaves:
@@ -639,13 +664,14 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
                            "models (pass the eager model, not its torch.jit.script/trace)")
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
     dropped: list[str] = []
-    wrapper = _ExportWrapper(model, dropped)
+    assigned: list[str] = []  # buffers rebound and counters assigned by the forward while traced
+    wrapper = _ExportWrapper(model, dropped, assigned)
     was_training = [(m, m.training) for m in index.modules]
     try:
         with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped(), torch.no_grad():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
-        if _models_own(e):
+        if _models_own(e) or _raised_in_forward(e):
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.export traced it "
                         f"with inputs ({_describe(args, kwargs)})")
             raise
@@ -665,6 +691,13 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     finally:
         for m, flag in was_training:
             m.training = flag
+    if assigned:
+        names = ", ".join(dict.fromkeys(assigned[:5]))
+        raise TracingError(
+            f"{type(model).__name__}'s forward assigns module state ({names}{' and more' if len(assigned) > 5 else ''}"
+            ", e.g. self.h = torch.cat(...) on a buffer, self.calls += 1): a torch.export graph drops the assignment, "
+            "so it would run a different program. Profile it with the default front end (tracer='auto'), which "
+            "runs the model as it is")
     gm = program.module()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
