@@ -129,6 +129,10 @@ def test_ddp_backward_all_reduce(out_dir: str) -> None:
         assert f["macs"] == 3072 and f["backward_macs"] == 4096
     merged = merge_profiles([os.path.join(out_dir, f"ddp-{r}.json") for r in (0, 1)])
     assert merged.comm_bytes == 2 * 3232  # the backwards' collectives, both ranks
+    # and their time: the same collectives as the bytes (it left the backward's out: None)
+    backward_times = [p.backward["comm_time_ms"] for p in merged.profiles]
+    assert all(t is not None and t > 0 for t in backward_times)
+    assert merged.comm_time_ms == pytest.approx(sum(backward_times))
 
 
 def test_a_sub_group_s_size_is_its_own(out_dir: str) -> None:

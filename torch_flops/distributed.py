@@ -163,6 +163,9 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
     rank_time = [p.total_time_ms for p in profiles]
     comm_times = [r.time_ms for p in profiles for r in p.records
                   if r.status is Status.COMMUNICATION and r.time_ms is not None]
+    # the backward's collectives too (DDP's all-reduces, FSDP's reduce-scatters): as their bytes are
+    comm_times += [p.backward["comm_time_ms"] for p in profiles
+                   if p.backward is not None and p.backward.get("comm_time_ms") is not None]
     return MergedProfile(
         profiles=tuple(profiles), ranks=tuple(ranks), total_flops=sum(rank_flops),
         total_macs=sum(p.total_macs for p in profiles), global_flops=global_flops, global_macs=global_macs,
