@@ -473,3 +473,22 @@ def test_propagate_called_from_inside_its_own_model_is_refused() -> None:
     outer = TorchFLOPsByFX(model)
     outer.propagate(torch.randn(2, 4))
     assert outer.total_flops > 0
+
+
+def test_a_model_nested_as_deep_as_eager_allows_is_profiled() -> None:
+    import sys
+
+    limit = sys.getrecursionlimit()
+    depth = (limit - 100) // 4  # each level is 3 frames eagerly (Module.__call__, _call_impl, forward)
+    model = nn.Sequential()
+    inner = model
+    for _ in range(depth):
+        inner.add_module("d", nn.Sequential())
+        inner = inner.d
+    inner.add_module("lin", nn.Linear(2, 2))
+    x = torch.ones(1, 2)
+    assert model(x).shape == (1, 2)  # eager runs it
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(x)
+    assert counter.total_flops == 2 * 2 * 2 + 2  # the one Linear: 4 MACs x 2 + 2 bias adds
+    assert sys.getrecursionlimit() == limit  # put back

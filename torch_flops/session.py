@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -251,6 +252,12 @@ class Recording:
             self._remove_handles()
             raise
         self._started = True
+        # each module call of the model goes through torch's hook path (one more frame a level) and
+        # the profiler's own calls sit below the model: a model nested as deep as eager Python
+        # allows would hit the recursion limit only under the profiler. Raised by as much meanwhile.
+        depth = max((path.count(".") + 1 for path in self._paths.values() if path), default=0)
+        self._limit = (sys.getrecursionlimit(), sys.getrecursionlimit() + 2 * depth + 100)
+        sys.setrecursionlimit(self._limit[1])
 
     def stop(self) -> None:
         """Stop recording: the step under way is finished (kept when the model ran in it), every
@@ -260,6 +267,8 @@ class Recording:
         if self._aside != (False, False):  # stopped while aside: back on, then off as usual
             self._set_aside((False, False))
         self._started = False
+        if sys.getrecursionlimit() == self._limit[1]:  # (unless someone set it meanwhile)
+            sys.setrecursionlimit(self._limit[0])
         try:
             if self._hub is not None:
                 self._hub.leave(self)
