@@ -383,9 +383,10 @@ def _constants_written(graph: fx.Graph) -> str:
         if node.op not in ("call_function", "call_method"):
             continue
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        in_place = name.endswith("_") and not name.endswith("__") and node.args and folded(node.args[0])
-        if folded(node.kwargs.get("out")) or in_place:
-            return f"{name}(..., out=...)" if folded(node.kwargs.get("out")) else f"Tensor.{name}"
+        if folded(node.kwargs.get("out")):
+            return f"{name}(..., out=...)"
+        if name.endswith("_") and not name.endswith("__") and node.args and folded(node.args[0]):
+            return f"Tensor.{name}"
     return ""
 
 

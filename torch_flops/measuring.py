@@ -287,8 +287,11 @@ class NodeMeasurer:
         # expanded view, a broadcast bias, has fewer bytes behind it than elements)
         shape: Any
         dtype: torch.dtype | None
-        if type(out) is torch.Tensor and not out.is_nested:
-            shape = out.shape
+        if type(out) is torch.Tensor:
+            try:
+                shape = out.shape
+            except RuntimeError:  # a strided nested tensor has no sizes: its components' (no cost when it has)
+                shape = output_shape(out)
             nbytes = out.nbytes if out.layout is torch.strided else tensor_nbytes(out)  # sparse: no nbytes
             entries: StorageEntries = None
             if plan.holds:
