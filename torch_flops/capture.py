@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import fx, nn
@@ -36,13 +36,16 @@ from torch_flops.measure import storage_key
 from torch_flops.paths import module_chain
 
 __all__ = [
+    "ABSENT",
     "TRACE_GATE",
+    "AttributeChange",
     "Capture",
     "CaptureOptions",
     "CapturedGraph",
     "ExportBinder",
     "FxBinder",
     "ModelIndex",
+    "ModuleAttributes",
     "NodeLocation",
     "Snapshot",
     "TraceGate",
@@ -390,32 +393,67 @@ def _constants_written(graph: fx.Graph) -> str:
     return ""
 
 
+class AttributeChange(NamedTuple):
+    """One attribute of a module that a call rebound: ``kind`` "parameter", "buffer" or
+    "attribute" (a plain one, in ``__dict__``), its value before and now (``ABSENT``: none)."""
+
+    path: str
+    module: nn.Module
+    kind: str
+    name: str
+    before: Any
+    now: Any
+
+    def restore(self) -> None:
+        store = _stores(self.module)[self.kind]
+        if self.before is ABSENT:
+            del store[self.name]
+        else:
+            store[self.name] = self.before
+
+
+class ModuleAttributes:
+    """What the modules hold, as found now: each one's parameters, buffers and plain attributes
+    (the objects, not their values). :meth:`changes` lists what a call (a trace, an extra run)
+    rebound since, e.g. ``self.calls += 1`` or a buffer replaced by ``self.h = torch.cat(...)``;
+    each change can put its attribute back."""
+
+    def __init__(self, modules: Iterable[tuple[str, nn.Module]]) -> None:
+        self._saved = [(path, m, {kind: dict(store) for kind, store in _stores(m).items()}) for path, m in modules]
+
+    def changes(self) -> list[AttributeChange]:
+        found = []
+        for path, module, saved in self._saved:
+            for kind, store in _stores(module).items():
+                before = saved[kind]
+                for name in [*before, *(k for k in store if k not in before)]:
+                    now = store.get(name, ABSENT)
+                    if now is not before.get(name, ABSENT):
+                        found.append(AttributeChange(path, module, kind, name, before.get(name, ABSENT), now))
+        return found
+
+
+ABSENT: Any = object()  #: an attribute a module did not have (see AttributeChange)
+
+
+def _stores(module: nn.Module) -> dict[str, dict[str, Any]]:
+    return {"parameter": module._parameters, "buffer": module._buffers, "attribute": module.__dict__}
+
+
 @contextlib.contextmanager
 def _attributes_kept(model: nn.Module) -> Iterator[list[tuple[str, str]]]:
     """While fx traces, ``self.count += 1`` on a buffer (or ``self.cache = x``) assigns a Proxy to the
-    real module: each parameter, buffer and attribute assigned meanwhile gets its value back (a new
-    one is removed), and the list yielded names them (path, attribute) after the trace."""
-    modules = list(model.named_modules(remove_duplicate=True))
-    saved = [(dict(m._parameters), dict(m._buffers), dict(m.__dict__)) for _, m in modules]
+    real module: each parameter or buffer rebound meanwhile, and each attribute now a Proxy, gets
+    its value back, and the list yielded names them (path, attribute) after the trace."""
+    attributes = ModuleAttributes(model.named_modules())
     assigned: list[tuple[str, str]] = []
     try:
         yield assigned
     finally:
-        for (path, module), (parameters, buffers, attributes) in zip(modules, saved):
-            for now, before in ((module._parameters, parameters), (module._buffers, buffers)):
-                changed = [k for k in set(now) | set(before) if now.get(k) is not before.get(k)]
-                for name in changed:
-                    assigned.append((path, name))
-                    if name in before:
-                        now[name] = before[name]
-                    else:
-                        del now[name]
-            for name in [k for k, v in module.__dict__.items() if isinstance(v, fx.Proxy)]:
-                assigned.append((path, name))
-                if name in attributes:
-                    module.__dict__[name] = attributes[name]
-                else:
-                    del module.__dict__[name]
+        for change in attributes.changes():
+            if change.kind != "attribute" or isinstance(change.now, fx.Proxy):
+                assigned.append((change.path, change.name))
+                change.restore()
 
 
 class TraceGate:
@@ -614,7 +652,6 @@ def bind_inputs(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: Mapping[str, 
 # ---------------------------------------------------------------------------------------------
 
 _EXPORT_ROOT = "model"  # the attribute under which _ExportWrapper holds the user's model
-_ABSENT = object()
 
 _PLAIN_LEAVES = (torch.Tensor, int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 
@@ -633,13 +670,13 @@ class _ExportWrapper(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         model = getattr(self, _EXPORT_ROOT)
-        before = [(path, m, dict(m._buffers), dict(m.__dict__)) for path, m in model.named_modules()]
+        attributes = ModuleAttributes(model.named_modules())
         out = model(*args, **kwargs)
-        for path, m, buffers, attributes in before:  # (torch.export puts them back after tracing: seen here)
-            rebound = [k for k in set(m._buffers) | set(buffers) if m._buffers.get(k) is not buffers.get(k)]
-            counters = [k for k, v in m.__dict__.items() if attributes.get(k, _ABSENT) is not v
-                        and isinstance(v, (int, float)) and not isinstance(v, bool)]
-            self._record_assigned.extend(f"{path + '.' if path else ''}{k}" for k in (*rebound, *counters))
+        # (torch.export puts them back after tracing: seen here) buffers rebound, counters assigned
+        self._record_assigned.extend(
+            f"{c.path + '.' if c.path else ''}{c.name}" for c in attributes.changes()
+            if c.kind == "buffer" or (c.kind == "attribute" and isinstance(c.now, (int, float))
+                                      and not isinstance(c.now, bool)))
         leaves, spec = _pytree.tree_flatten_with_path(out)
         kept = []
         for path, leaf in leaves:

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
+from torch_flops.capture import ModuleAttributes
 
 __all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "training_flags_restored"]
 
@@ -76,9 +77,6 @@ class LeafGrads:
                 leaf.grad = grad
 
 
-_MISSING = object()
-
-
 class ExtraRuns:
     """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
 
@@ -88,8 +86,8 @@ class ExtraRuns:
         ``graphs``: graph modules that run it and may hold tensors of their own (an export graph
         holds copies); ``modules``: the model's modules, whose attributes an extra run may rebind
         (``self.calls += 1``, a buffer replaced by ``self.h = torch.cat(...)``): put back too."""
-        self._attributes = [(m, dict(m.__dict__), dict(m._buffers)) for m in dict.fromkeys(
-            [*modules, *(m for graph in graphs for m in graph.modules())])]
+        self._attributes = ModuleAttributes(("", m) for m in dict.fromkeys(
+            [*modules, *(m for graph in graphs for m in graph.modules())]))
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
         params: dict[int, tuple[str, torch.Tensor]] = {}
         for name, t, is_param in tensors:
@@ -114,15 +112,9 @@ class ExtraRuns:
     def undo(self) -> None:
         """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
         changed a parameter."""
-        for module, attributes, buffers in self._attributes:  # the objects first, then their values
-            now = module.__dict__
-            for name in [k for k in now if k not in attributes]:
-                del now[name]
-            for name, value in attributes.items():
-                if now.get(name, _MISSING) is not value:
-                    now[name] = value
-            module._buffers.clear()
-            module._buffers.update(buffers)
+        for change in self._attributes.changes():  # the objects first (a rebound parameter: below), then values
+            if change.kind != "parameter":
+                change.restore()
         with torch.no_grad():
             for _, buffer, saved in self._buffers:
                 buffer.copy_(saved)
