@@ -27,6 +27,13 @@ from torch_flops.report import compiled_text
 pytestmark = pytest.mark.usefixtures("inductor_on_cpu")  # conftest: skips without Inductor on CPU
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> None:
+    """Each test counts its own graph breaks and recompiles: what earlier tests compiled in this
+    process (Dynamo's caches, its recompile counts) is forgotten first."""
+    torch._dynamo.reset()
+
+
 class Broken(nn.Module):
     """Two Linear layers with, between them, a ``print`` (a graph break), an ``.item()``-driven
     branch (a graph break) and a ``torch.compiler.disable``'d function whose two matmuls run eagerly.
