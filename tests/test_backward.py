@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import Profile, TorchFLOPsByFX, report, zoo
+from torch_flops import LossError, Profile, TorchFLOPsByFX, report, zoo
 
 
 def _mlp() -> nn.Sequential:
@@ -84,8 +84,12 @@ def test_frozen_layer_and_input_that_needs_grad(records_by_name: Any) -> None:
     assert (r["_0"].backward_macs, r["_0"].backward_flops) == (768, 2 * 768 + 48)
     # all frozen and an input that needs none: no backward at all
     frozen = _mlp().requires_grad_(False)
-    with pytest.raises(ValueError, match="does not require grad"):
+    with pytest.raises(LossError, match="does not require grad") as info:
         TorchFLOPsByFX(frozen).propagate(torch.randn(3, 8), loss_fn=lambda out: out.sum())
+    # what eager `loss.backward()` raises here (a RuntimeError), and a bad argument (a ValueError)
+    with pytest.raises(RuntimeError):
+        frozen(torch.randn(3, 8)).sum().backward()
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, ValueError)
 
 
 def test_conv_backward_by_hand(records_by_name: Any) -> None:
@@ -155,8 +159,9 @@ def test_gradients_equal_an_eager_twin_with_extra_runs(same_state: Any) -> None:
 def test_loss_is_the_scalar_output_or_a_clear_error() -> None:
     model = nn.Sequential(nn.Linear(4, 1), nn.Flatten(0))
     counter = TorchFLOPsByFX(model)
-    with pytest.raises(ValueError, match=r"scalar loss.*\(2,\)"):
+    with pytest.raises(LossError, match=r"scalar loss.*\(2,\)") as info:
         counter.propagate(torch.randn(2, 4), backward=True)
+    assert isinstance(info.value, RuntimeError)  # as eager `model(x).backward()` raises for 2 elements
     out = counter.propagate(torch.randn(1, 4), backward=True)  # a 1-element output is its own loss
     assert out.shape == (1,) and model[0].weight.grad is not None
     with pytest.raises(TypeError, match="loss_fn must be a callable"):

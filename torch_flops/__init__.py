@@ -18,6 +18,7 @@ from torch_flops.diff import ProfileDiff, diff
 from torch_flops.errors import (
     DroppedOutputWarning,
     DuplicateFormulaError,
+    LossError,
     NodeExecutionError,
     TorchFlopsError,
     TracerFallbackWarning,
@@ -61,6 +62,7 @@ __all__ = [
     "GenerationStep",
     "GenerationSweep",
     "HardwareSpec",
+    "LossError",
     "METHOD_FLOPs_MAPPING",
     "MODULE_FLOPs_MAPPING",
     "NodeExecutionError",

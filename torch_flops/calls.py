@@ -51,7 +51,7 @@ from torch_flops.compiled import (
     copy_aliased,
     split_compiled,
 )
-from torch_flops.errors import DroppedOutputWarning, TracingError
+from torch_flops.errors import DroppedOutputWarning, LossError, TracingError
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
 from torch_flops.measure import CudaEventTimer, LiveTensors, NullTimer, Timer, input_device, make_memory_probe
@@ -102,10 +102,10 @@ def checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
     what = "loss_fn(output)" if from_loss_fn else "the model's output (no loss_fn given)"
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
+        raise LossError(f"backward=True needs a scalar loss, but {what} is {shape}: pass loss_fn=, e.g. "
                          "loss_fn=lambda out: out.sum()")
     if not value.requires_grad:
-        raise ValueError(f"{what} does not require grad (no parameter or input that needs a gradient "
+        raise LossError(f"{what} does not require grad (no parameter or input that needs a gradient "
                          "reaches it, or it ran under torch.no_grad()): there is no backward to profile")
     return value
 

@@ -89,7 +89,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops import _validate
 from torch_flops.backward import in_backward
-from torch_flops.errors import UnsupportedOpWarning
+from torch_flops.errors import LossError, UnsupportedOpWarning
 from torch_flops.formulas import FORMULAS, FormulaTable, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
@@ -984,9 +984,9 @@ def _plain(value: Any) -> Any:
 def _loss(out: Any, loss_fn: Callable[[Any], Any] | None) -> torch.Tensor:
     loss = loss_fn(out) if loss_fn is not None else out
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ValueError("backward=True needs a scalar loss: give loss_fn(output) -> scalar tensor (the output "
-                         f"is {type(out).__name__}" + (f" of shape {tuple(out.shape)})" if isinstance(out, torch.Tensor)
-                                                        else ")"))
+        raise LossError("backward=True needs a scalar loss: give loss_fn(output) -> scalar tensor (the output "
+                        f"is {type(out).__name__}" + (f" of shape {tuple(out.shape)})" if isinstance(out, torch.Tensor)
+                                                       else ")"))
     return loss
 
 

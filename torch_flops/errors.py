@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "DroppedOutputWarning",
     "DuplicateFormulaError",
+    "LossError",
     "NodeExecutionError",
     "TorchFlopsError",
     "TracerFallbackWarning",
@@ -35,6 +36,12 @@ class NodeExecutionError(TorchFlopsError, RuntimeError):
 
 class UnsupportedOpError(TorchFlopsError, RuntimeError):
     """A node has no FLOPs formula (or its formula failed) and ``strict=True`` was asked for."""
+
+
+class LossError(TorchFlopsError, ValueError, RuntimeError):
+    """``backward=True`` got a loss ``backward()`` cannot start from (not a scalar, or needing no
+    gradient). Eager ``loss.backward()`` raises ``RuntimeError`` for both, so this is one too; it is
+    also a ``ValueError``, as the loss is a bad argument of the profiled call."""
 
 
 class UnsupportedOptimizerError(TorchFlopsError, TypeError):
