@@ -5,6 +5,8 @@ phases of one step's records), bit-identical to the loop without it, nothing lef
 from __future__ import annotations
 
 import copy
+import csv
+import io
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from torch_flops import TorchFLOPsByFX, TrainingProfiler, UnsupportedOptimizerError, hardware, utilization
+from torch_flops import TorchFLOPsByFX, TrainingProfiler, UnsupportedOptimizerError, hardware, report, utilization
 
 PARAMS = 8 * 16 + 16 + 16 * 4 + 4  # 212
 
@@ -73,6 +75,28 @@ def test_two_adamw_steps_match_the_loop_without_the_profiler(same_state: Any, ca
     assert any(r.target == "F.mse_loss" or "mse_loss" in r.target for r in step.records)
     modules = step.by_module()
     assert modules["0"].optimizer_flops == 14 * (8 * 16 + 16) and modules["2"].backward_macs == 384
+
+
+def test_every_view_keeps_the_optimizer_s_flops_in_its_own_column() -> None:
+    model = _mlp()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, _batches(1))
+    step = prof.profiles[0]
+    update = 14 * PARAMS  # AdamW: 14 FLOPs per element (torch_flops.optim) -> 2968
+    # the node CSV's `flops` column is the forward's, as the module and operator views count it
+    rows = list(csv.DictReader(io.StringIO(report.csv_text(step, "node"))))
+    assert sum(int(r["flops"] or 0) for r in rows) == step.total_flops
+    assert sum(int(r["optimizer_flops"] or 0) for r in rows) == update
+    assert {r["flops"] for r in rows if r["phase"] == "optimizer"} == {""}
+    operator = step.by_operator()["AdamW.step"]
+    assert (operator.flops, operator.optimizer_flops, operator.calls) == (0, update, 4)
+    step_flops = step.total_flops + step.total_backward_flops + update
+    assert step.by_module()[""].step_flops == step_flops
+    for group_by in ("node", "operator"):  # the text tables' total rows: FLOPs, optim FLOPs, step FLOPs
+        total = next(line for line in report.table_text(step, group_by).splitlines() if line.startswith("total"))
+        assert report.format_count(step.total_flops) in total and report.format_count(update) in total
+        assert total.endswith(" " + report.format_count(step_flops))
 
 
 def test_print_model_profile_and_its_file(tmp_path: Any, capsys: Any) -> None:

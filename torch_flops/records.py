@@ -364,17 +364,22 @@ class OperatorStats:
     backward_flops: int | None = None  #: with a backward: what its nodes' backward did
     backward_macs: int | None = None
     backward_time_ms: float | None = None
+    #: in a training step: its optimizer nodes' work (``OptimizerClass.step``), kept out of
+    #: ``flops``/``time_ms`` as a module's is; None without optimizer nodes
+    optimizer_flops: int | None = None
+    optimizer_time_ms: float | None = None
 
     @property
     def step_flops(self) -> int:
-        """Forward + backward FLOPs of its nodes."""
-        return self.flops + (self.backward_flops or 0)
+        """Forward + backward (+ optimizer) FLOPs of its nodes."""
+        return self.flops + (self.backward_flops or 0) + (self.optimizer_flops or 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "flops": self.flops, "macs": self.macs, "calls": self.calls,
                 "time_ms": self.time_ms, "unsupported": self.unsupported, "bytes_read": self.bytes_read,
                 "bytes_written": self.bytes_written, "backward_flops": self.backward_flops,
-                "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms}
+                "backward_macs": self.backward_macs, "backward_time_ms": self.backward_time_ms,
+                "optimizer_flops": self.optimizer_flops, "optimizer_time_ms": self.optimizer_time_ms}
 
 
 @dataclass(frozen=True)
@@ -646,7 +651,8 @@ class Profile:
         stats = [OperatorStats(operator=k, flops=s.flops, macs=s.macs, calls=s.nodes, time_ms=s.time_ms,
                                unsupported=s.unsupported, bytes_read=s.bytes_read, bytes_written=s.bytes_written,
                                backward_flops=s.backward_flops, backward_macs=s.backward_macs,
-                               backward_time_ms=s.backward_time_ms)
+                               backward_time_ms=s.backward_time_ms, optimizer_flops=s.optimizer_flops,
+                               optimizer_time_ms=s.optimizer_time_ms)
                  for k, s in sums.items()]
         stats.sort(key=lambda o: -o.flops)  # stable: ties keep first-run order
         return {o.operator: o for o in stats}

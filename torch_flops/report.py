@@ -360,6 +360,17 @@ def _attr(name: str) -> Callable[[Any, Any], Any]:
     return lambda item, _ctx: getattr(item, name)
 
 
+def _not_optimizer(name: str) -> Callable[[Any, Any], Any]:
+    """A node's forward field: None on a training step's optimizer node, whose work the
+    ``optimizer_*`` columns show (as the module and operator views keep it out of ``flops``)."""
+    return lambda r, _c: None if r.phase == "optimizer" else getattr(r, name)
+
+
+def _optimizer(name: str) -> Callable[[Any, Any], Any]:
+    """An optimizer node's own field (``flops`` -> ``optimizer_flops``); None on other nodes."""
+    return lambda r, _c: getattr(r, name) if r.phase == "optimizer" else None
+
+
 def _pct_of_root(name: str) -> Callable[[Any, Any], Any]:
     return lambda m, root: _percent(getattr(m, name), getattr(root, name))
 
@@ -375,9 +386,9 @@ NODE_VIEW: tuple[Column, ...] = (
     Column("module_path", "module", _attr("module_path"), lambda p: p or "-", "left"),
     Column("module_type", None, _attr("module_type")),
     Column("status", "status", lambda r, _c: r.status.value, align="left"),
-    Column("flops", "FLOPs", _attr("flops"), format_count),
-    Column("macs", "MACs", _attr("macs"), format_count),
-    Column("time_ms", "time", _attr("time_ms"), format_time_ms, timed=True),
+    Column("flops", "FLOPs", _not_optimizer("flops"), format_count),
+    Column("macs", "MACs", _not_optimizer("macs"), format_count),
+    Column("time_ms", "time", _not_optimizer("time_ms"), format_time_ms, timed=True),
     Column("mem_before", "mem before", _attr("mem_before"), format_bytes),
     Column("mem_after", "mem after", _attr("mem_after"), format_bytes),
     Column("mem_delta", "mem delta", _attr("mem_delta"), format_bytes),
@@ -474,7 +485,9 @@ NODE_BACKWARD: tuple[Column, ...] = (
     Column("recompute_flops", "recompute FLOPs", _get("recompute_flops"), _blank_zero_count, optional=True),
     Column("recompute_macs", None, _get("recompute_macs")),
     Column("saved_bytes", "saved", _get("saved_bytes"), format_bytes),
-    Column("step_flops", "fwd+bwd FLOPs", _get("step_flops"), format_count),
+    Column("optimizer_flops", "optim FLOPs", _optimizer("flops"), _blank_none_count, optional=True),
+    Column("optimizer_time_ms", None, _optimizer("time_ms")),
+    Column("step_flops", "step FLOPs", _get("step_flops"), format_count),  # an optimizer node's: its update
 )
 MODULE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
@@ -488,7 +501,9 @@ OPERATOR_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _get("backward_flops"), format_count),
     Column("backward_macs", "bwd MACs", _get("backward_macs"), format_count),
     Column("backward_time_ms", "bwd time", _get("backward_time_ms"), format_time_ms, timed=True),
-    Column("step_flops", "fwd+bwd FLOPs", _get("step_flops"), format_count),
+    Column("optimizer_flops", "optim FLOPs", _get("optimizer_flops"), _blank_none_count, optional=True),
+    Column("optimizer_time_ms", None, _get("optimizer_time_ms")),
+    Column("step_flops", "step FLOPs", _get("step_flops"), format_count),
 )
 TREE_BACKWARD: tuple[Column, ...] = (
     Column("backward_flops", "bwd FLOPs", _tree_get("backward_flops"), format_count),
@@ -578,18 +593,24 @@ class _Table:
 def _node_table(records: Sequence[NodeRecord], all_nodes: bool = True) -> _Table:
     """The node view; without ``all_nodes`` the graph's plumbing (records.is_internal) is left
     out. The total row sums the model's nodes either way."""
-    flops = sum(r.flops for r in records if r.flops is not None)
-    macs = sum(r.macs for r in records if r.macs is not None)
-    times = [r.time_ms for r in records if r.time_ms is not None and not is_internal(r)]
+    forward = [r for r in records if r.phase != "optimizer"]  # the optimizer's: their own columns
+    flops = sum(r.flops for r in forward if r.flops is not None)
+    macs = sum(r.macs for r in forward if r.macs is not None)
+    times = [r.time_ms for r in forward if r.time_ms is not None and not is_internal(r)]
     total = {"node": "total", "flops": flops, "macs": macs, "time_ms": sum(times) if times else None}
     backward = _has_backward(records)
     if backward:
         bw_times = [r.backward_time_ms for r in records if r.backward_time_ms is not None]
+        optimizer = [r for r in records if r.phase == "optimizer"]
+        optimizer_flops = sum(r.flops or 0 for r in optimizer) if optimizer else None
+        optimizer_times = [r.time_ms for r in optimizer if r.time_ms is not None]
         total.update(backward_flops=sum(r.backward_flops or 0 for r in records),
                      backward_macs=sum(r.backward_macs or 0 for r in records),
                      backward_time_ms=sum(bw_times) if bw_times else None,
                      saved_bytes=sum(r.saved_bytes or 0 for r in records),
-                     step_flops=flops + sum(r.backward_flops or 0 for r in records))
+                     optimizer_flops=optimizer_flops,
+                     optimizer_time_ms=sum(optimizer_times) if optimizer_times else None,
+                     step_flops=flops + sum(r.backward_flops or 0 for r in records) + (optimizer_flops or 0))
     shown = list(records) if all_nodes else [r for r in records if not is_internal(r)]
     columns = _view(_view(NODE_VIEW, NODE_BACKWARD, backward), NODE_COMM, _has_comm(records))
     return _Table(columns, shown, total=total)
@@ -613,9 +634,10 @@ def _operator_table(profile: Profile) -> _Table:
              "macs": profile.total_macs, "time_ms": profile.total_time_ms,
              "unsupported": sum(o.unsupported for o in ops.values())}
     if profile.has_backward:
+        root = profile.by_module()[""]
         total.update(backward_flops=profile.total_backward_flops, backward_macs=profile.total_backward_macs,
-                     backward_time_ms=profile.total_backward_time_ms,
-                     step_flops=profile.total_flops + profile.total_backward_flops)
+                     backward_time_ms=profile.total_backward_time_ms, optimizer_flops=root.optimizer_flops,
+                     optimizer_time_ms=root.optimizer_time_ms, step_flops=root.step_flops)
     return _Table(_view(OPERATOR_VIEW, OPERATOR_BACKWARD, profile.has_backward), list(ops.values()),
                   context=total, total=total)
 
