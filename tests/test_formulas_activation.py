@@ -226,7 +226,7 @@ METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
 def test_method(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: int) -> None:
     x = _x()
     out = getattr(x, name)(*args, **kwargs)
-    assert METHOD_FLOPs_MAPPING[name](out, x, *args, **kwargs) == (expected, 0)
+    assert METHOD_FLOPs_MAPPING[name](x, out, *args, **kwargs) == (expected, 0)
 
 
 # --------------------------------------------------------------------------- #
@@ -237,7 +237,7 @@ def test_int_tensors_give_zero() -> None:
     x = torch.arange(-12, 12).reshape(SHAPE)
     assert MODULE_FLOPs_MAPPING["ReLU"](nn.ReLU(), torch.relu(x), x) == (0, 0)
     assert FUNCTION_FLOPs_MAPPING["relu"](F.relu(x), x) == (0, 0)
-    assert METHOD_FLOPs_MAPPING["relu"](x.relu(), x) == (0, 0)
+    assert METHOD_FLOPs_MAPPING["relu"](x, x.relu()) == (0, 0)
     assert FUNCTION_FLOPs_MAPPING["_threshold"](F.threshold(x, 1, 0), x, 1, 0) == (0, 0)
     assert FUNCTION_FLOPs_MAPPING["hardtanh"](F.hardtanh(x), x) == (0, 0)
 

@@ -26,8 +26,8 @@ def _fn(name: str, out: Any, *args: Any, **kwargs: Any) -> Any:
     return FUNCTION_FLOPs_MAPPING[name](out, *args, **kwargs)
 
 
-def _method(name: str, out: Any, *args: Any, **kwargs: Any) -> Any:
-    return METHOD_FLOPs_MAPPING[name](out, *args, **kwargs)
+def _method(name: str, out: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+    return METHOD_FLOPs_MAPPING[name](self, out, *args, **kwargs)  # the original's order: self, out, args
 
 
 # --------------------------------------------------------------------------- #

@@ -146,9 +146,9 @@ def test_max_min_elementwise_vs_reduction() -> None:
     # reduction max(x, dim): I = 24 (not O = 6)
     assert FUNCTION_FLOPs_MAPPING["max"](torch.max(x, 1), x, 1) == (24, 0)
     # methods: a.max(b) elementwise 24; a.max(dim=1) reduction 24; a.min() 24
-    assert METHOD_FLOPs_MAPPING["max"](x.max(y), x, y) == (24, 0)
-    assert METHOD_FLOPs_MAPPING["max"](x.max(dim=1), x, dim=1) == (24, 0)
-    assert METHOD_FLOPs_MAPPING["min"](a.min(b), a, b) == (12, 0)  # (3, 4) = 12
+    assert METHOD_FLOPs_MAPPING["max"](x, x.max(y), y) == (24, 0)
+    assert METHOD_FLOPs_MAPPING["max"](x, x.max(dim=1), dim=1) == (24, 0)
+    assert METHOD_FLOPs_MAPPING["min"](a, a.min(b), b) == (12, 0)  # (3, 4) = 12
     # integer data: 0 either way
     i, j = torch.arange(24).reshape(SHAPE), torch.ones(SHAPE, dtype=torch.int64)
     assert FUNCTION_FLOPs_MAPPING["max"](torch.max(i, j), i, j) == (0, 0)
@@ -164,7 +164,7 @@ def test_int_tensors_give_zero() -> None:
     assert FUNCTION_FLOPs_MAPPING["all"](torch.all(b), b) == (0, 0)
     assert FUNCTION_FLOPs_MAPPING["any"](torch.any(i, 1), i, 1) == (0, 0)
     assert FUNCTION_FLOPs_MAPPING["count_nonzero"](torch.count_nonzero(i), i) == (0, 0)
-    assert METHOD_FLOPs_MAPPING["sum"](i.sum(), i) == (0, 0)
+    assert METHOD_FLOPs_MAPPING["sum"](i, i.sum()) == (0, 0)
     # integer input summed in float: 24 float adds
     out = torch.sum(i, dtype=torch.float32)
     assert FUNCTION_FLOPs_MAPPING["sum"](out, i, dtype=torch.float32) == (24, 0)
@@ -222,14 +222,14 @@ METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
 def test_method(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: int) -> None:
     x = _x()
     out = getattr(x, name)(*args, **kwargs)
-    assert METHOD_FLOPs_MAPPING[name](out, x, *args, **kwargs) == (expected, 0)
+    assert METHOD_FLOPs_MAPPING[name](x, out, *args, **kwargs) == (expected, 0)
 
 
 def test_method_meta_matches_cpu() -> None:
     x = _x("meta")
     for name, args, kwargs, expected in METHOD_CASES:
         out = getattr(x.clone(), name)(*args, **kwargs)
-        assert METHOD_FLOPs_MAPPING[name](out, x, *args, **kwargs) == (expected, 0), name
+        assert METHOD_FLOPs_MAPPING[name](x, out, *args, **kwargs) == (expected, 0), name
 
 
 def test_every_registered_key_is_tested() -> None:

@@ -18,6 +18,7 @@ from torch_flops import (
     MODULE_FLOPs_MAPPING,
     TorchFLOPsByFX,
     register,
+    register_method,
 )
 from torch_flops.formulas import Name, functions, methods
 
@@ -96,6 +97,35 @@ def test_assigning_a_name_gives_every_target_of_that_name_the_formula() -> None:
     assert "relu" in FUNCTION_FLOPs_MAPPING and len(FUNCTION_FLOPs_MAPPING) > 100
     # the counter made before keeps its own copy
     assert before.tables.resolve_function(F.relu) is not FORMULAS.resolve_function(F.relu)
+
+
+@pytest.mark.usefixtures("clean_tables")
+def test_method_formulas_take_the_original_torch_flops_order() -> None:
+    # zugexiaodui/torch_flops calls METHOD_FLOPs_MAPPING[name](self_obj, result, *args_tail, **kwargs)
+    seen = []
+
+    def summed(self_obj: torch.Tensor, result: torch.Tensor, *args_tail: Any, **kwargs: Any) -> int:
+        seen.append((tuple(self_obj.shape), tuple(result.shape), args_tail))
+        return result.numel() * (self_obj.shape[1] - 1)  # (3, 4).sum(1): 3 rows x 3 adds = 9
+
+    class Sum(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sum(1)
+
+    METHOD_FLOPs_MAPPING["sum"] = summed
+    assert METHOD_FLOPs_MAPPING["sum"] is summed
+    counter = TorchFLOPsByFX(Sum())
+    counter.propagate(torch.randn(3, 4))
+    assert counter.total_flops == 9 and seen == [((3, 4), (3,), (1,))]
+
+    @register_method("my_scale", override=True)
+    def scaled(self_obj: torch.Tensor, result: torch.Tensor, factor: float) -> int:
+        return self_obj.numel()  # one multiply per element of the tensor the method is called on
+
+    assert FORMULAS.resolve_method("my_scale")(None, torch.zeros(2), torch.zeros(5, 2), 3.0) == 10
+    # the package's own method formulas come back in the same order
+    x = torch.randn(3, 4)
+    assert METHOD_FLOPs_MAPPING["sum"] is summed and METHOD_FLOPs_MAPPING["relu"](x, x.relu()) == (12, 0)
 
 
 @pytest.mark.usefixtures("clean_tables")

@@ -66,7 +66,8 @@ node can be told apart as "zero" rather than "counted".
 The name-keyed dicts users already extend are views onto :data:`FORMULAS`:
 ``MODULE_FLOPs_MAPPING`` (class name -> ``f(module, out, *args, **kwargs)``),
 ``FUNCTION_FLOPs_MAPPING`` (function ``__name__`` -> ``f(out, *args, **kwargs)``),
-``METHOD_FLOPs_MAPPING`` (Tensor method name -> ``f(out, self, *args, **kwargs)``) and
+``METHOD_FLOPs_MAPPING`` (Tensor method name -> ``f(self, out, *args, **kwargs)``, the original
+torch_flops' order) and
 ``ATEN_FLOPs_MAPPING`` (aten packet or ``"ns.name"`` -> ``f(out, *args, **kwargs)``), with the
 ``register_module/function/method/aten`` decorators. Assigning a name gives every target of that
 name the formula. A counter copies the table when it is created; later edits do not reach it.
@@ -208,7 +209,7 @@ def _register_named(kind: Kind, keys: tuple[Any, ...], override: bool) -> Callab
         key_kind(normalize_key(key))  # TypeError naming a key that is no target
 
     def wrap(fn: FnT) -> FnT:
-        formula = fn if kind == "module" else from_legacy(fn)
+        formula = fn if kind == "module" else from_legacy(fn, kind == "method")
         for key in keys:
             if isinstance(key, str):
                 FORMULAS.set_named(kind, key, formula, override, where)
@@ -236,7 +237,9 @@ def register_function(*names: str | Callable[..., Any], override: bool = False) 
 
 
 def register_method(*names: str, override: bool = False) -> Callable[[FnT], FnT]:
-    """Register ``f(out, self, *args, **kwargs)`` for Tensor methods, by method name."""
+    """Register ``f(self, out, *args, **kwargs)`` for Tensor methods, by method name (the order
+    the original torch_flops called ``METHOD_FLOPs_MAPPING``'s formulas in: the tensor the method
+    is called on, the output, then the method's own arguments)."""
     return _register_named("method", names, override)
 
 

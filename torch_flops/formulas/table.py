@@ -218,8 +218,9 @@ class FormulaTable:
         self._resolved: dict[type, Formula | None] | None = None
         self._builtin: dict[Any, Formula | Composite] = {}
         self._builtin_formulas: set[int] = set()
-        self._legacy_adapters: dict[bool, weakref.WeakKeyDictionary[Any, Formula]] = {
-            False: weakref.WeakKeyDictionary(), True: weakref.WeakKeyDictionary()}
+        #: (with_module, method) -> formula -> its adapter in that historical convention
+        self._legacy_adapters: dict[tuple[bool, bool], weakref.WeakKeyDictionary[Any, Formula]] = {
+            key: weakref.WeakKeyDictionary() for key in ((False, False), (True, False), (False, True))}
 
     # ------------------------------------------------------------------ building
     def copy(self) -> FormulaTable:
@@ -444,21 +445,24 @@ class FormulaTable:
         return self.bound(self._entries.get(packet) or self._entries.get(Name("aten", str(packet))))
 
     # ------------------------------------------------------------------ the historical convention
-    def to_legacy(self, formula: Formula, with_module: bool = False) -> Formula:
+    def to_legacy(self, formula: Formula, with_module: bool = False, method: bool = False) -> Formula:
         """The historical calling convention: ``f(out, *args, **kwargs)`` calling
         ``formula(None, out, *args, **kwargs)`` (``with_module``: ``f(module, out, *args,
-        **kwargs)``), returning ``(flops, macs)`` where the formula returns a :class:`Count`.
-        Cached, so two views of one formula give the same object; a user's own function comes
-        back as is."""
+        **kwargs)``; ``method``: the original torch_flops' ``f(self, out, *args_tail, **kwargs)``),
+        returning ``(flops, macs)`` where the formula returns a :class:`Count`. Cached, so two
+        views of one formula give the same object; a user's own function comes back as is."""
         original = getattr(formula, _LEGACY, None)
         if original is not None or formula is zero_flops:
             return original or formula
-        cache = self._legacy_adapters[with_module]
+        cache = self._legacy_adapters[with_module, method]
         adapter = cache.get(formula)
         if adapter is None:
             if with_module:
                 def adapter(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
                     return _pair(formula(module, out, *args, **kwargs))
+            elif method:
+                def adapter(self: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+                    return _pair(formula(None, out, self, *args, **kwargs))
             else:
                 def adapter(out: Any, *args: Any, **kwargs: Any) -> FlopCount:
                     return _pair(formula(None, out, *args, **kwargs))
@@ -471,13 +475,18 @@ def _pair(result: FlopCount) -> FlopCount:
     return (result[0], result[1]) if isinstance(result, tuple) and len(result) > 2 else result
 
 
-def from_legacy(fn: Callable[..., FlopCount]) -> Formula:
-    """A formula in the one convention wrapping ``fn(out, *args, **kwargs)``."""
+def from_legacy(fn: Callable[..., FlopCount], method: bool = False) -> Formula:
+    """A formula in the one convention wrapping ``fn(out, *args, **kwargs)`` (``method``: the
+    original torch_flops' method formulas, ``fn(self, out, *args_tail, **kwargs)``)."""
     if fn is zero_flops or hasattr(fn, _LEGACY):
         return fn
 
-    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
-        return fn(out, *args, **kwargs)
+    if method:
+        def formula(module: Any, out: Any, self: Any = None, *args: Any, **kwargs: Any) -> FlopCount:
+            return fn(self, out, *args, **kwargs)
+    else:
+        def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> FlopCount:
+            return fn(out, *args, **kwargs)
 
     functools.update_wrapper(formula, fn)
     setattr(formula, _LEGACY, fn)
@@ -488,8 +497,9 @@ class NameView(MutableMapping[Any, Formula]):
     """A name-keyed dict onto a :class:`FormulaTable` (``MODULE_FLOPs_MAPPING`` and friends).
 
     ``view["relu"] = fn`` gives every target of the view's kind called ``relu`` the formula ``fn``;
-    ``view["relu"]`` returns it. Module formulas are ``f(module, out, *args, **kwargs)``; function,
-    method and aten formulas ``f(out, *args, **kwargs)`` (adapted to and from the table's one
+    ``view["relu"]`` returns it. Module formulas are ``f(module, out, *args, **kwargs)``; function
+    and aten formulas ``f(out, *args, **kwargs)``; method formulas, as the original torch_flops
+    called them, ``f(self, out, *args_tail, **kwargs)`` (each adapted to and from the table's one
     convention). The aten view also takes op packets and overloads as keys.
     """
 
@@ -504,7 +514,7 @@ class NameView(MutableMapping[Any, Formula]):
         if formula is None:
             raise KeyError(name)
         if self._historical:
-            return self._table.to_legacy(formula)
+            return self._table.to_legacy(formula, method=self._kind == "method")
         # module formulas already take the module first: the package's own come back returning
         # (flops, macs) where they return a Count; a user's come back as they were set
         return self._table.to_legacy(formula, with_module=True) if self._table.is_builtin(raw) else formula
@@ -512,7 +522,7 @@ class NameView(MutableMapping[Any, Formula]):
     def __setitem__(self, name: Any, fn: Formula) -> None:
         if not callable(fn):
             raise TypeError(f"a formula must be callable, got {type(fn).__name__}")
-        self._table.set_named(self._kind, name, from_legacy(fn) if self._historical else fn)
+        self._table.set_named(self._kind, name, from_legacy(fn, self._kind == "method") if self._historical else fn)
 
     def __delitem__(self, name: Any) -> None:
         self._table.delete_named(self._kind, name)
