@@ -15,6 +15,7 @@ import tabulate as tabulate_module
 import torch
 from torch import nn
 
+import torch_flops
 from torch_flops import Profile, TorchFLOPsByFX, report
 
 MiB = 1 << 20
@@ -529,3 +530,21 @@ def test_exports_are_utf8_whatever_the_locale(tmp_path: Any) -> None:
         assert "größe" in (tmp_path / name).read_bytes().decode("utf-8"), name
     assert "größe" in json.loads((tmp_path / "p.json").read_bytes().decode("utf-8"))["modules"]
     assert done.stdout.decode("utf-8").strip() == "größe"
+
+
+def test_line_breaks_in_module_names_keep_csv_and_markdown_rows_whole() -> None:
+    model = nn.Sequential()
+    model.add_module("cr\rx", nn.Linear(2, 2))  # names nn.Module accepts; a row each all the same
+    model.add_module("new\nline", nn.Linear(2, 2))
+    model.add_module("pi|pe", nn.Linear(2, 2))
+    profile = torch_flops.profile(model, torch.randn(1, 2))
+    # Linear(2, 2) on one row: 4 MACs -> 8 FLOPs + 2 bias adds = 10 each
+    for group_by, column in (("node", "module_path"), ("module", "module")):
+        rows = list(csv.DictReader(io.StringIO(report.csv_text(profile, group_by), newline="")))
+        assert [r[column] for r in rows if r[column] in model._modules] == ["cr\rx", "new\nline", "pi|pe"]
+        assert sum(int(r["flops"] or 0) for r in rows if r[column] in model._modules) == 30
+    table = report.markdown(profile, "module").split("\n\n")[1].splitlines()
+    assert len(table) == 2 + 4  # header, rule, the root and three Linears
+    assert "| cr<br>x " in table[3] and "| new<br>line " in table[4] and "| pi\\|pe " in table[5]
+    diff = torch_flops.diff(torch_flops.profile(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2)), profile)
+    assert "- renamed: 0 -> cr<br>x" in diff.markdown().splitlines()

@@ -420,7 +420,7 @@ class ProfileDiff:
                 cells.append(_change_text(r, m))
             body.append(cells)
         if fmt == "github":
-            body = [[c.replace("|", "\\|") for c in row] for row in body]
+            body = [[report.markdown_cell(c) for c in row] for row in body]
         aligns = ["left", "left", "left"] + ["right"] * (len(headers) - 3)
         return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True, colalign=aligns)
 
@@ -497,7 +497,7 @@ class ProfileDiff:
         parts = [f"**torch_flops diff**: A = `{a}`, B = `{b}`", totals]
         facts = self._facts()
         if facts:
-            parts.append("\n".join(f"- {f}" for f in facts))
+            parts.append("\n".join(f"- {report.markdown_cell(f)}" for f in facts))
         gate = self._gate_lines(checks)
         if gate:
             parts.append("\n".join(f"- {'❌' if g.startswith('FAIL') else '✅'} {g}" for g in gate))

@@ -724,10 +724,16 @@ def _ranked(table: _Table, sort_by: str | None, top: int | None) -> _Table:
     return _Table(table.columns, items, ctx, total)
 
 
+def markdown_cell(text: str) -> str:
+    """``text`` safe in one cell (or bullet) of a GitHub Markdown table: ``|`` escaped, line breaks
+    (a module name may hold one) as ``<br>``, so that a row stays one row."""
+    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>").replace("\r", "<br>")
+
+
 def _tabulated(table: _Table, tablefmt: str = "simple", escape: bool = False) -> str:
     headers, rows, aligns = table.text()
     if escape:
-        rows = [[cell.replace("|", "\\|") for cell in row] for row in rows]
+        rows = [[markdown_cell(cell) for cell in row] for row in rows]
     return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=aligns)
 
 
@@ -1344,6 +1350,9 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], header: bool = T
     """CSV text; None is an empty cell and a shape is written as the tables show it, ``(2, 4)``."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    # csv quotes a field holding a character of its line terminator, so a row with a lone "\r" (a
+    # module name may hold one) goes through a "\r\n" writer, its own terminator put back to "\n"
+    quoting_cr = csv.writer(row_buffer := io.StringIO(), lineterminator="\r\n")
     if header:
         writer.writerow(columns)
     shape = columns.index("output_shape") if "output_shape" in columns else -1
@@ -1351,7 +1360,13 @@ def _csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], header: bool = T
         cells = ["" if v is None else v for v in row]
         if shape >= 0 and row[shape] is not None:
             cells[shape] = _shape_text(row[shape])
-        writer.writerow(cells)
+        if any(isinstance(c, str) and "\r" in c for c in cells):
+            row_buffer.seek(0)
+            row_buffer.truncate()
+            quoting_cr.writerow(cells)
+            buffer.write(row_buffer.getvalue()[:-2] + "\n")
+        else:
+            writer.writerow(cells)
     return buffer.getvalue()
 
 
