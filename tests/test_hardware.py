@@ -133,6 +133,12 @@ def test_define_register_and_override_a_cpu(table: None) -> None:
     ({"peak": {}}, "positive"),
     ({"memory_bandwidth": -1.0}, "memory_bandwidth must be positive"),
     ({"name": ""}, "needs a name"),
+    ({"peak": {"float32": float("inf")}}, "positive, finite"),
+    ({"memory_bandwidth": float("inf")}, "memory_bandwidth must be positive and finite"),
+    ({"memory_bytes": -5}, "memory_bytes must be a positive whole number"),
+    ({"memory_bytes": 0}, "memory_bytes must be a positive whole number"),
+    ({"memory_bytes": 1.5}, "memory_bytes must be a positive whole number"),
+    ({"kind": "tpu"}, "kind must be 'gpu', 'cpu' or 'accelerator'"),
 ])
 def test_bad_specs_name_the_problem(kwargs: dict[str, Any], message: str) -> None:
     fields: dict[str, Any] = {"name": "x", "description": "d", "peak": {"float32": 1e12}, "memory_bandwidth": 1e11,
@@ -140,6 +146,22 @@ def test_bad_specs_name_the_problem(kwargs: dict[str, Any], message: str) -> Non
     fields.update(kwargs)
     with pytest.raises(ValueError, match=message):
         HardwareSpec(**fields)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"peak": {"float32": "1e12"}}, r"x: peak\['float32'\] must be a number, got str"),
+    ({"memory_bandwidth": "1e11"}, "x: memory_bandwidth must be a number, got str"),
+    ({"memory_bytes": True}, "x: memory_bytes must be a number, got bool"),
+    ({"peak": [1e12]}, "x: peak must be a mapping"),
+])
+def test_figures_of_the_wrong_type_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    fields: dict[str, Any] = {"name": "x", "description": "d", "peak": {"float32": 1e12}, "memory_bandwidth": 1e11,
+                              "memory_bytes": 1 << 30, "sources": {"peak": "a", "memory_bandwidth": "b"}}
+    fields.update(kwargs)
+    with pytest.raises(TypeError, match=message):
+        HardwareSpec(**fields)
+    fields.update(memory_bytes=80e9, peak={"float32": 1e12}, memory_bandwidth=1e11)  # a whole float is bytes
+    assert HardwareSpec(**fields).memory_bytes == 80_000_000_000
 
 
 def test_unknown_names_list_the_table() -> None:

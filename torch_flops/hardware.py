@@ -21,6 +21,7 @@ to fp8 on parts without it.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,13 +87,25 @@ class HardwareSpec:
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise ValueError("a hardware spec needs a name")
+        if not isinstance(self.peak, Mapping):
+            raise TypeError(f"{self.name}: peak must be a mapping dtype -> FLOP/s, got {type(self.peak).__name__}")
         bad = [k for k in self.peak if k not in DTYPES]
         if bad:
             raise ValueError(f"{self.name}: unknown peak dtype(s) {bad}; use {DTYPES}")
-        if not self.peak or any(not (v > 0) for v in self.peak.values()):
-            raise ValueError(f"{self.name}: every peak must be a positive FLOP/s figure")
-        if not self.memory_bandwidth > 0:
-            raise ValueError(f"{self.name}: memory_bandwidth must be positive (bytes/s)")
+        for what, value in [*((f"peak[{k!r}]", v) for k, v in self.peak.items()),
+                            ("memory_bandwidth", self.memory_bandwidth), ("memory_bytes", self.memory_bytes)]:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{self.name}: {what} must be a number, got {type(value).__name__} {value!r}")
+        if not self.peak or any(not (0 < v < math.inf) for v in self.peak.values()):
+            raise ValueError(f"{self.name}: every peak must be a positive, finite FLOP/s figure")
+        if not 0 < self.memory_bandwidth < math.inf:
+            raise ValueError(f"{self.name}: memory_bandwidth must be positive and finite (bytes/s)")
+        if not (0 < self.memory_bytes < math.inf and float(self.memory_bytes).is_integer()):
+            raise ValueError(f"{self.name}: memory_bytes must be a positive whole number of bytes, "
+                             f"got {self.memory_bytes!r}")
+        object.__setattr__(self, "memory_bytes", int(self.memory_bytes))  # 80e9 -> 80000000000
+        if self.kind not in ("gpu", "cpu", "accelerator"):
+            raise ValueError(f"{self.name}: kind must be 'gpu', 'cpu' or 'accelerator', got {self.kind!r}")
         missing = [k for k in ("peak", "memory_bandwidth") if k not in self.sources]
         if missing:
             raise ValueError(f"{self.name}: every figure needs a source; missing {missing}")
