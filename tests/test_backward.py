@@ -341,3 +341,12 @@ def test_a_loss_fn_that_raises_is_named() -> None:
         TorchFLOPsByFX(_mlp()).propagate(torch.randn(3, 8),
                                          loss_fn=lambda out: F.cross_entropy(out, torch.zeros(5, dtype=torch.long)))
     assert re.search(r"cross_entropy.*\(3, 4\)", "\n".join(failed.value.__notes__))
+
+
+def test_the_profiler_s_own_checks_are_no_nodes_of_the_program() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(torch.randn(2, 8), loss_fn=lambda out: out.sum())
+    # the loss check (numel) and the saved-bytes reads (untyped_storage) ran while recording
+    assert [r.target for r in counter.records] == ["input", "Linear", "ReLU", "Linear", "Tensor.sum", "output"]
+    assert [r.phase for r in counter.records].count("loss") == 1

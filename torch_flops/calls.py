@@ -221,9 +221,9 @@ class _EagerRunner:
             output, loss = recording.record_call(
                 args, kwargs, (loss_fn if loss_fn is not None else _identity) if self.backward else None)
             if self.backward:
-                loss = checked_loss(loss, loss_fn is not None)
-                if not count or self.restore_grads:  # an extra step leaves no gradient behind
-                    with recording.paused():
+                with recording.paused():  # the profiler's own checks are no node of the program
+                    loss = checked_loss(loss, loss_fn is not None)
+                    if not count or self.restore_grads:  # an extra step leaves no gradient behind
                         grads = LeafGrads(loss)
                 recording.run_backward(loss)
         finally:

@@ -412,7 +412,8 @@ class Recording:
         """``loss.backward()`` recorded: every op autograd runs is counted for the forward node that
         caused it; what the forward saved for it is measured first."""
         assert self._counter is not None, "a recording with backward=True"
-        self._saved(loss.grad_fn)
+        with self.paused():  # the profiler's own reads of what was saved are no node
+            self._saved(loss.grad_fn)
         self._seeding = True  # the seed gradient (ones_like) is the backward's, not a loss node
         try:
             loss.backward()
