@@ -249,8 +249,8 @@ def test_json_csv_and_tables_carry_the_backward(tmp_path: Any) -> None:
     path = tmp_path / "nodes.csv"
     counter.save_result_to_csv(path)
     header, *rows = list(csv.reader(path.read_text().splitlines()))
-    assert header[-7:] == ["backward_flops", "backward_macs", "backward_time_ms", "recompute_flops",
-                           "recompute_macs", "saved_bytes", "step_flops"]
+    assert header[-9:] == ["backward_flops", "backward_macs", "backward_time_ms", "recompute_flops",
+                           "recompute_macs", "saved_bytes", "optimizer_flops", "optimizer_time_ms", "step_flops"]
     first_linear = dict(zip(header, next(row for row in rows if row[0] == "_0")))
     assert first_linear["step_flops"] == str(816 + 816)  # forward 2*384 + 48 bias adds, backward the same
     text = report.model_profile_text(counter.profile, -1, 0)
