@@ -407,3 +407,68 @@ def test_attention_broadcast_matches_flop_counter_on_every_front_door(
 class _Sdpa(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class _Attend(nn.Module):
+    """An nn.MultiheadAttention (kept whole) inside a model, self-attention on one tensor."""
+
+    def __init__(self, batch_first: bool, need_weights: bool) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=batch_first)
+        self.need_weights = need_weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=self.need_weights)[0]
+
+
+def _flop_counter_side_by_side(model: nn.Module, x: torch.Tensor, grad: bool) -> tuple[int, int]:
+    with torch.set_grad_enabled(grad):
+        with FlopCounterMode(display=False) as mode:
+            model(x)
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(x)
+    return mode.get_total_flops(), counter.profile.with_convention("flop_counter").total_flops
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize(("batch_first", "need_weights"), [(True, True), (True, False), (False, False)])
+def test_multihead_attention_in_a_model_counts_what_flop_counter_mode_sees(
+        batch_first: bool, need_weights: bool, training: bool, grad: bool) -> None:
+    # on (2, 5, 8), 2 heads: projections 4 x 10 x 8 x 8 = 2560 MACs, attention 2 x N L S E MACs.
+    # FlopCounterMode counts the matrix multiplies of the path the forward takes: the fused fast path
+    # (eval, no grad needed, batch_first: torch._native_multi_head_attention) not at all; without the
+    # weights, F.scaled_dot_product_attention's CPU flash kernel not, so only 2 x 2560 = 5120; with
+    # the weights (bmm) everything: 5120 + 2 x (2 x 2 x 5 x 5 x 8) = 6720
+    torch.manual_seed(0)
+    model = _Attend(batch_first, need_weights).train(training)
+    expected, ours = _flop_counter_side_by_side(model, torch.randn(2, 5, 8), grad)
+    fused = batch_first and not training and not grad
+    assert expected == (0 if fused else 6720 if need_weights else 5120)
+    assert ours == expected
+
+
+@pytest.mark.parametrize(("training", "grad"), [(True, True), (False, True), (False, False)])
+def test_transformer_encoder_layer_in_a_model_counts_what_flop_counter_mode_sees(training: bool, grad: bool) -> None:
+    # projections 5120 + feed-forward 2 x (10 x 8 x 16) x 2 = 5120; the attention runs on the CPU
+    # flash kernel (uncounted); in eval with no gradient the fused torch._transformer_encoder_layer_fwd
+    # runs instead, which FlopCounterMode counts 0
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)).train(training)
+    expected, ours = _flop_counter_side_by_side(model, torch.randn(2, 5, 8), grad)
+    assert expected == (10240 if training or grad else 0)
+    assert ours == expected
+
+
+def test_a_multihead_attention_model_runs_its_fused_kernel_under_the_profiler() -> None:
+    # its forward takes the fused path only while no torch function mode is on: as the model itself it
+    # is kept whole (one node), so it runs the kernel it runs without the profiler
+    model = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        counter = TorchFLOPsByFX(model)
+        out = counter.propagate(x, x, x)
+    assert "aten::_native_multi_head_attention" in {e.name for e in prof.events()}
+    assert [r.target for r in counter.records if r.op == "call_module"] == ["MultiheadAttention"]
+    with torch.no_grad():
+        assert torch.equal(out[0], model(x, x, x)[0])

@@ -771,14 +771,21 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
+#: root classes whose forward picks its kernels by whether a torch function mode is on
+#: (``nn.MultiheadAttention``'s fused fast path needs ``has_torch_function`` False): recorded as one
+#: node, with the modes off, they run the kernels they run without the profiler
+_CHOOSES_ITS_KERNELS = (nn.MultiheadAttention,)
+
+
 class ModelIndex:
     """One walk over the model's modules, shared by everything that needs them for one capture (or
     one eager call): each module's path and class, each parameter's and buffer's name, the
     parameters each module owns (a shared one counted once), the storages to leave out of
     live-tensor memory, and, given a formula ``table``, the modules recorded as one node each:
     those whose class has a formula, plus the classes, paths and class names asked for
-    (``leaf_*``). The root is never one node: its forward is what runs. A lazy module whose
-    parameters do not exist yet is refused here (``ValueError``)."""
+    (``leaf_*``). The root is not one node (its forward is what runs), except a root that picks its
+    kernels by the modes on (``_CHOOSES_ITS_KERNELS``). A lazy module whose parameters do not exist
+    yet is refused here (``ValueError``)."""
 
     def __init__(self, model: nn.Module, table: FormulaTable | None = None, leaf_types: tuple[type, ...] = (),
                  leaf_paths: Iterable[str] = (), leaf_names: Iterable[str] = ()) -> None:
@@ -813,7 +820,7 @@ class ModelIndex:
                         dtype = str(t.dtype).removeprefix("torch.")
                         self.param_dtypes[dtype] = self.param_dtypes.get(dtype, 0) + t.numel()
             self.params[path] = owned
-            if table is None or not path:
+            if table is None or (not path and not isinstance(module, _CHOOSES_ITS_KERNELS)):
                 continue
             # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
             # its ops: they see each shard (local work) and the logical tensor (global work), and

@@ -529,8 +529,8 @@ class Recording:
         if threading.get_ident() != self._thread:
             self.other_thread_calls += 1
             return
-        if in_backward() or self._graph is None or self._open is not None:
-            return  # a recompute inside the backward; a call inside a node (paused)
+        if in_backward() or self._graph is None or (self._open is not None and self._open is not module):
+            return  # a recompute inside the backward; a call inside a node (paused); (the model kept whole is open)
         self._calls += 1
         with self.paused():  # the profiler's own tensor calls are no nodes
             if self._batch is None:

@@ -143,8 +143,72 @@ for _name, _positions in _SDPA_BACKENDS.items():
     register(*aten_ops(_name))(_sdpa_backend(_name, _positions))
 
 
+# What FlopCounterMode counts of an nn.MultiheadAttention call (the mm_macs of its Count), by the path
+# its forward takes: the fused fast path (torch._native_multi_head_attention; inside an encoder layer
+# torch._transformer_encoder_layer_fwd), which it has no formula for: nothing; without the weights,
+# F.multi_head_attention_forward's F.scaled_dot_product_attention, uncounted where its kernel is (CPU
+# flash): the projections; else (bmm with the weights, or a counted kernel) every matrix multiply.
+_ALL, _PROJECTIONS, _NONE = "all", "projections", "none"
+
+
+def _fused_eligible(tensors: tuple[Any, ...], out: Any) -> bool:
+    """The tensor checks of torch's fused MHA / encoder-layer fast paths (torch 2.x ``nn``
+    sources): plain tensors (a subclass has ``__torch_function__``) on CPU or CUDA, none needing a
+    gradient while grad is enabled. That last one is read from the output, which needs a gradient
+    exactly then (the formula runs later, maybe under another grad mode)."""
+    present = [t for t in tensors if t is not None]
+    if any(type(t) not in (torch.Tensor, nn.Parameter) for t in present):
+        return False
+    if any(t.device.type not in ("cpu", "cuda") for t in present):
+        return False
+    result = first_output(out)
+    return not (isinstance(result, torch.Tensor) and result.requires_grad)
+
+
+def _mha_native(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any,
+                key_padding_mask: Any = None, attn_mask: Any = None) -> bool:
+    """Whether ``MultiheadAttention.forward`` took its fused fast path: its own conditions (self-attention
+    on one batched tensor, eval, even heads, batch_first, packed projections with biases, no float
+    mask, no autocast) and the tensor checks."""
+    if not isinstance(query, torch.Tensor) or any(
+            m is not None and torch.is_floating_point(m) for m in (attn_mask, key_padding_mask)):
+        return False
+    weight, bias = module.in_proj_weight, module.in_proj_bias
+    if (not torch.backends.mha.get_fastpath_enabled() or query.dim() != 3 or query is not key or key is not value
+            or weight is None or bias is None or query.dtype != weight.dtype or query.dtype != bias.dtype
+            or module.training or module.num_heads % 2 or not module.batch_first or module.bias_k is not None
+            or module.bias_v is not None or module.add_zero_attn or not module._qkv_same_embed_dim
+            or (query.is_nested and (key_padding_mask is not None or attn_mask is not None))
+            or torch.is_autocast_enabled()):
+        return False
+    return _fused_eligible((query, weight, bias, module.out_proj.weight, module.out_proj.bias), out)
+
+
+def _mha_counted(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any, need_weights: bool,
+                 masked: bool, key_padding_mask: Any = None, attn_mask: Any = None) -> str:
+    """What FlopCounterMode counts of this call (see _ALL/_PROJECTIONS/_NONE above)."""
+    if _mha_native(module, out, query, key, value, key_padding_mask, attn_mask):
+        return _NONE
+    if need_weights or not isinstance(query, torch.Tensor) or query.device.type != "cpu":
+        return _ALL
+    # the views F.multi_head_attention_forward hands scaled_dot_product_attention: (N, H, L, head_dim)
+    # and a float mask (N, H, L, S); its dropout only in training
+    if query.dim() == 3:
+        n, tgt_len, s_len = ((query.shape[0], query.shape[1], key.shape[1]) if module.batch_first
+                             else (query.shape[1], query.shape[0], key.shape[0]))
+    else:
+        n, tgt_len, s_len = 1, query.shape[0], key.shape[0]
+    heads = module.num_heads
+    head_dim = module.embed_dim // heads
+    q = query.new_empty((n, heads, tgt_len, head_dim))
+    k = query.new_empty((n, heads, s_len, head_dim))
+    mask = query.new_zeros((n, heads, tgt_len, s_len)) if masked else None
+    dropout = module.dropout if module.training else 0.0
+    return _ALL if _kernel_counted(q, k, k, mask, dropout, False, None, False) else _PROJECTIONS
+
+
 def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple[int, ...],
-         masked: bool, need_weights: bool, average: bool) -> Count:
+         masked: bool, need_weights: bool, average: bool, counted: str = _ALL) -> Count:
     # Shapes are (L, N, E) / (S, N, kdim), or (N, L, E) with batch_first, or unbatched (L, E).
     if len(q_shape) == 3:
         if module.batch_first:
@@ -174,7 +238,8 @@ def _mha(module: nn.MultiheadAttention, q_shape: tuple[int, ...], k_shape: tuple
     # dot products: the projections' outputs ((L + S + S + L) * N * E), one per score (Q K^T) and
     # one per attention output element (P V: L * N * E)
     dots = (2 * tgt_len + 2 * s_len) * n * e + scores + tgt_len * n * e
-    return Count(2 * macs + extra, macs, dots, macs)
+    mm_macs = {_ALL: macs, _PROJECTIONS: proj_macs, _NONE: 0}[counted]
+    return Count(2 * macs + extra, macs, dots, mm_macs)
 
 
 @register(nn.MultiheadAttention)
@@ -187,7 +252,8 @@ def mha_flops(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, val
     average = arg(args, kwargs, 3, "average_attn_weights", True)
     is_causal = arg(args, kwargs, 4, "is_causal", False)
     masked = key_padding_mask is not None or attn_mask is not None or bool(is_causal)
-    return _mha(module, tuple(query.shape), tuple(key.shape), masked, bool(need_weights), bool(average))
+    counted = _mha_counted(module, out, query, key, value, bool(need_weights), masked, key_padding_mask, attn_mask)
+    return _mha(module, tuple(query.shape), tuple(key.shape), masked, bool(need_weights), bool(average), counted)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,26 +305,53 @@ def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
                 _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x), Count(numel(x), 0, 0, 0))
 
 
-def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool) -> Count:
-    # attention (weights not needed inside the layers) + the residual add
-    count = _mha(attn, tuple(x.shape), tuple(mem.shape), masked, need_weights=False, average=False)
+def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool,
+                real: tuple[Any, Any, Any] | None = None) -> Count:
+    # attention (weights not needed inside the layers) + the residual add; ``real``: the layer's real
+    # (output, query, key) tensors (shape, dtype, device, needing a gradient), from which
+    # FlopCounterMode's share is read
+    counted = _ALL if real is None else _mha_counted(attn, real[0], real[1], real[2], real[2], False, masked)
+    count = _mha(attn, tuple(x.shape), tuple(mem.shape), masked, need_weights=False, average=False, counted=counted)
     return _add(count, Count(numel(x), 0, 0, 0))
 
 
+def _encoder_native(layer: nn.TransformerEncoderLayer, out: Any, src: Any, masked: bool) -> bool:
+    """Whether ``TransformerEncoderLayer.forward`` took its fused fast path
+    (``torch._transformer_encoder_layer_fwd``, which FlopCounterMode counts 0): its conditions."""
+    attn = layer.self_attn
+    if (not isinstance(src, torch.Tensor) or not torch.backends.mha.get_fastpath_enabled() or src.dim() != 3
+            or layer.training or not attn.batch_first or attn.in_proj_bias is None or not attn._qkv_same_embed_dim
+            or not layer.activation_relu_or_gelu or layer.norm1.eps != layer.norm2.eps
+            or (src.is_nested and masked) or attn.num_heads % 2 == 1 or torch.is_autocast_enabled()
+            or any(m._forward_hooks or m._forward_pre_hooks for m in layer.modules())):
+        return False
+    return _fused_eligible((src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias,
+                            layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
+                            layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias), out)
+
+
+def _uncounted(count: Count) -> Count:
+    """A count FlopCounterMode gives nothing of (a fused kernel it has no formula for)."""
+    return Count(count.flops, count.macs, count.dot_outputs, 0)
+
+
 def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: torch.Tensor,
-                   masked: bool) -> Count:
+                   masked: bool, out: Any = None) -> Count:
+    # ``out``: the output of the call (a layer's inside a stack has its shape and grad need)
     x = src.new_empty(src.shape, device="meta")
-    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
-                _sub(table, layer.norm1, x), _ffn(table, layer, x), _sub(table, layer.dropout2, x),
-                _sub(table, layer.norm2, x))
+    count = _add(_attn_block(layer.self_attn, x, x, masked, (out, src, src)), _sub(table, layer.dropout1, x),
+                 _sub(table, layer.norm1, x), _ffn(table, layer, x), _sub(table, layer.dropout2, x),
+                 _sub(table, layer.norm2, x))
+    return _uncounted(count) if _encoder_native(layer, out, src, masked) else count
 
 
 def _decoder_layer(table: FormulaTable, layer: nn.TransformerDecoderLayer, tgt: torch.Tensor,
-                   memory: torch.Tensor, masked: bool, memory_masked: bool) -> Count:
+                   memory: torch.Tensor, masked: bool, memory_masked: bool, out: Any = None) -> Count:
     x = tgt.new_empty(tgt.shape, device="meta")
     mem = memory.new_empty(memory.shape, device="meta")
-    return _add(_attn_block(layer.self_attn, x, x, masked), _sub(table, layer.dropout1, x),
-                _sub(table, layer.norm1, x), _attn_block(layer.multihead_attn, x, mem, memory_masked),
+    return _add(_attn_block(layer.self_attn, x, x, masked, (out, tgt, tgt)), _sub(table, layer.dropout1, x),
+                _sub(table, layer.norm1, x),
+                _attn_block(layer.multihead_attn, x, mem, memory_masked, (out, tgt, memory)),
                 _sub(table, layer.dropout2, x), _sub(table, layer.norm2, x), _ffn(table, layer, x),
                 _sub(table, layer.dropout3, x), _sub(table, layer.norm3, x))
 
@@ -290,13 +383,13 @@ _T_MEMORY_SLOTS = ((2, "memory_mask"), (5, "memory_key_padding_mask"), (8, "memo
 def transformer_layer_flops(table: FormulaTable, module: nn.TransformerEncoderLayer, out: Any, src: Any,
                             *args: Any, **kwargs: Any) -> Count:
     # self-attention block + norms + feed-forward block, each by its own formula
-    return _encoder_layer(table, module, src, _masked(args, kwargs, *_ENCODER_SLOTS))
+    return _encoder_layer(table, module, src, _masked(args, kwargs, *_ENCODER_SLOTS), out)
 
 
 def transformer_decoder_layer_flops(table: FormulaTable, module: nn.TransformerDecoderLayer, out: Any, tgt: Any,
                                     memory: Any, *args: Any, **kwargs: Any) -> Count:
     return _decoder_layer(table, module, tgt, memory, _masked(args, kwargs, *_DECODER_SELF_SLOTS),
-                          _masked(args, kwargs, *_DECODER_CROSS_SLOTS))
+                          _masked(args, kwargs, *_DECODER_CROSS_SLOTS), out)
 
 
 def transformer_encoder_flops(table: FormulaTable, module: nn.TransformerEncoder, out: Any, src: Any, *args: Any,
@@ -304,7 +397,9 @@ def transformer_encoder_flops(table: FormulaTable, module: nn.TransformerEncoder
     # every layer + the optional final norm
     masked = _masked(args, kwargs, *_ENCODER_STACK_SLOTS)
     x = src.new_empty(src.shape, device="meta")
-    return _add(*(_encoder_layer(table, layer, x, masked) for layer in module.layers), _sub(table, module.norm, x))
+    # each layer's input has src's shape, dtype and device (what its count reads of it)
+    return _add(*(_encoder_layer(table, layer, src, masked, out) for layer in module.layers),
+                _sub(table, module.norm, x))
 
 
 def transformer_decoder_flops(table: FormulaTable, module: nn.TransformerDecoder, out: Any, tgt: Any, memory: Any,
@@ -312,7 +407,7 @@ def transformer_decoder_flops(table: FormulaTable, module: nn.TransformerDecoder
     masked = _masked(args, kwargs, *_DECODER_SELF_SLOTS)
     memory_masked = _masked(args, kwargs, *_DECODER_CROSS_SLOTS)
     x = tgt.new_empty(tgt.shape, device="meta")
-    return _add(*(_decoder_layer(table, layer, x, memory, masked, memory_masked) for layer in module.layers),
+    return _add(*(_decoder_layer(table, layer, tgt, memory, masked, memory_masked, out) for layer in module.layers),
                 _sub(table, module.norm, x))
 
 
@@ -327,8 +422,8 @@ def transformer_flops(table: FormulaTable, module: nn.Transformer, out: Any, src
     x = src.new_empty(src.shape, device="meta")
     y = tgt.new_empty(tgt.shape, device="meta")
     return _add(
-        *(_encoder_layer(table, layer, x, src_masked) for layer in enc.layers), _sub(table, enc.norm, x),
-        *(_decoder_layer(table, layer, y, x, tgt_masked, memory_masked) for layer in dec.layers),
+        *(_encoder_layer(table, layer, src, src_masked, out) for layer in enc.layers), _sub(table, enc.norm, x),
+        *(_decoder_layer(table, layer, tgt, src, tgt_masked, memory_masked, out) for layer in dec.layers),
         _sub(table, dec.norm, y),
     )
 
