@@ -18,7 +18,7 @@ import logging
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -89,7 +89,9 @@ def get_model_profile(
     mode: str = "forward",
 ) -> tuple[int | str, int | str, int | str]:
     """Profile one forward pass and return ``(flops, macs, params)``: DeepSpeed's
-    ``deepspeed.profiling.flops_profiler.get_model_profile``, argument for argument.
+    ``deepspeed.profiling.flops_profiler.get_model_profile``, argument for argument. As DeepSpeed
+    does, the model runs in eval mode (``model.eval()``); each module's training flag is then put
+    back as it was.
 
     Args:
         model: the model.
@@ -107,7 +109,10 @@ def get_model_profile(
         as_string: return DeepSpeed's text, ``('8.24 G', '4.09 GMACs', '25.56 M')``, instead of
             integers (two decimals; FLOPs without a unit, as DeepSpeed gives them).
         output_file: write the printed profile to this file instead of stdout.
-        ignore_modules: module classes (or class names) whose calls count 0 FLOPs.
+        ignore_modules: module classes (or class names) left unprofiled, as DeepSpeed leaves them: the
+            work they run themselves is charged to the module that calls them (the totals do not
+            change); their rows show only their submodules' work. (``mode="generate"``: their nodes
+            count 0, as before.)
         mode: ``"forward"`` (a forward call) or ``"generate"``: ``model.generate(*args, **kwargs)``
             (after ``warm_up`` unprofiled calls of it), every call of the model in it recorded
             (:func:`torch_flops.generation.profile_generate`); the returned counts are summed over
@@ -141,10 +146,19 @@ def get_model_profile(
     ignore = _class_names(ignore_modules or (), "ignore_modules")
     if print_profile and output_file is not None:
         report.check_writable(output_file)  # (before the model runs, not after)
-    if mode == "generate":
-        return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed, module_depth,
-                                 top_modules, warm_up, as_string, output_file, ignore)
-    result = profile(model, *(args or ()), warmup=warm_up, ignore_ops=ignore, **dict(kwargs or {}))
+    # DeepSpeed calls model.eval() first: the profiled calls run in eval mode, so that a forward that
+    # reads self.training counts as DeepSpeed counts it; every module's flag is put back afterwards
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        if mode == "generate":
+            return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed,
+                                     module_depth, top_modules, warm_up, as_string, output_file, ignore)
+        result = profile(model, *(args or ()), warmup=warm_up, **dict(kwargs or {}))
+    finally:
+        for m, training in flags:
+            m.training = training
+    result = _charged_to_parents(result, ignore)
     if print_profile:
         if detailed:
             text = report.model_profile_text(result, depth=module_depth, top=top_modules)
@@ -182,6 +196,27 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
         text = "\n\n".join(parts)
         _emit(text, output_file)
     return _totals(whole, as_string)
+
+
+def _charged_to_parents(result: Profile, ignored: Sequence[str]) -> Profile:
+    """DeepSpeed's ``ignore_modules``: an ignored module gets no hooks there, so the work it runs
+    itself is charged to the module that called it and the totals do not change. Here: each node
+    whose innermost module is of an ignored class moves to its nearest enclosing module that is
+    not; the ignored module keeps its submodules' work (DeepSpeed sums those into it too)."""
+    names = set(ignored)
+    skipped = {path for path, cls in result.module_types.items() if path and cls in names}
+    if not skipped:
+        return result
+    records = []
+    for r in result.records:
+        if r.module_path in skipped:
+            stack = r.module_chain
+            while stack and stack[-1] in skipped:
+                stack = stack[:-1]
+            path = stack[-1] if stack else ""
+            r = r._replace(module_path=path, module_stack=stack, module_type=result.module_types.get(path, ""))
+        records.append(r)
+    return replace(result, records=tuple(records))
 
 
 def _emit(text: str, output_file: str | None) -> None:
