@@ -152,3 +152,39 @@ def test_fvcore_table_aligns_numbers_as_fvcore() -> None:
                                   "| model    | 0.22K         | 0.2K     |             20 |",
                                   "| 0        | 0.11K         | 100      |             10 |",
                                   "| 1        | 0.11K         | 100      |             10 |"]
+
+
+# --------------------------------------------------------------------------- fault round 6: fvcore 0.1.5's numbers
+
+
+class _Attend(torch.nn.Module):
+    """An nn.MultiheadAttention(8, 2) called with fixed keyword arguments (a ViT-style block)."""
+
+    def __init__(self, **call: object) -> None:
+        super().__init__()
+        self.attn, self.call = torch.nn.MultiheadAttention(8, 2, batch_first=True), call
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return self.attn(q, kv, kv, **self.call)[0]
+
+
+def test_fvcore_multihead_attention_inside_a_model_counts_its_projections() -> None:
+    torch.manual_seed(0)
+    x, kv = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    flops = FlopCountAnalysis(layer, x)
+    # fvcore 0.1.5: total 5920, self_attn 2560 = in_proj 10 tokens x 8 x 24 (1920) + out_proj 10 x 8 x 8 (640);
+    # linear 5120 (+ linear1/linear2 1280 each), layer_norm 800 (5 per element of 80, twice)
+    assert flops.total() == 5920 and flops.by_module()["self_attn"] == 2560
+    assert dict(flops.by_operator()) == {"linear": 5120, "layer_norm": 800}
+    # need_weights (the default): the scores and the weighted sum are aten::bmm, N*L*S*E = 2*5*7*8 = 560
+    # MACs each; fvcore: linear 3072 (q 640 + k, v 2 x 2*7*8*8 + out 640), bmm 1120
+    assert dict(FlopCountAnalysis(_Attend(), (x, kv)).by_operator()) == {"linear": 3072, "bmm": 1120}
+    # under a mask the scores are aten::baddbmm (unsupported in fvcore): bmm 560; without need_weights
+    # scaled_dot_product_attention (unsupported): linear only
+    masked = _Attend(attn_mask=torch.zeros(5, 7, dtype=torch.bool))
+    assert dict(FlopCountAnalysis(masked, (x, kv)).by_operator()) == {"linear": 3072, "bmm": 560}
+    assert dict(FlopCountAnalysis(_Attend(need_weights=False), (x, kv)).by_operator()) == {"linear": 3072}
+    # fvcore's activations: projections' outputs 2 x 10 x 8 + 2 x 14 x 8 = 384; scores 2 x 2 x 5 x 7 = 140 and
+    # the weighted sum 10 x 8 = 80 (bmm 220): 604
+    assert dict(ActivationCountAnalysis(_Attend(), (x, kv)).by_operator()) == {"linear": 384, "bmm": 220}

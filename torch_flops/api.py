@@ -287,7 +287,7 @@ _MODULE_OPS = {"Linear": "aten::linear", "LazyLinear": "aten::linear", "Bilinear
                "SyncBatchNorm": "aten::batch_norm", "GroupNorm": "aten::group_norm", "LayerNorm": "aten::layer_norm",
                "InstanceNorm1d": "aten::instance_norm", "InstanceNorm2d": "aten::instance_norm",
                "InstanceNorm3d": "aten::instance_norm", "Identity": None, "Flatten": "aten::flatten",
-               "Dropout": "aten::dropout", "ReLU6": "aten::hardtanh", "MultiheadAttention": "aten::multi_head_attention"}
+               "Dropout": "aten::dropout", "ReLU6": "aten::hardtanh", "MultiheadAttention": "aten::linear"}  # (and aten::bmm: see _parts)
 #: Python operators and function names -> TorchScript's op names
 _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "add", "__iadd__": "add_", "sub": "sub",
                  "isub": "sub_", "__sub__": "sub", "__rsub__": "rsub", "mul": "mul", "imul": "mul_", "__mul__": "mul",
@@ -359,6 +359,8 @@ class FlopCountAnalysis:
 
     #: fvcore's handles this analysis starts with (ActivationCountAnalysis: its own)
     _default_ops: frozenset[str] = fvcore_rules.HANDLED
+    #: which of fvcore_rules.SPLIT_MODULES' formulas counts (0: FLOPs, 1: activations)
+    _split_formula = 0
 
     def __init__(self, model: nn.Module, inputs: Any) -> None:
         if not isinstance(model, nn.Module):
@@ -430,6 +432,8 @@ class FlopCountAnalysis:
             if op in self._default_ops and self._enabled(op):
                 for keys, formula in pairs:
                     custom.update(dict.fromkeys(keys, formula))
+        for cls, formulas in fvcore_rules.SPLIT_MODULES.items():
+            custom[cls] = formulas[self._split_formula]
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
@@ -497,13 +501,13 @@ class FlopCountAnalysis:
                     continue
                 counted, seen = self._ancestors(r, stacks)
                 called |= seen
-                if self._enabled(op):
-                    count = self._count(r, op)
-                    for path in counted:
-                        by_module.setdefault(path, Counter())[_fvcore_name(op)] += count
-                elif op not in self._ignored and op not in self._handles:
-                    for path in counted:
-                        unsupported[(path, op)] += 1
+                for part, count in self._parts(r, op, modules):
+                    if self._enabled(part):
+                        for path in counted:
+                            by_module.setdefault(path, Counter())[_fvcore_name(part)] += count
+                    elif part not in self._ignored and part not in self._handles:
+                        for path in counted:
+                            unsupported[(path, part)] += 1
             self._stats = _FvcoreStats(result, by_module, unsupported, called)
             self._log_warnings()
         return self._stats
@@ -522,6 +526,18 @@ class FlopCountAnalysis:
                 log.warning("These submodules were never called during the run: %s. They are unused, or run only "
                             "through another method than their forward, in which case their counts go to the "
                             "module that called that method.", ", ".join(uncalled))
+
+    def _parts(self, r: NodeRecord, op: str, modules: Mapping[str, nn.Module]) -> list[tuple[str, int]]:
+        """The ops fvcore's trace shows for one node, each with its count (read when it is
+        counted): one, or for a module fvcore sees as several (``nn.MultiheadAttention``: its
+        projections' ``aten::linear`` and, with ``need_weights``, its ``aten::bmm``) each part, from
+        the node's count ``(both, linear)`` (:data:`~torch_flops.formulas.fvcore.SPLIT_MODULES`)."""
+        module = modules.get(r.module_path) if r.op == "call_module" else None
+        if module is not None and isinstance(module, tuple(fvcore_rules.SPLIT_MODULES)):
+            linear = r.macs or 0
+            bmm = (r.flops or 0) - linear
+            return [("aten::linear", linear), *([("aten::bmm", bmm)] if bmm else [])]
+        return [(op, self._count(r, op) if self._enabled(op) else 0)]
 
     def _count(self, r: NodeRecord, op: str) -> int:
         """fvcore's count of one node whose op it handles."""
@@ -609,10 +625,12 @@ class ActivationCountAnalysis(FlopCountAnalysis):
     :class:`FlopCountAnalysis`."""
 
     _default_ops = frozenset(op for op in fvcore_rules.MAC_OPS if op != "aten::mm")
+    _split_formula = 1
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
         # no fvcore FLOP rules here, but the handles set_op_handle was given
-        custom: dict[Any, Formula | None] = {}
+        custom: dict[Any, Formula | None] = {cls: formulas[self._split_formula]
+                                             for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
