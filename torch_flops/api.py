@@ -9,7 +9,8 @@ of the two most used peers.
   ``by_operator``, ``by_module_and_operator``, ``unsupported_ops``, ``uncalled_modules``),
   counting in fvcore's convention: one per multiply-accumulate.
 
-All run the forward pass under ``torch.no_grad()`` and leave the model as they found it.
+``profile`` and ``get_model_profile`` run the forward pass under ``torch.no_grad()``; the fvcore
+analyses in the caller's grad mode, as fvcore does. All leave the model as they found it.
 """
 
 from __future__ import annotations
@@ -296,7 +297,9 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "__setitem__": "index_put_", "neg": "neg", "pow": "pow", "__pow__": "pow",
                  "max_pool2d_with_indices": "max_pool2d", "max_pool1d_with_indices": "max_pool1d",
                  "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None,
-                 "item": "Int", "_local_scalar_dense": "Int"}  # a trace reads .item() as aten::Int (ignored)
+                 "item": "Int", "_local_scalar_dense": "Int",  # a trace reads .item() as aten::Int (ignored)
+                 "dim": None,  # a Python int: a trace records no op for x.dim()
+                 "grid_sample": "grid_sampler", "grid_sampler_2d": "grid_sampler", "grid_sampler_3d": "grid_sampler"}
 
 
 def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
@@ -333,8 +336,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
 
 
 def _fvcore_name(op: str) -> str:
-    """fvcore's ``by_operator`` key of an op: ``conv`` for convolutions, ``matmul`` for mm, else
-    the op without ``aten::``."""
+    """fvcore's ``by_operator`` key of an op: ``conv`` for convolutions, else the op without
+    ``aten::``."""
     return fvcore_rules.MAC_OPS.get(op, op.removeprefix("aten::"))
 
 
@@ -394,7 +397,12 @@ class FlopCountAnalysis:
                 raise TypeError(f"set_op_handle: an op name must be a str like 'aten::batch_norm', got {name!r}")
             if handle is not None and not callable(handle):
                 raise TypeError(f"set_op_handle: the handle of {name!r} must be callable or None, got {handle!r}")
-            if handle is not None and not fvcore_rules.op_targets(name):
+            if name.startswith("prim::PythonOp."):  # fvcore's name of a custom autograd.Function's call
+                if handle is not None:
+                    warnings.warn(f"set_op_handle: {name!r} (a custom autograd.Function) is not applied: torch_flops "
+                                  "records such a Function through the ops its forward runs, each counted by its own "
+                                  "handle", UserWarning, stacklevel=2)
+            elif handle is not None and not fvcore_rules.op_targets(name):
                 raise ValueError(f"set_op_handle: no module, function or aten op of this torch runs {name!r}")
             self._handles[name] = handle
         self._stats = None
@@ -469,7 +477,10 @@ class FlopCountAnalysis:
                     warnings.simplefilter("ignore")
                 elif self._warn_trace == "no_tracer_warning":
                     warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                result = profile(self._model, *self._inputs, tracer="eager", custom_formulas=self._custom_formulas())
+                # in the caller's grad mode (on by default), as fvcore's trace runs the model: not under no_grad
+                counter = TorchFLOPsByFX(self._model, tracer="eager", custom_formulas=self._custom_formulas())
+                counter.propagate(*self._inputs)
+                result = counter.profile
         finally:
             for hook in hooks:
                 hook.remove()
@@ -537,7 +548,11 @@ class FlopCountAnalysis:
             linear = r.macs or 0
             bmm = (r.flops or 0) - linear
             return [("aten::linear", linear), *([("aten::bmm", bmm)] if bmm else [])]
-        return [(op, self._count(r, op) if self._enabled(op) else 0)]
+        parts = [(op, self._count(r, op) if self._enabled(op) else 0)]
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats \
+                and module.num_batches_tracked is not None:  # its forward's num_batches_tracked.add_(1), no FLOP
+            parts.append(("aten::add_", 0))
+        return parts
 
     def _count(self, r: NodeRecord, op: str) -> int:
         """fvcore's count of one node whose op it handles."""
@@ -663,13 +678,19 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     empty count."""
     if not isinstance(flops, FlopCountAnalysis):
         raise TypeError(f"flop_count_table takes a FlopCountAnalysis, got {type(flops).__name__}")
+    if activations is not None and not isinstance(activations, ActivationCountAnalysis):
+        raise TypeError(f"activations must be an ActivationCountAnalysis or None, got {type(activations).__name__}")
     _validate.check_int("max_depth", max_depth, 0)
     _validate.check_bool("show_param_shapes", show_param_shapes)
+    for analysis in (flops, activations):  # fvcore's table turns their warnings off (for good, as fvcore does)
+        if analysis is not None:
+            analysis._enable_warn_unsupported_ops = analysis._enable_warn_uncalled_mods = False
+            analysis._warn_trace = "none"  # (a run already made is kept, as in fvcore)
     params_header = "#parameters" + (" or shape" if show_param_shapes else "")
     columns = [params_header, "#flops"] + (["#activations"] if activations is not None else [])
     model = flops._model
     # rows in fvcore's order: every prefix of every parameter name, then the other modules
-    params: dict[str, int] = {"": 0}
+    params: dict[str, int] = {}  # (fvcore's parameter_count: no "" row for a model without parameters)
     shapes: dict[str, tuple[int, ...]] = {}
     for name, p in model.named_parameters():
         parts = name.split(".")
@@ -717,11 +738,12 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
             if child in shapes and not show_param_shapes:
                 continue
             shown = forward(child)
-            rows.append([shown, *cells(shown)])
+            rows.append([shown.removeprefix(root_prefix), *cells(shown)])
             if level < max_depth:
                 fill(shown, level + 1)
 
     root = forward("")
+    root_prefix = root + "." if root else ""  # the root shown as its one child: rows named below it, as fvcore's
     rows.append([root or "model", *cells(root)])
     if max_depth >= 1:
         fill(root, 1)

@@ -32,7 +32,7 @@ __all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "SPLIT_MODULES", "op_ta
 
 #: fvcore's ops counted by their multiply-accumulates (torch_flops' MACs), as fvcore names them
 MAC_OPS: dict[str, str] = {"aten::_convolution": "conv", "aten::addmm": "addmm", "aten::bmm": "bmm",
-                           "aten::einsum": "einsum", "aten::matmul": "matmul", "aten::mm": "matmul",
+                           "aten::einsum": "einsum", "aten::matmul": "matmul", "aten::mm": "mm",
                            "aten::linear": "linear"}
 
 #: ops fvcore ignores (0 FLOPs, never reported unsupported): its list, by TorchScript name
