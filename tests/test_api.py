@@ -86,10 +86,22 @@ def test_get_model_profile_output_file_and_kwargs(tmp_path: Any, capsys: pytest.
     assert text.startswith("torch_flops profile") and "Top 1 innermost modules:" in text  # DeepSpeed's default
 
 
-def test_get_model_profile_ignore_modules() -> None:
-    flops, macs, _ = get_model_profile(MLP(), input_shape=(2, 6), print_profile=False, as_string=False,
-                                       ignore_modules=[nn.ReLU, "Linear"])
-    assert (flops, macs) == (6, 0)  # only "* scale" is left
+def test_get_model_profile_ignore_modules_charges_their_work_to_the_caller(capsys: pytest.CaptureFixture[str]) -> None:
+    # DeepSpeed 0.19.8 gives an ignored module no hooks: its work is charged to its parent and the
+    # totals do not change. Sequential(Linear(16, 32), ReLU, Linear(32, 8)) at (4, 16), DeepSpeed:
+    # (6272, 3072, 808) with ignore_modules None, [nn.Linear] and [nn.Sequential] alike (its FLOPs
+    # leave out the biases, 4*32 + 4*8 = 160, which ours count: 6432)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    for ignore in (None, [nn.Linear], ["Sequential"]):
+        assert get_model_profile(model, input_shape=(4, 16), print_profile=False, as_string=False,
+                                 ignore_modules=ignore) == (6272 + 160, 4 * 16 * 32 + 4 * 32 * 8, 808)
+    capsys.readouterr()
+    get_model_profile(MLP(), input_shape=(2, 6), ignore_modules=[nn.ReLU, "Linear"], top_modules=0)
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.split()[:1] in (["MLP"], ["fc1"], ["act"])}
+    # DeepSpeed prints an ignored module with 0 MACs, its work in the root's row (180 MACs, 412 FLOPs)
+    assert rows["MLP"][1:6:2] == ["103", "180", "412"]
+    assert rows["fc1"][2:7:2] == ["70", "0", "0"] and rows["act"][2:7:2] == ["0", "0", "0"]
 
 
 def test_get_model_profile_on_meta() -> None:
@@ -123,10 +135,29 @@ def test_get_model_profile_ignores_a_user_module_class_as_one_node() -> None:
             return self.fc(x) * 2
 
     model = nn.Sequential(nn.Linear(8, 8), Costly())
-    flops, macs, _ = get_model_profile(model, input_shape=(2, 8), print_profile=False, as_string=False,
-                                       ignore_modules=[Costly])
-    # only the first Linear counts: 2*8*8 = 128 MACs, flops 2*128 + 16 bias
-    assert (flops, macs) == (272, 128)
+    result = get_model_profile(model, input_shape=(2, 8), print_profile=False, as_string=False,
+                               ignore_modules=[Costly])
+    # totals unchanged (DeepSpeed's): 2 Linear(8, 8) at batch 2, 2*8*8 = 128 MACs and 2*128 + 16 bias
+    # FLOPs each, + "* 2" on 16 elements
+    assert result[:2] == (2 * 272 + 16, 2 * 128)
+
+
+def test_get_model_profile_runs_in_eval_mode_and_restores_the_flags() -> None:
+    class AuxNet(nn.Module):  # an auxiliary head used only in training (GoogLeNet/Inception's)
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.aux = nn.Linear(16, 16), nn.Linear(16, 64)
+
+        def forward(self, x: torch.Tensor) -> Any:
+            y = self.body(x)
+            return (y, self.aux(y)) if self.training else y
+
+    model = AuxNet()
+    model.aux.eval()  # a mixed state, to be left as it was
+    # DeepSpeed 0.19.8 calls model.eval(): 512 MACs (body 2*16*16), not 2560 (+ aux 2*16*64)
+    _, macs, _ = get_model_profile(model, input_shape=(2, 16), print_profile=False, as_string=False)
+    assert macs == 2 * 16 * 16
+    assert model.training and model.body.training and not model.aux.training
 
 
 def test_every_error_and_warning_is_importable_from_the_package() -> None:

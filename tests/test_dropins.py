@@ -152,3 +152,118 @@ def test_fvcore_table_aligns_numbers_as_fvcore() -> None:
                                   "| model    | 0.22K         | 0.2K     |             20 |",
                                   "| 0        | 0.11K         | 100      |             10 |",
                                   "| 1        | 0.11K         | 100      |             10 |"]
+
+
+# --------------------------------------------------------------------------- fault round 6: fvcore 0.1.5's numbers
+
+
+class _Attend(torch.nn.Module):
+    """An nn.MultiheadAttention(8, 2) called with fixed keyword arguments (a ViT-style block)."""
+
+    def __init__(self, **call: object) -> None:
+        super().__init__()
+        self.attn, self.call = torch.nn.MultiheadAttention(8, 2, batch_first=True), call
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return self.attn(q, kv, kv, **self.call)[0]
+
+
+def test_fvcore_multihead_attention_inside_a_model_counts_its_projections() -> None:
+    torch.manual_seed(0)
+    x, kv = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    flops = FlopCountAnalysis(layer, x)
+    # fvcore 0.1.5: total 5920, self_attn 2560 = in_proj 10 tokens x 8 x 24 (1920) + out_proj 10 x 8 x 8 (640);
+    # linear 5120 (+ linear1/linear2 1280 each), layer_norm 800 (5 per element of 80, twice)
+    assert flops.total() == 5920 and flops.by_module()["self_attn"] == 2560
+    assert dict(flops.by_operator()) == {"linear": 5120, "layer_norm": 800}
+    # need_weights (the default): the scores and the weighted sum are aten::bmm, N*L*S*E = 2*5*7*8 = 560
+    # MACs each; fvcore: linear 3072 (q 640 + k, v 2 x 2*7*8*8 + out 640), bmm 1120
+    assert dict(FlopCountAnalysis(_Attend(), (x, kv)).by_operator()) == {"linear": 3072, "bmm": 1120}
+    # under a mask the scores are aten::baddbmm (unsupported in fvcore): bmm 560; without need_weights
+    # scaled_dot_product_attention (unsupported): linear only
+    masked = _Attend(attn_mask=torch.zeros(5, 7, dtype=torch.bool))
+    assert dict(FlopCountAnalysis(masked, (x, kv)).by_operator()) == {"linear": 3072, "bmm": 560}
+    assert dict(FlopCountAnalysis(_Attend(need_weights=False), (x, kv)).by_operator()) == {"linear": 3072}
+    # fvcore's activations: projections' outputs 2 x 10 x 8 + 2 x 14 x 8 = 384; scores 2 x 2 x 5 x 7 = 140 and
+    # the weighted sum 10 x 8 = 80 (bmm 220): 604
+    assert dict(ActivationCountAnalysis(_Attend(), (x, kv)).by_operator()) == {"linear": 384, "bmm": 220}
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn: object) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return self.fn(*xs)  # type: ignore[operator]
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x * x
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+
+def test_fvcore_op_names_as_its_trace_shows_them() -> None:
+    torch.manual_seed(0)
+    # fvcore 0.1.5: grid_sampler 4 per output element, output (1, 2, 3, 3): 72
+    grid = FlopCountAnalysis(_Fn(lambda x, g: torch.nn.functional.grid_sample(x, g, align_corners=False)),
+                             (torch.randn(1, 2, 4, 4), torch.randn(1, 3, 3, 2)))
+    assert dict(grid.by_operator()) == {"grid_sampler": 72} and not grid.unsupported_ops()
+    # torch.mm: 3 x 4 x 5 = 60, named mm
+    assert dict(FlopCountAnalysis(_Fn(torch.mm), (torch.randn(3, 4), torch.randn(4, 5))).by_operator()) == {"mm": 60}
+    # a BatchNorm2d as the model: no aten::dim (x.dim() is a Python int to a trace); eval 2 per element of 200
+    bn = FlopCountAnalysis(torch.nn.BatchNorm2d(4).eval(), torch.randn(2, 4, 5, 5))
+    assert bn.total() == 400 and not bn.unsupported_ops()
+    # a BatchNorm2d submodule in training: its num_batches_tracked.add_(1) is fvcore's unsupported aten::add_;
+    # conv 4 x 4 x 4 outputs x 27 = 1728, batch_norm 5 per element of 64 = 320
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    train = FlopCountAnalysis(net, torch.randn(1, 3, 6, 6))
+    assert dict(train.by_operator()) == {"conv": 1728, "batch_norm": 320}
+    assert dict(train.unsupported_ops()) == {"aten::add_": 1}
+    assert "aten::add_" not in FlopCountAnalysis(net.eval(), torch.randn(1, 3, 6, 6)).unsupported_ops()
+
+
+def test_fvcore_python_op_handles_are_accepted() -> None:
+    # fvcore names a custom autograd.Function prim::PythonOp.<Name> and takes a handle for it (Mamba's code
+    # sets one in a set_op_handle(**handles) call); ours counts it through its ops and says the handle is unused
+    model = _Fn(lambda x: _Square.apply(x))
+    flops = FlopCountAnalysis(model, torch.randn(2, 4))
+    with pytest.warns(UserWarning, match="PythonOp.Square.*not applied"):
+        flops.set_op_handle(**{"prim::PythonOp.Square": lambda *a, **k: 8, "aten::mul": lambda *a, **k: 3})
+    assert dict(flops.by_operator()) == {"mul": 3}
+    with pytest.raises(ValueError, match="aten::nope"):
+        flops.set_op_handle("aten::nope", lambda *a, **k: 1)
+
+
+def test_fvcore_table_as_fvcore_prints_it(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[bool] = []
+
+    class Twice(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(10, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.is_grad_enabled())
+            return self.fc(self.fc(x)) + 1
+
+    torch.manual_seed(0)
+    with caplog.at_level(logging.WARNING):
+        table = flop_count_table(FlopCountAnalysis(Twice(), torch.randn(2, 10)))
+    # fvcore 0.1.5 (2 calls x 2 x 10 x 10 = 400): the root shown as its one child, the rows below named
+    # without its prefix; no log of the unsupported aten::add; the forward ran with grad enabled
+    assert table.splitlines() == ["| module   | #parameters or shape   | #flops   |",
+                                  "|:---------|:-----------------------|:---------|",
+                                  "| fc       | 0.11K                  | 0.4K     |",
+                                  "| weight   | (10, 10)               |          |",
+                                  "| bias     | (10,)                  |          |"]
+    assert caplog.text == "" and seen == [True]
+    # a model without parameters: an empty #parameters cell (nearest 2x upsampling: 1 per output, 3 x 8 x 8)
+    up = flop_count_table(FlopCountAnalysis(torch.nn.Upsample(scale_factor=2), torch.randn(1, 3, 4, 4)))
+    assert up.splitlines()[2] == "| model    |                        | 0.192K   |"

@@ -9,7 +9,8 @@ of the two most used peers.
   ``by_operator``, ``by_module_and_operator``, ``unsupported_ops``, ``uncalled_modules``),
   counting in fvcore's convention: one per multiply-accumulate.
 
-All run the forward pass under ``torch.no_grad()`` and leave the model as they found it.
+``profile`` and ``get_model_profile`` run the forward pass under ``torch.no_grad()``; the fvcore
+analyses in the caller's grad mode, as fvcore does. All leave the model as they found it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -89,7 +90,9 @@ def get_model_profile(
     mode: str = "forward",
 ) -> tuple[int | str, int | str, int | str]:
     """Profile one forward pass and return ``(flops, macs, params)``: DeepSpeed's
-    ``deepspeed.profiling.flops_profiler.get_model_profile``, argument for argument.
+    ``deepspeed.profiling.flops_profiler.get_model_profile``, argument for argument. As DeepSpeed
+    does, the model runs in eval mode (``model.eval()``); each module's training flag is then put
+    back as it was.
 
     Args:
         model: the model.
@@ -107,7 +110,10 @@ def get_model_profile(
         as_string: return DeepSpeed's text, ``('8.24 G', '4.09 GMACs', '25.56 M')``, instead of
             integers (two decimals; FLOPs without a unit, as DeepSpeed gives them).
         output_file: write the printed profile to this file instead of stdout.
-        ignore_modules: module classes (or class names) whose calls count 0 FLOPs.
+        ignore_modules: module classes (or class names) left unprofiled, as DeepSpeed leaves them: the
+            work they run themselves is charged to the module that calls them (the totals do not
+            change); their rows show only their submodules' work. (``mode="generate"``: their nodes
+            count 0, as before.)
         mode: ``"forward"`` (a forward call) or ``"generate"``: ``model.generate(*args, **kwargs)``
             (after ``warm_up`` unprofiled calls of it), every call of the model in it recorded
             (:func:`torch_flops.generation.profile_generate`); the returned counts are summed over
@@ -141,10 +147,19 @@ def get_model_profile(
     ignore = _class_names(ignore_modules or (), "ignore_modules")
     if print_profile and output_file is not None:
         report.check_writable(output_file)  # (before the model runs, not after)
-    if mode == "generate":
-        return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed, module_depth,
-                                 top_modules, warm_up, as_string, output_file, ignore)
-    result = profile(model, *(args or ()), warmup=warm_up, ignore_ops=ignore, **dict(kwargs or {}))
+    # DeepSpeed calls model.eval() first: the profiled calls run in eval mode, so that a forward that
+    # reads self.training counts as DeepSpeed counts it; every module's flag is put back afterwards
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        if mode == "generate":
+            return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed,
+                                     module_depth, top_modules, warm_up, as_string, output_file, ignore)
+        result = profile(model, *(args or ()), warmup=warm_up, **dict(kwargs or {}))
+    finally:
+        for m, training in flags:
+            m.training = training
+    result = _charged_to_parents(result, ignore)
     if print_profile:
         if detailed:
             text = report.model_profile_text(result, depth=module_depth, top=top_modules)
@@ -182,6 +197,27 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
         text = "\n\n".join(parts)
         _emit(text, output_file)
     return _totals(whole, as_string)
+
+
+def _charged_to_parents(result: Profile, ignored: Sequence[str]) -> Profile:
+    """DeepSpeed's ``ignore_modules``: an ignored module gets no hooks there, so the work it runs
+    itself is charged to the module that called it and the totals do not change. Here: each node
+    whose innermost module is of an ignored class moves to its nearest enclosing module that is
+    not; the ignored module keeps its submodules' work (DeepSpeed sums those into it too)."""
+    names = set(ignored)
+    skipped = {path for path, cls in result.module_types.items() if path and cls in names}
+    if not skipped:
+        return result
+    records = []
+    for r in result.records:
+        if r.module_path in skipped:
+            stack = r.module_chain
+            while stack and stack[-1] in skipped:
+                stack = stack[:-1]
+            path = stack[-1] if stack else ""
+            r = r._replace(module_path=path, module_stack=stack, module_type=result.module_types.get(path, ""))
+        records.append(r)
+    return replace(result, records=tuple(records))
 
 
 def _emit(text: str, output_file: str | None) -> None:
@@ -252,7 +288,7 @@ _MODULE_OPS = {"Linear": "aten::linear", "LazyLinear": "aten::linear", "Bilinear
                "SyncBatchNorm": "aten::batch_norm", "GroupNorm": "aten::group_norm", "LayerNorm": "aten::layer_norm",
                "InstanceNorm1d": "aten::instance_norm", "InstanceNorm2d": "aten::instance_norm",
                "InstanceNorm3d": "aten::instance_norm", "Identity": None, "Flatten": "aten::flatten",
-               "Dropout": "aten::dropout", "ReLU6": "aten::hardtanh", "MultiheadAttention": "aten::multi_head_attention"}
+               "Dropout": "aten::dropout", "ReLU6": "aten::hardtanh", "MultiheadAttention": "aten::linear"}  # (and aten::bmm: see _parts)
 #: Python operators and function names -> TorchScript's op names
 _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "add", "__iadd__": "add_", "sub": "sub",
                  "isub": "sub_", "__sub__": "sub", "__rsub__": "rsub", "mul": "mul", "imul": "mul_", "__mul__": "mul",
@@ -261,7 +297,9 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "__setitem__": "index_put_", "neg": "neg", "pow": "pow", "__pow__": "pow",
                  "max_pool2d_with_indices": "max_pool2d", "max_pool1d_with_indices": "max_pool1d",
                  "max_pool3d_with_indices": "max_pool3d", "interpolate": None, "upsample": None,
-                 "item": "Int", "_local_scalar_dense": "Int"}  # a trace reads .item() as aten::Int (ignored)
+                 "item": "Int", "_local_scalar_dense": "Int",  # a trace reads .item() as aten::Int (ignored)
+                 "dim": None,  # a Python int: a trace records no op for x.dim()
+                 "grid_sample": "grid_sampler", "grid_sampler_2d": "grid_sampler", "grid_sampler_3d": "grid_sampler"}
 
 
 def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
@@ -298,8 +336,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
 
 
 def _fvcore_name(op: str) -> str:
-    """fvcore's ``by_operator`` key of an op: ``conv`` for convolutions, ``matmul`` for mm, else
-    the op without ``aten::``."""
+    """fvcore's ``by_operator`` key of an op: ``conv`` for convolutions, else the op without
+    ``aten::``."""
     return fvcore_rules.MAC_OPS.get(op, op.removeprefix("aten::"))
 
 
@@ -324,6 +362,8 @@ class FlopCountAnalysis:
 
     #: fvcore's handles this analysis starts with (ActivationCountAnalysis: its own)
     _default_ops: frozenset[str] = fvcore_rules.HANDLED
+    #: which of fvcore_rules.SPLIT_MODULES' formulas counts (0: FLOPs, 1: activations)
+    _split_formula = 0
 
     def __init__(self, model: nn.Module, inputs: Any) -> None:
         if not isinstance(model, nn.Module):
@@ -357,7 +397,12 @@ class FlopCountAnalysis:
                 raise TypeError(f"set_op_handle: an op name must be a str like 'aten::batch_norm', got {name!r}")
             if handle is not None and not callable(handle):
                 raise TypeError(f"set_op_handle: the handle of {name!r} must be callable or None, got {handle!r}")
-            if handle is not None and not fvcore_rules.op_targets(name):
+            if name.startswith("prim::PythonOp."):  # fvcore's name of a custom autograd.Function's call
+                if handle is not None:
+                    warnings.warn(f"set_op_handle: {name!r} (a custom autograd.Function) is not applied: torch_flops "
+                                  "records such a Function through the ops its forward runs, each counted by its own "
+                                  "handle", UserWarning, stacklevel=2)
+            elif handle is not None and not fvcore_rules.op_targets(name):
                 raise ValueError(f"set_op_handle: no module, function or aten op of this torch runs {name!r}")
             self._handles[name] = handle
         self._stats = None
@@ -395,6 +440,8 @@ class FlopCountAnalysis:
             if op in self._default_ops and self._enabled(op):
                 for keys, formula in pairs:
                     custom.update(dict.fromkeys(keys, formula))
+        for cls, formulas in fvcore_rules.SPLIT_MODULES.items():
+            custom[cls] = formulas[self._split_formula]
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
@@ -430,7 +477,10 @@ class FlopCountAnalysis:
                     warnings.simplefilter("ignore")
                 elif self._warn_trace == "no_tracer_warning":
                     warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                result = profile(self._model, *self._inputs, tracer="eager", custom_formulas=self._custom_formulas())
+                # in the caller's grad mode (on by default), as fvcore's trace runs the model: not under no_grad
+                counter = TorchFLOPsByFX(self._model, tracer="eager", custom_formulas=self._custom_formulas())
+                counter.propagate(*self._inputs)
+                result = counter.profile
         finally:
             for hook in hooks:
                 hook.remove()
@@ -462,13 +512,13 @@ class FlopCountAnalysis:
                     continue
                 counted, seen = self._ancestors(r, stacks)
                 called |= seen
-                if self._enabled(op):
-                    count = self._count(r, op)
-                    for path in counted:
-                        by_module.setdefault(path, Counter())[_fvcore_name(op)] += count
-                elif op not in self._ignored and op not in self._handles:
-                    for path in counted:
-                        unsupported[(path, op)] += 1
+                for part, count in self._parts(r, op, modules):
+                    if self._enabled(part):
+                        for path in counted:
+                            by_module.setdefault(path, Counter())[_fvcore_name(part)] += count
+                    elif part not in self._ignored and part not in self._handles:
+                        for path in counted:
+                            unsupported[(path, part)] += 1
             self._stats = _FvcoreStats(result, by_module, unsupported, called)
             self._log_warnings()
         return self._stats
@@ -487,6 +537,22 @@ class FlopCountAnalysis:
                 log.warning("These submodules were never called during the run: %s. They are unused, or run only "
                             "through another method than their forward, in which case their counts go to the "
                             "module that called that method.", ", ".join(uncalled))
+
+    def _parts(self, r: NodeRecord, op: str, modules: Mapping[str, nn.Module]) -> list[tuple[str, int]]:
+        """The ops fvcore's trace shows for one node, each with its count (read when it is
+        counted): one, or for a module fvcore sees as several (``nn.MultiheadAttention``: its
+        projections' ``aten::linear`` and, with ``need_weights``, its ``aten::bmm``) each part, from
+        the node's count ``(both, linear)`` (:data:`~torch_flops.formulas.fvcore.SPLIT_MODULES`)."""
+        module = modules.get(r.module_path) if r.op == "call_module" else None
+        if module is not None and isinstance(module, tuple(fvcore_rules.SPLIT_MODULES)):
+            linear = r.macs or 0
+            bmm = (r.flops or 0) - linear
+            return [("aten::linear", linear), *([("aten::bmm", bmm)] if bmm else [])]
+        parts = [(op, self._count(r, op) if self._enabled(op) else 0)]
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats \
+                and module.num_batches_tracked is not None:  # its forward's num_batches_tracked.add_(1), no FLOP
+            parts.append(("aten::add_", 0))
+        return parts
 
     def _count(self, r: NodeRecord, op: str) -> int:
         """fvcore's count of one node whose op it handles."""
@@ -574,10 +640,12 @@ class ActivationCountAnalysis(FlopCountAnalysis):
     :class:`FlopCountAnalysis`."""
 
     _default_ops = frozenset(op for op in fvcore_rules.MAC_OPS if op != "aten::mm")
+    _split_formula = 1
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
         # no fvcore FLOP rules here, but the handles set_op_handle was given
-        custom: dict[Any, Formula | None] = {}
+        custom: dict[Any, Formula | None] = {cls: formulas[self._split_formula]
+                                             for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
@@ -610,13 +678,19 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     empty count."""
     if not isinstance(flops, FlopCountAnalysis):
         raise TypeError(f"flop_count_table takes a FlopCountAnalysis, got {type(flops).__name__}")
+    if activations is not None and not isinstance(activations, ActivationCountAnalysis):
+        raise TypeError(f"activations must be an ActivationCountAnalysis or None, got {type(activations).__name__}")
     _validate.check_int("max_depth", max_depth, 0)
     _validate.check_bool("show_param_shapes", show_param_shapes)
+    for analysis in (flops, activations):  # fvcore's table turns their warnings off (for good, as fvcore does)
+        if analysis is not None:
+            analysis._enable_warn_unsupported_ops = analysis._enable_warn_uncalled_mods = False
+            analysis._warn_trace = "none"  # (a run already made is kept, as in fvcore)
     params_header = "#parameters" + (" or shape" if show_param_shapes else "")
     columns = [params_header, "#flops"] + (["#activations"] if activations is not None else [])
     model = flops._model
     # rows in fvcore's order: every prefix of every parameter name, then the other modules
-    params: dict[str, int] = {"": 0}
+    params: dict[str, int] = {}  # (fvcore's parameter_count: no "" row for a model without parameters)
     shapes: dict[str, tuple[int, ...]] = {}
     for name, p in model.named_parameters():
         parts = name.split(".")
@@ -664,11 +738,12 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
             if child in shapes and not show_param_shapes:
                 continue
             shown = forward(child)
-            rows.append([shown, *cells(shown)])
+            rows.append([shown.removeprefix(root_prefix), *cells(shown)])
             if level < max_depth:
                 fill(shown, level + 1)
 
     root = forward("")
+    root_prefix = root + "." if root else ""  # the root shown as its one child: rows named below it, as fvcore's
     rows.append([root or "model", *cells(root)])
     if max_depth >= 1:
         fill(root, 1)

@@ -28,11 +28,11 @@ from torch import nn
 from torch_flops.formulas import aten_ops, functions
 from torch_flops.formulas._shapes import arg, first_output, numel
 
-__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "op_targets", "snake"]
+__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "SPLIT_MODULES", "op_targets", "snake"]
 
 #: fvcore's ops counted by their multiply-accumulates (torch_flops' MACs), as fvcore names them
 MAC_OPS: dict[str, str] = {"aten::_convolution": "conv", "aten::addmm": "addmm", "aten::bmm": "bmm",
-                           "aten::einsum": "einsum", "aten::matmul": "matmul", "aten::mm": "matmul",
+                           "aten::einsum": "einsum", "aten::matmul": "matmul", "aten::mm": "mm",
                            "aten::linear": "linear"}
 
 #: ops fvcore ignores (0 FLOPs, never reported unsupported): its list, by TorchScript name
@@ -105,6 +105,51 @@ def adaptive_avg_pool2d_fvcore(module: Any, out: Any, x: Any, *args: Any, **kwar
     # 1 per input element
     return numel(x)
 
+
+def _mha_parts(module: nn.MultiheadAttention, query: Any, key: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[int, int, int, int, int, int, bool, bool]:
+    # (batch N, target length L, source length S, S' = S + the appended key positions, E, heads,
+    # need_weights, a mask given): forward(query, key, value, key_padding_mask, need_weights,
+    # attn_mask, ...); shapes (L, N, E) / (S, N, kdim), (N, L, E) with batch_first, or unbatched (L, E)
+    q, k = tuple(query.shape), tuple(key.shape)
+    if len(q) == 3:
+        n, tgt, src = (q[0], q[1], k[1]) if module.batch_first else (q[1], q[0], k[0])
+    else:
+        n, tgt, src = 1, q[0], k[0]
+    src_att = src + int(module.bias_k is not None) + int(module.add_zero_attn)
+    masked = arg(args, kwargs, 0, "key_padding_mask") is not None or arg(args, kwargs, 2, "attn_mask") is not None
+    return (n, tgt, src, src_att, module.embed_dim, module.num_heads, bool(arg(args, kwargs, 1, "need_weights", True)),
+            masked)
+
+
+def mha_fvcore(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any, *args: Any,
+               **kwargs: Any) -> tuple[int, int]:
+    # fvcore traces F.multi_head_attention_forward into ops: the projections are aten::linear,
+    # L*N*E*E (q) + S*N*kdim*E (k) + S*N*vdim*E (v) + L*N*E*E (out) MACs; with need_weights the
+    # scores and the weighted sum are aten::bmm, N*L*S'*E MACs each (the scores are aten::baddbmm
+    # under a mask: unsupported, 0), else one scaled_dot_product_attention (unsupported, 0).
+    # Returned as (linear + bmm, linear): the drop-in splits the two
+    n, tgt, src, src_att, e, _, need_weights, masked = _mha_parts(module, query, key, args, kwargs)
+    linear = tgt * n * e * e + src * n * module.kdim * e + src * n * module.vdim * e + tgt * n * e * e
+    bmm = n * tgt * src_att * e * (1 if masked else 2) if need_weights else 0
+    return linear + bmm, linear
+
+
+def mha_activations_fvcore(module: nn.MultiheadAttention, out: Any, query: Any, key: Any, value: Any, *args: Any,
+                           **kwargs: Any) -> tuple[int, int]:
+    # fvcore's activations of the same ops: the projections' outputs L*N*E + S*N*E + S*N*E + L*N*E;
+    # with need_weights the scores' N*H*L*S' (bmm, not baddbmm under a mask) and the weighted sum's
+    # N*L*E. Returned as (linear + bmm, linear), as mha_fvcore
+    n, tgt, src, src_att, e, heads, need_weights, masked = _mha_parts(module, query, key, args, kwargs)
+    linear = 2 * tgt * n * e + 2 * src * n * e
+    bmm = (0 if masked else n * heads * tgt * src_att) + n * tgt * e if need_weights else 0
+    return linear + bmm, linear
+
+
+#: modules fvcore's trace splits into two ops it counts, ``aten::linear`` and ``aten::bmm``: their
+#: formula returns (both counts, the linear one), for FlopCountAnalysis and ActivationCountAnalysis
+SPLIT_MODULES: dict[type, tuple[Callable[..., tuple[int, int]], Callable[..., tuple[int, int]]]] = {
+    nn.MultiheadAttention: (mha_fvcore, mha_activations_fvcore)}
 
 #: fvcore op -> [(the targets that run it, the formula counting them as fvcore does)]
 OVERRIDES: dict[str, list[tuple[tuple[Any, ...], Callable[..., int]]]] = {
