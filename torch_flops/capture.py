@@ -495,8 +495,9 @@ class _FxGuard:
         """A module call while tracing: its hooks (traced through), flags and objects (a leaf's:
         the whole subtree, which the graph calls as it will be then)."""
         path = self.paths.get(id(m))
-        if path is None:  # not the model's (made in forward): fx names it, or traces it as it is
-            return
+        if path is None:  # made or installed in forward: a fresh one on each eager call, one in the graph
+            raise self.refuse(f"calls a {type(m).__name__} module that was not one of its submodules when the "
+                              "trace began (made or installed while it runs)")
         leaf = tracer.is_leaf_module(m, path)
         if not leaf:
             hooks = [kind for attr, kind in _HOOKS if _foreign(getattr(m, attr))]
