@@ -557,7 +557,8 @@ class _FxGuard:
     def restore(self) -> None:
         torch._C._set_grad_enabled(self.grad)
         for m, flag in self.flags:
-            m.training = flag
+            if m.training != flag:
+                m.training = flag
         for stores in self.stores.values():
             store, saved = stores[2]
             if store != saved:
@@ -579,10 +580,13 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 def _same_data(t: torch.Tensor, data: torch.Tensor) -> bool:
-    if t.device.type == "meta" or type(t).__name__ == "DTensor":
-        return t.shape == data.shape and t.dtype == data.dtype
-    return (t.data_ptr() == data.data_ptr() and t.shape == data.shape and t.stride() == data.stride()
-            and t.dtype == data.dtype and t.device == data.device)
+    """Whether ``t`` still holds ``data`` (its detached alias from before): ``t.data = ...`` rebinds it."""
+    if t.shape != data.shape or t.dtype != data.dtype or t.device != data.device:
+        return False
+    try:
+        return t.data_ptr() == data.data_ptr() and t.stride() == data.stride()
+    except (RuntimeError, NotImplementedError):  # no storage of its own (sparse, a wrapper subclass)
+        return True
 
 
 @contextlib.contextmanager
