@@ -27,7 +27,9 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import fx, nn
+from torch.fx.proxy import ParameterProxy
 from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
 
 from torch_flops.errors import TracingError, add_note
@@ -257,6 +259,13 @@ def input_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 # fx
 # ---------------------------------------------------------------------------------------------
 
+class _ShapedParameterProxy(ParameterProxy):
+    """fx's ParameterProxy (a parameter's real shape, size(), dim()), whose size() also takes a dimension."""
+
+    def size(self, dim: int | None = None) -> Any:  # type: ignore[override]
+        return self.param.size() if dim is None else self.param.size(dim)
+
+
 class _LeafTracer(fx.Tracer):
     """fx's tracer with extra leaf modules, given by class, by dotted path or by class name."""
 
@@ -270,6 +279,12 @@ class _LeafTracer(fx.Tracer):
         self._leaf_names = options.leaf_names
         self._tensor_paths: tuple[nn.Module, dict[int, str]] | None = None
         self._thread = threading.get_ident()
+        #: what the graph cannot replay, watched while tracing (set by trace_fx, see _FxGuard)
+        self.guard: _FxGuard | None = None
+        #: ids of the ParametrizationLists and their parametrizations: traced through (their work is
+        #: the parametrized tensor's, counted like any other), unless asked for as leaves
+        self.parametrized: frozenset[int] = frozenset()
+        self._in_parametrization = 0
 
     # torch.fx patches nn.Module.__call__ and __getattr__ for the whole process while it traces:
     # a model that another thread calls meanwhile reaches this tracer. Calls from any thread but
@@ -281,7 +296,20 @@ class _LeafTracer(fx.Tracer):
     def call_module(self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if threading.get_ident() != self._thread:
             return forward(*args, **kwargs)
-        return super().call_module(m, forward, args, kwargs)
+        if self.guard is not None:
+            self.guard.called(m, self)
+        if id(m) not in self.parametrized:
+            return super().call_module(m, forward, args, kwargs)
+        self._in_parametrization += 1
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self._in_parametrization -= 1
+
+    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
+        if self.guard is not None and threading.get_ident() == self._thread:
+            self.guard.check_grad_mode()
+        return super().create_node(*args, **kwargs)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if threading.get_ident() != self._thread:
@@ -302,7 +330,16 @@ class _LeafTracer(fx.Tracer):
             path = self._tensor_paths[1].get(id(attr_val))
             if path is not None:
                 if path not in parameter_proxy_cache:
-                    parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {})
+                    # inside a parametrization a parameter's shape is read in Python (orthogonal's
+                    # `n < k`): fx's ParameterProxy answers shape, size() and dim() with the real ones
+                    factory = None
+                    if self._in_parametrization and isinstance(attr_val, nn.Parameter):
+                        def factory(node: fx.Node, name: str = path, param: nn.Parameter = attr_val) -> fx.Proxy:
+                            return _ShapedParameterProxy(self, node, name, param)
+                    parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {},
+                                                                    proxy_factory_fn=factory)
+                    if self.guard is not None:
+                        self.guard.read(parameter_proxy_cache[path])
                 return parameter_proxy_cache[path]
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
@@ -311,6 +348,8 @@ class _LeafTracer(fx.Tracer):
             return True
         if module_qualified_name in self._leaf_paths or type(m).__name__ in self._leaf_names:
             return True
+        if id(m) in self.parametrized:
+            return False
         return super().is_leaf_module(m, module_qualified_name)
 
 
@@ -341,16 +380,30 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
+    parametrized = frozenset(id(m) for p in model.modules() if isinstance(p, ParametrizationList) for m in p.modules())
+    if parametrized:  # traced through first; one fx cannot trace is kept whole (one node, uncounted, as before)
+        try:
+            return _trace_fx(model, options, parametrized)
+        except Exception:  # noqa: BLE001, S110  (traced again below: an error not from them recurs)
+            pass
+    return _trace_fx(model, options, frozenset())
+
+
+def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset[int]) -> fx.GraphModule:
     tracer = _LeafTracer(options)
+    tracer.parametrized = parametrized
     concrete = dict(options.concrete_args) if options.concrete_args else None
     try:
         # fx patches torch process-wide while it traces (Module.__call__, wrapped functions):
         # one trace at a time; and what the forward does to real buffers while tracing is undone
-        with TRACE_GATE.tracing(), _buffers_kept(model), _attributes_kept(model) as assigned:
+        with TRACE_GATE.tracing(), _buffers_kept(model), _attributes_kept(model) as assigned, \
+                _fx_guarded(model, tracer):
             graph = tracer.trace(model, concrete_args=concrete)
+    except TracingError:  # what the graph could not replay (_FxGuard)
+        raise
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
-        if _models_own(e):
+        if _models_own(e) and not _raised_by_fx(e):
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
                         f"{f' (inside {where})' if where else ''}")
             raise
@@ -373,6 +426,190 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             "different program (they were left as they were). Profile it with the default front end "
             "(tracer='auto'), which runs the model as it is")
     return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+
+
+_HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
+          ("_backward_pre_hooks", "backward pre-hook"), ("_backward_hooks", "backward hook"))
+_GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+                 "_global_backward_hooks")
+
+
+def _foreign(hooks: Mapping[Any, Any]) -> bool:
+    """Whether a hook dictionary holds a hook other than torch_flops' own (a recording's)."""
+    return any(not str(getattr(h, "__module__", "")).startswith("torch_flops") for h in hooks.values())
+
+
+class _FxGuard:
+    """What a torch.fx graph cannot replay, watched while fx traces ``model``: fx traces the root's
+    ``forward`` (the root's hooks never run) and runs the Python of every module it traces through
+    once, with Proxies (their hooks run then, not in the graph); it records neither grad-mode
+    changes nor what the forward does to the model's objects (a parameter swapped for one call by
+    ``torch.func.functional_call``, ``param.data = ...``, ``.eval()``/``.train()``, a submodule
+    replaced). Each raises :class:`TracingError` naming it, as soon as it is seen; :meth:`restore`
+    puts the model's flags, tensors and submodules back as they were before the trace."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.name = type(model).__name__
+        self.grad = torch.is_grad_enabled()
+        self.inference = torch.is_inference_mode_enabled()
+        modules = list(model.named_modules())
+        self.paths = {id(m): path for path, m in modules}
+        self.flags = [(m, m.training) for _, m in modules]
+        self.training = {id(m): flag for m, flag in self.flags}
+        #: per module: its parameters, buffers and submodules (the stores and what they held)
+        self.stores = {id(m): [(store, dict(store)) for store in (m._parameters, m._buffers, m._modules)]
+                       for _, m in modules}
+        tensors = {id(t): t for _, m in modules for t in [*m._parameters.values(), *m._buffers.values()]
+                   if t is not None}
+        #: per parameter and buffer: (it, requires_grad, its data as it was, its version or None)
+        self.tensors = [(t, t.requires_grad, t.detach(), _version(t)) for t in tensors.values()]
+        self.names: dict[int, str] = {}  #: id(tensor) -> its first name ("0.weight")
+        for path, m in modules:
+            for name, t in [*m._parameters.items(), *m._buffers.items()]:
+                self.names.setdefault(id(t), f"{path}.{name}" if path else name)
+        self.proxies: list[fx.Proxy] = []  #: the get_attr proxies of the model's tensors
+
+    def refuse(self, what: str) -> TracingError:
+        return TracingError(
+            f"{self.name}'s forward {what}: a torch.fx graph cannot replay that, so tracer='fx' would profile a "
+            "different program (the model was left as it was). Profile it with the default front end "
+            "(tracer='auto'), which runs the model as it is")
+
+    def check_before(self, model: nn.Module) -> None:
+        hooks = [kind for attr, kind in _HOOKS if _foreign(getattr(model, attr))]
+        if hooks:
+            raise TracingError(
+                f"{self.name} has {' and '.join(hooks)}(s) on the root module (e.g. nn.utils.spectral_norm, "
+                "prune, register_forward_pre_hook): torch.fx traces the root's forward alone, so they would not "
+                "run. Profile it with the default front end (tracer='auto'), which runs the model as it is")
+        table = nn.modules.module
+        found = [name for name in _GLOBAL_HOOKS if _foreign(getattr(table, name, {}))]
+        if found:
+            raise TracingError(
+                f"a global module hook is registered ({', '.join(found)}, by "
+                "torch.nn.modules.module.register_module_forward_hook & co.): under torch.fx it would not run for "
+                f"{self.name} itself and run once, at trace time, for the modules traced through. Profile it "
+                "with the default front end (tracer='auto'), which runs the model as it is")
+
+    def called(self, m: nn.Module, tracer: _LeafTracer) -> None:
+        """A module call while tracing: its hooks (traced through), flags and objects (a leaf's:
+        the whole subtree, which the graph calls as it will be then)."""
+        path = self.paths.get(id(m))
+        if path is None:  # made or installed in forward: a fresh one on each eager call, one in the graph
+            raise self.refuse(f"calls a {type(m).__name__} module that was not one of its submodules when the "
+                              "trace began (made or installed while it runs)")
+        leaf = tracer.is_leaf_module(m, path)
+        if not leaf:
+            hooks = [kind for attr, kind in _HOOKS if _foreign(getattr(m, attr))]
+            if hooks:
+                raise TracingError(
+                    f"{self.name} has {' and '.join(hooks)}(s) on {path!r} ({type(m).__name__}), a module torch.fx "
+                    "traces through: they would run once, at trace time, with traced values, not on each call. "
+                    f"Keep it whole with leaf_modules=('{path}',) (its hooks then run), or profile it with the "
+                    "default front end (tracer='auto'), which runs the model as it is")
+        for sub in (m.modules() if leaf else (m,)):
+            where = self.paths.get(id(sub))
+            if where is None:
+                continue
+            if sub.training != self.training[id(sub)]:
+                raise self.refuse(f"switches {where or 'the root'!r}'s training flag (.eval()/.train()) while it "
+                                  "runs")
+            for store, saved in self.stores[id(sub)]:
+                if len(store) != len(saved) or any(store.get(k) is not v for k, v in saved.items()):
+                    changed = next((k for k in [*saved, *store] if store.get(k, ABSENT) is not saved.get(k, ABSENT)),
+                                   "?")
+                    full = f"{where}.{changed}" if where else changed
+                    raise self.refuse(f"swaps or replaces {full!r} while it runs (torch.func.functional_call, "
+                                      "nn.utils.stateless, or an assignment)")
+
+    def check_grad_mode(self) -> None:
+        if torch.is_grad_enabled() != self.grad or torch.is_inference_mode_enabled() != self.inference:
+            raise self.refuse("changes grad mode (torch.no_grad(), torch.enable_grad(), set_grad_enabled, "
+                              "inference_mode)")
+
+    def read(self, proxy: fx.Proxy) -> None:
+        self.proxies.append(proxy)
+
+    def check_after(self) -> None:
+        self.check_grad_mode()
+        for proxy in self.proxies:  # `self.w.data = t`, `self.w.requires_grad = False` set it on the Proxy
+            extra = sorted(set(vars(proxy)) - {"node", "tracer", "param", "name"})
+            if extra:
+                raise self.refuse(f"assigns {', '.join('.' + e for e in extra)} of {str(proxy.node.target)!r} "
+                                  f"(e.g. param.data = ...)")
+        for m, flag in self.flags:
+            if m.training != flag:
+                raise self.refuse(f"switches {self.paths[id(m)] or 'the root'!r}'s training flag (.eval()/.train())")
+        for m_id, stores in self.stores.items():
+            path = self.paths[m_id]
+            if any(store != saved for store, saved in stores[2:]):
+                raise self.refuse(f"adds, removes or replaces submodules of {path or 'the root'!r}")
+        for t, requires_grad, data, version in self.tensors:
+            name = self.names.get(id(t), "?")
+            if t.requires_grad != requires_grad:
+                raise self.refuse(f"sets requires_grad of {name!r}")
+            if not _same_data(t, data):
+                raise self.refuse(f"rebinds the data of {name!r} (param.data = ...)")
+            if version is not None and _version(t) != version:
+                raise self.refuse(f"writes into {name!r} outside the traced values (e.g. through "
+                                  "self.parameters() or self.buffers()), which the graph would not do")
+
+    def restore(self) -> None:
+        torch._C._set_grad_enabled(self.grad)
+        for m, flag in self.flags:
+            if m.training != flag:
+                m.training = flag
+        for stores in self.stores.values():
+            store, saved = stores[2]
+            if store != saved:
+                store.clear()
+                store.update(saved)
+        for t, requires_grad, data, _ in self.tensors:
+            if not _same_data(t, data):
+                with torch.no_grad():
+                    t.data = data
+            if t.requires_grad != requires_grad and t.is_leaf:
+                t.requires_grad_(requires_grad)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return int(t._version)
+    except RuntimeError:  # an inference tensor has no version counter
+        return None
+
+
+def _same_data(t: torch.Tensor, data: torch.Tensor) -> bool:
+    """Whether ``t`` still holds ``data`` (its detached alias from before): ``t.data = ...`` rebinds it."""
+    if t.shape != data.shape or t.dtype != data.dtype or t.device != data.device:
+        return False
+    try:
+        return t.data_ptr() == data.data_ptr() and t.stride() == data.stride()
+    except (RuntimeError, NotImplementedError):  # no storage of its own (sparse, a wrapper subclass)
+        return True
+
+
+@contextlib.contextmanager
+def _fx_guarded(model: nn.Module, tracer: _LeafTracer) -> Iterator[None]:
+    """While ``tracer`` traces ``model``: refuses what its graph cannot replay (see :class:`_FxGuard`)."""
+    guard = _FxGuard(model)
+    guard.check_before(model)
+    tracer.guard = guard
+    try:
+        yield
+        guard.check_after()
+    finally:
+        tracer.guard = None
+        guard.restore()
+
+
+def _raised_by_fx(e: BaseException) -> bool:
+    """Whether torch.fx's own code raised ``e`` (its innermost frame is in torch/fx), e.g. ``NameError:
+    module is not installed as a submodule``: a limit of tracing, not the model's error."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "/torch/fx/" in tb.tb_frame.f_code.co_filename.replace("\\", "/")
 
 
 def _constants_written(graph: fx.Graph) -> str:
