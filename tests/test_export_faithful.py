@@ -25,6 +25,8 @@ def _state(model: nn.Module) -> list[Any]:
     attribute names, training flag, and each parameter's and buffer's type, flags and bytes."""
     out: list[Any] = []
     for path, m in model.named_modules():
+        if isinstance(m, torch.jit.ScriptModule):  # (its entries are views of the C++ module)
+            continue
         out.append((path, type(m).__name__, m.training, list(m._parameters), list(m._buffers), list(m._modules),
                     sorted(k for k in vars(m) if not k.startswith("_"))))
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -354,3 +356,22 @@ def test_spectral_norm_hooks_are_refused_not_failed_or_left_stale(train: bool) -
     x = torch.randn(3, 6)
     # (was, train: autograd's RuntimeError from div(..., out=...); eval: module.weight left stale)
     _refused(model, x, r"assigns module state \(weight\).*weight: a tensor attribute rebound")
+
+
+class _ScriptedPart(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.jit.script(nn.Linear(6, 6))
+        self.b = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_a_torchscript_submodule_is_left_to_torch_export_to_refuse() -> None:
+    # its parameter entries are views of the C++ module, not dicts to snapshot (was: their TypeError)
+    torch.manual_seed(0)
+    model = _ScriptedPart()
+    torch.manual_seed(0)
+    twin = _ScriptedPart()  # (a deepcopy of a scripted module holds plain tensors, not parameters)
+    _refused(model, torch.ones(3, 6), "could not trace _ScriptedPart", twin)

@@ -764,8 +764,9 @@ class _ModelState:
     model's); :meth:`restore` puts everything back (taken before the trace, with ``keep_data``)."""
 
     def __init__(self, model: nn.Module, keep_data: bool = False) -> None:
+        # (a TorchScript submodule's entries are views of its C++ module: not ours to put back)
         self._modules = [(path, m, {kind: dict(store) for kind, store in _structure(m).items()})
-                         for path, m in model.named_modules()]
+                         for path, m in model.named_modules() if not isinstance(m, torch.jit.ScriptModule)]
         self._tensors: list[tuple[str, torch.Tensor, bool, Any, torch.Tensor | None]] = []
         seen: set[int] = set()
         for path, m, stores in self._modules:
