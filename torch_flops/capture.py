@@ -14,6 +14,7 @@ the cause and what the user can do.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import logging
@@ -249,10 +250,11 @@ class Capture:
 
 
 def input_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """The structure of the inputs with each tensor's shape, dtype and device type."""
+    """The structure of the inputs with each tensor's shape, dtype and device type, and the grad
+    mode (an export graph holds the forward's grad-mode switches relative to the one it was traced under)."""
     leaves, spec = _pytree.tree_flatten((tuple(args), dict(kwargs)))
     return spec, tuple((tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else v
-                       for v in leaves)
+                       for v in leaves), torch.is_grad_enabled()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -897,23 +899,21 @@ class _ExportWrapper(nn.Module):
     """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
     example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
 
-    def __init__(self, model: nn.Module, dropped: list[str], assigned: list[str] | None = None) -> None:
+    def __init__(self, model: nn.Module, dropped: list[str], assigned: list[tuple[str, str]] | None = None) -> None:
         super().__init__()
         setattr(self, _EXPORT_ROOT, model)
         # torch.export restores module attributes after tracing, so the record of what was dropped
         # lives in a list owned by the caller (held in a closure, not as a module attribute).
         self._record_drop = dropped.append
-        self._record_assigned: list[str] = assigned if assigned is not None else []
+        self._record_assigned: list[tuple[str, str]] = assigned if assigned is not None else []
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         model = getattr(self, _EXPORT_ROOT)
-        attributes = ModuleAttributes(model.named_modules())
+        state = _ModelState(model)  # (the traced tensors stand in for the parameters and buffers now)
         out = model(*args, **kwargs)
-        # (torch.export puts them back after tracing: seen here) buffers rebound, counters assigned
-        self._record_assigned.extend(
-            f"{c.path + '.' if c.path else ''}{c.name}" for c in attributes.changes()
-            if c.kind == "buffer" or (c.kind == "attribute" and isinstance(c.now, (int, float))
-                                      and not isinstance(c.now, bool)))
+        # what the forward changed in the model (torch.export puts some of it back after tracing,
+        # and leaves the rest as traced tensors: seen here, where it happened)
+        self._record_assigned.extend(state.changes())
         leaves, spec = _pytree.tree_flatten_with_path(out)
         kept = []
         for path, leaf in leaves:
@@ -928,22 +928,28 @@ class _ExportWrapper(nn.Module):
 def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                    fx_error: TracingError | None = None) -> Capture:
     """``torch.export.export(model, args, kwargs, strict=False)`` as one runnable graph,
-    specialised to these inputs' shapes.
+    specialised to these inputs' shapes and to the grad mode it is captured under.
 
-    The graph is traced under ``torch.no_grad()``: it is a forward (inference) graph, without the
-    autograd regions that would otherwise appear as higher-order ops. When ``fx_error`` is given
-    (``tracer='auto'`` after symbolic tracing failed), a failure names both causes.
+    The graph is traced under the caller's grad mode, as the eager call would run: a ``torch.no_grad()``
+    (or ``enable_grad()``) region of the forward, which torch.export wraps in a higher-order op, is put
+    back in line between two grad-mode switches (see :func:`_inline_grad_regions`). The model is
+    left exactly as it was (its structure, flags and tensors: see :class:`_ModelState`), and a
+    forward that changes it (registers, replaces or deletes a parameter, buffer or submodule, assigns
+    a tensor or counter attribute, flips ``requires_grad``, assigns ``.data``, switches train/eval)
+    is refused with a :class:`TracingError` naming what it changed: the graph would not replay that.
+    When ``fx_error`` is given (``tracer='auto'`` after symbolic tracing failed), a failure names both causes.
     """
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
     dropped: list[str] = []
-    assigned: list[str] = []  # buffers rebound and counters assigned by the forward while traced
+    assigned: list[tuple[str, str]] = []  # (name, what) the forward changed in the model while traced
     wrapper = _ExportWrapper(model, dropped, assigned)
-    was_training = [(m, m.training) for m in index.modules]
+    grad_mode = torch.is_grad_enabled()
+    saved = _ModelState(model, keep_data=True)
     try:
-        with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped(), torch.no_grad():
+        with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
         if _models_own(e) or _raised_in_forward(e):
@@ -964,16 +970,20 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             ) from e
         raise error from e
     finally:
-        for m, flag in was_training:
-            m.training = flag
+        saved.restore()  # what the trace left (traced tensors registered, flags, attributes) undone
+        torch.set_grad_enabled(grad_mode)
     if assigned:
-        names = ", ".join(dict.fromkeys(assigned[:5]))
+        changes = list(dict.fromkeys(assigned))
+        names = ", ".join(dict.fromkeys(name for name, _ in changes[:5]))
+        more = " and more" if len(changes) > 5 else ""
+        what = "; ".join(f"{name}: {kind}" for name, kind in changes[:5])
         raise TracingError(
-            f"{type(model).__name__}'s forward assigns module state ({names}{' and more' if len(assigned) > 5 else ''}"
-            ", e.g. self.h = torch.cat(...) on a buffer, self.calls += 1): a torch.export graph drops the assignment, "
-            "so it would run a different program. Profile it with the default front end (tracer='auto'), which "
-            "runs the model as it is")
+            f"{type(model).__name__}'s forward assigns module state ({names}{more}) while it runs ({what}{more}): "
+            "a torch.export graph replays the forward's tensor operations, not changes to the model's parameters, "
+            "buffers, submodules, attributes or flags, so it would run a different program (the model was left as "
+            "it was). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     gm = program.module()
+    _inline_grad_regions(gm, grad_mode)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
                           tuple(n.meta.get("val") for n in placeholders))
@@ -981,6 +991,180 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     return Capture(graphs=(graph,), front_end="export", module_types=index.types, module_params=index.params,
                    dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs),
                    snapshot=Snapshot(index))
+
+
+class _ModelState:
+    """The model's structure as found now, for the export front end: every module's parameter,
+    buffer and submodule entries and plain attributes (the objects), and every parameter's and
+    buffer's ``requires_grad`` flag and layout (what ``.data = ...`` changes). :meth:`changes` says
+    what a forward changed since (taken inside the trace, where the traced tensors stand in for the
+    model's); :meth:`restore` puts everything back (taken before the trace, with ``keep_data``)."""
+
+    def __init__(self, model: nn.Module, keep_data: bool = False) -> None:
+        # (a TorchScript submodule's entries are views of its C++ module: not ours to put back)
+        self._modules = [(path, m, {kind: dict(store) for kind, store in _structure(m).items()})
+                         for path, m in model.named_modules() if not isinstance(m, torch.jit.ScriptModule)]
+        self._tensors: list[tuple[str, torch.Tensor, bool, Any, torch.Tensor | None]] = []
+        seen: set[int] = set()
+        for path, m, stores in self._modules:
+            for kind in ("parameter", "buffer"):
+                for name, t in stores[kind].items():
+                    if isinstance(t, torch.Tensor) and id(t) not in seen:
+                        seen.add(id(t))
+                        self._tensors.append((f"{path + '.' if path else ''}{name}", t, t.requires_grad, _layout(t),
+                                              t.data if keep_data else None))
+        #: plain containers the modules hold (ParameterDict's key list, hook dicts, a user's cache
+        #: list), changed in place rather than rebound: (name, the container, its items)
+        self._containers = [(f"{path + '.' if path else ''}{name}", value, _items(value))
+                            for path, m, _ in self._modules for name, value in vars(m).items()
+                            if type(value) in _CONTAINERS and name not in ("_parameters", "_buffers", "_modules")]
+
+    def changes(self) -> list[tuple[str, str]]:
+        """(name, what the forward did) for each change, in the model's order."""
+        found: list[tuple[str, str]] = []
+        for path, module, saved in self._modules:
+            prefix = f"{path}." if path else ""
+            for kind, store in _structure(module).items():
+                before = saved[kind]
+                for name in [*before, *(k for k in store if k not in before)]:
+                    old, now = before.get(name, ABSENT), store.get(name, ABSENT)
+                    if old is now:
+                        continue
+                    if kind == "attribute":
+                        if name == "training":
+                            found.append((f"{prefix}training", f"switched to {'train' if now else 'eval'} mode"))
+                        elif _is_state(old) or _is_state(now):
+                            found.append((prefix + name, "a tensor attribute rebound" if isinstance(now, torch.Tensor)
+                                          else "an attribute assigned"))
+                    elif old is ABSENT:
+                        found.append((prefix + name, f"a {kind} registered"))
+                    elif now is ABSENT:
+                        found.append((prefix + name, f"a {kind} deleted"))
+                    else:
+                        found.append((prefix + name, f"a {kind} replaced"))
+        for name, container, items in self._containers:
+            added = _items(container)
+            if not _identical(added, items):
+                kept = set(map(id, items)) & set(map(id, added))
+                if any(_is_state(v) for v in [*items, *added] if id(v) not in kept):
+                    found.append((name, "its items changed"))
+        for name, t, requires_grad, layout, _ in self._tensors:
+            if t.requires_grad != requires_grad:
+                found.append((name, f"requires_grad set to {t.requires_grad}"))
+            if _layout(t) != layout:
+                found.append((name, "its .data assigned"))
+        return found
+
+    def restore(self) -> None:
+        """Every entry, attribute, flag and ``.data`` as they were."""
+        for _, module, saved in self._modules:
+            for kind, store in _structure(module).items():
+                before = saved[kind]
+                if list(store) != list(before) or any(store[k] is not v for k, v in before.items()):
+                    store.clear()
+                    store.update(before)
+        for _, container, items in self._containers:
+            if not _identical(_items(container), items):
+                container.clear()
+                if isinstance(container, dict):
+                    container.update(zip(items[::2], items[1::2]))
+                elif isinstance(container, list):
+                    container.extend(items)
+                else:
+                    container.update(items)
+        for _, t, requires_grad, layout, data in self._tensors:
+            if data is not None and _layout(t) != layout:
+                t.data = data
+            if t.requires_grad != requires_grad and t.is_leaf:
+                t.requires_grad_(requires_grad)
+
+
+def _structure(module: nn.Module) -> dict[str, dict[str, Any]]:
+    return {"parameter": module._parameters, "buffer": module._buffers, "submodule": module._modules,
+            "attribute": module.__dict__}
+
+
+_CONTAINERS = (dict, list, set, collections.OrderedDict)
+
+
+def _items(container: Any) -> list[Any]:
+    """A container's contents as compared by :class:`_ModelState`: a dict's keys and values in
+    turn, a list's items, a set's items (ordered by identity)."""
+    if isinstance(container, dict):
+        return [x for pair in container.items() for x in pair]
+    return sorted(container, key=id) if isinstance(container, set) else list(container)
+
+
+def _identical(a: list[Any], b: list[Any]) -> bool:
+    """The same objects in the same order (never compared by value: tensors among them)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
+def _is_state(value: Any) -> bool:
+    """A plain attribute whose change a graph would not replay: a tensor, a module or a number (a
+    counter, a flag), e.g. ``self.weight = w / sigma`` in a hook, ``self.calls += 1``."""
+    return isinstance(value, (torch.Tensor, nn.Module, int, float))
+
+
+def _layout(t: torch.Tensor) -> Any:
+    """What ``t.data = other`` changes: shape, strides, dtype, device and storage."""
+    try:
+        storage = t.untyped_storage()._cdata if t.layout == torch.strided else None
+        strides = tuple(t.stride()) if t.layout == torch.strided else None
+    except (RuntimeError, NotImplementedError, TypeError):  # a subclass without storage
+        storage = strides = None
+    return tuple(t.shape), strides, t.dtype, t.device, storage
+
+
+def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:
+    """torch.export wraps each region of the forward run under another grad mode (``with
+    torch.no_grad():``, ``@torch.no_grad()``) in a ``wrap_with_set_grad_enabled`` higher-order op
+    calling a submodule. Each is put back in line, between ``torch._C._set_grad_enabled(mode)`` and
+    ``torch._C._set_grad_enabled(ambient)`` (the grad mode the graph was captured under), so that every
+    node is counted and runs under the grad mode the forward gave it: an in-place update of a
+    parameter under no_grad stays out of autograd, as in the eager call."""
+    hop = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    if hop is None:
+        return
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not hop:
+            continue
+        enabled, body_node, *operands = node.args
+        body = gm.get_submodule(str(body_node.target))
+        assert isinstance(body, fx.GraphModule)
+        _inline_grad_regions(body, bool(enabled))  # nested regions first
+        env: dict[fx.Node, Any] = {}
+        results: Any = ()
+        placeholders = iter(operands)
+        with graph.inserting_before(node):
+            graph.call_function(torch._C._set_grad_enabled, (bool(enabled),))
+            for inner in body.graph.nodes:
+                if inner.op == "placeholder":
+                    env[inner] = next(placeholders)
+                elif inner.op == "output":
+                    results = fx.map_arg(inner.args[0], env.__getitem__)
+                elif inner.op == "get_attr":
+                    raise TracingError(f"torch.export's grad-mode region {body_node.target} reads {inner.target} "
+                                       "of its own: torch_flops cannot put it in line")
+                else:
+                    env[inner] = graph.node_copy(inner, env.__getitem__)
+            graph.call_function(torch._C._set_grad_enabled, (ambient,))
+        for user in list(node.users):
+            if user.op != "call_function" or user.target is not operator.getitem:
+                raise TracingError(f"torch.export's grad-mode region {body_node.target} is used by "
+                                   f"{user.format_node()}: torch_flops cannot put it in line")
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+        if not body_node.users:
+            graph.erase_node(body_node)
+            gm.delete_submodule(str(body_node.target))
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
 
 
 def _forward_names(model: nn.Module) -> tuple[str, ...]:

@@ -1,0 +1,377 @@
+"""tracer="export" runs the program the eager call runs, or refuses before running it.
+
+Each test builds its model inline and compares the profiled call with an eager twin (a deepcopy
+called the plain way): output and model state bit for bit, or a ``TracingError`` naming what the
+forward changed, with the model left exactly as it was (no traced tensor left in it).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.utils import prune
+from torch.utils.flop_counter import FlopCounterMode
+
+from torch_flops import TorchFLOPsByFX, TracingError
+
+
+def _state(model: nn.Module) -> list[Any]:
+    """Everything of the model a call can change: each module's entries (names and kinds), plain
+    attribute names, training flag, and each parameter's and buffer's type, flags and bytes."""
+    out: list[Any] = []
+    for path, m in model.named_modules():
+        if isinstance(m, torch.jit.ScriptModule):  # (its entries are views of the C++ module)
+            continue
+        out.append((path, type(m).__name__, m.training, list(m._parameters), list(m._buffers), list(m._modules),
+                    sorted(k for k in vars(m) if not k.startswith("_"))))
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        out.append((name, type(t).__name__, t.dtype, tuple(t.shape), t.requires_grad, t.is_leaf, t.grad_fn is None,
+                    t.detach().clone()))
+    return out
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if len(x) != len(y):
+            return False
+        for u, v in zip(x, y):
+            if isinstance(u, torch.Tensor):
+                if not (isinstance(v, torch.Tensor) and u.shape == v.shape and torch.equal(u, v)):
+                    return False
+            elif u != v:
+                return False
+    return True
+
+
+def _no_fakes(model: nn.Module) -> bool:
+    return not any(isinstance(t, FakeTensor) for t in [*model.parameters(), *model.buffers()])
+
+
+def _profiled_equals_eager(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Profile ``model`` with tracer='export'; assert output and state equal an eager twin's."""
+    twin = copy.deepcopy(model)
+    expected = twin(x)
+    got = TorchFLOPsByFX(model, tracer="export").propagate(x)
+    assert torch.equal(got, expected)
+    assert got.requires_grad == expected.requires_grad
+    assert _same(_state(model), _state(twin))
+    return got
+
+
+def _refused(model: nn.Module, x: torch.Tensor, match: str, twin: nn.Module | None = None) -> None:
+    """The export profile refuses with a TracingError matching ``match``; the model is as before,
+    and a plain call afterwards gives what a fresh twin's (``twin``, else a deepcopy) does."""
+    twin = copy.deepcopy(model) if twin is None else twin
+    before = _state(model)
+    with pytest.raises(TracingError, match=match):
+        TorchFLOPsByFX(model, tracer="export").propagate(x)
+    assert _same(_state(model), before)
+    assert _no_fakes(model)
+    assert torch.equal(model(x), twin(x))
+    assert _same(_state(model), _state(twin))
+
+
+# --- 1. parameters and submodules created in forward -------------------------------------------
+
+class _RegistersParam(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "w"):
+            self.register_parameter("w", nn.Parameter(torch.ones(x.shape[-1], 2)))
+        return x @ self.w
+
+
+def test_a_parameter_registered_in_forward_is_refused_and_not_left_as_a_traced_tensor() -> None:
+    _refused(_RegistersParam(), torch.ones(1, 3), r"assigns module state \(w\).*w: a parameter registered")
+
+
+class _GrowsDict(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.ParameterDict({"w3": nn.Parameter(torch.ones(3, 3))})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = f"w{x.shape[-1] + 1}"
+        if key not in self.p:
+            self.p[key] = nn.Parameter(torch.ones(x.shape[-1], 2))
+        return x @ self.p[key]
+
+
+def test_a_parameter_dict_growing_in_forward_is_refused() -> None:
+    _refused(_GrowsDict(), torch.ones(1, 3), r"p\.w4: a parameter registered")
+
+
+class _CreatesSubmodule(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l: nn.Module | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.l is None:
+            self.l = nn.Linear(x.shape[-1], 3)
+        return self.l(x)
+
+
+def test_a_submodule_created_in_forward_is_refused_and_the_model_keeps_its_none() -> None:
+    model = _CreatesSubmodule()
+    with pytest.raises(TracingError, match=r"l: a submodule registered"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.ones(2, 6))
+    assert "l" in vars(model) and model.l is None and "l" not in model._modules  # (was: a shadowed fake Linear)
+    torch.manual_seed(0)
+    y = model(torch.ones(2, 6))
+    assert type(y) is torch.Tensor and y.requires_grad and isinstance(model.l, nn.Linear)
+
+
+class _RegistersThenFails(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.register_parameter("w", nn.Parameter(torch.ones(3, 3)))
+        if (x @ self.w).sum() > 0:  # data-dependent: torch.export cannot trace it
+            return x
+        return -x
+
+
+def test_the_model_is_restored_when_the_trace_fails() -> None:
+    model = _RegistersThenFails()
+    with pytest.raises(TracingError, match="could not trace"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.ones(1, 3))
+    assert "w" not in model._parameters and _no_fakes(model)
+
+
+# --- 2. / 4. grad-mode regions of the forward ----------------------------------------------------
+
+class _EMA(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4).requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for pb, pa in zip(self.b.parameters(), self.a.parameters()):
+                pb.mul_(0.9).add_(pa, alpha=0.1)
+        return self.a(x) + self.b(x)
+
+
+class _EMAForeach(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4).requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.b.parameters()), list(self.a.parameters()), 0.2)
+        return self.b(self.a(x))
+
+
+@pytest.mark.parametrize("cls", [_EMA, _EMAForeach])
+def test_an_ema_update_under_no_grad_leaves_the_frozen_parameters_frozen_leaves(cls: type[nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = cls()
+    _profiled_equals_eager(model, torch.randn(3, 4))
+    # (was: b.weight requires_grad=True, is_leaf=False, grad_fn=AddBackward0)
+    assert all(p.is_leaf and not p.requires_grad for p in model.b.parameters())
+
+
+class _ScalesItsWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.l(x)
+        with torch.no_grad():
+            self.l.weight.mul_(0.5)
+        return y
+
+
+def test_an_in_place_update_of_a_trainable_parameter_under_no_grad_runs_as_eager() -> None:
+    torch.manual_seed(0)
+    _profiled_equals_eager(_ScalesItsWeight(), torch.ones(1, 2))  # (was: autograd's leaf RuntimeError)
+
+
+class _NoGradOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.l(x)
+
+
+def test_an_output_computed_under_no_grad_does_not_require_grad() -> None:
+    torch.manual_seed(0)
+    y = _profiled_equals_eager(_NoGradOutput(), torch.ones(1, 2))
+    assert not y.requires_grad  # (was: True)
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = self.a(x)
+            with torch.enable_grad():
+                g = self.b(h)
+            h = h * 2
+        return g + h
+
+
+def test_nested_grad_regions_run_under_their_modes_and_every_node_is_counted() -> None:
+    torch.manual_seed(0)
+    model = _Nested()
+    x = torch.randn(3, 4)
+    with FlopCounterMode(display=False) as reference:
+        copy.deepcopy(model)(x)
+    y = _profiled_equals_eager(model, x)
+    assert y.requires_grad
+    counter = TorchFLOPsByFX(model, tracer="export")
+    counter.propagate(x)
+    # 2 linears of (3x4)@(4x4): 2*3*4*4 = 96 FLOPs each, FlopCounterMode's count (no add, no mul)
+    assert reference.get_total_flops() == 192
+    assert counter.profile.with_convention("flop_counter").total_flops == 192
+
+
+def test_a_graph_captured_under_no_grad_is_captured_again_for_a_call_with_grad() -> None:
+    torch.manual_seed(0)
+    model = _EMA()
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    counter = TorchFLOPsByFX(model, tracer="export")
+    with torch.no_grad():
+        assert torch.equal(counter.propagate(x), twin(x))
+    expected = twin(x)
+    got = counter.propagate(x)  # the no_grad region must run under no_grad now that grad is on
+    assert torch.equal(got, expected) and got.requires_grad
+    assert _same(_state(model), _state(twin))
+
+
+# --- 3. / 5. state a graph cannot replay ---------------------------------------------------------
+
+class _ReplacesParam(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.w
+        self.w = nn.Parameter(self.w.detach() * 0.5)
+        return y
+
+
+class _ReplacesLinearWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.l.weight = nn.Parameter(torch.ones(2, 2))
+        return self.l(x)
+
+
+class _DeletesParam(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2, 2))
+        self.extra = nn.Parameter(torch.ones(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "extra"):
+            del self.extra
+        return x @ self.w
+
+
+class _Freezes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.a.requires_grad_(False)
+        return self.a(x)
+
+
+class _AssignsData(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.w.data = torch.ones(2, 5)
+        return x @ self.w
+
+
+class _Switches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.d.eval()
+        return self.d(x)
+
+
+class _Pruned(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(2, 2)
+        prune.identity(self.l, "weight")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.l.weight_mask.zero_()
+        return self.l(x)
+
+
+@pytest.mark.parametrize(("cls", "match"), [
+    (_ReplacesParam, r"w: a parameter replaced"),
+    (_ReplacesLinearWeight, r"l\.weight: a parameter replaced"),
+    (_DeletesParam, r"extra: a parameter deleted"),
+    (_Freezes, r"a\.weight: requires_grad set to False"),
+    (_AssignsData, r"w: its \.data assigned"),
+    (_Switches, r"d\.training: switched to eval mode"),
+    (_Pruned, r"l\.weight: a tensor attribute rebound"),  # prune's pre-hook: module.weight = orig * mask
+])
+def test_a_forward_changing_what_a_graph_cannot_replay_is_refused(cls: type[nn.Module], match: str) -> None:
+    torch.manual_seed(0)
+    model = cls().train()
+    torch.manual_seed(0)
+    twin = cls().train()  # (a pruned module's weight is not a leaf: no deepcopy)
+    _refused(model, torch.ones(3, 2), match, twin)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_spectral_norm_hooks_are_refused_not_failed_or_left_stale(train: bool) -> None:
+    torch.manual_seed(0)
+    model = nn.utils.spectral_norm(nn.Linear(6, 6)).train(train)
+    x = torch.randn(3, 6)
+    # (was, train: autograd's RuntimeError from div(..., out=...); eval: module.weight left stale)
+    _refused(model, x, r"assigns module state \(weight\).*weight: a tensor attribute rebound")
+
+
+class _ScriptedPart(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.jit.script(nn.Linear(6, 6))
+        self.b = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_a_torchscript_submodule_is_left_to_torch_export_to_refuse() -> None:
+    # its parameter entries are views of the C++ module, not dicts to snapshot (was: their TypeError)
+    torch.manual_seed(0)
+    model = _ScriptedPart()
+    torch.manual_seed(0)
+    twin = _ScriptedPart()  # (a deepcopy of a scripted module holds plain tensors, not parameters)
+    _refused(model, torch.ones(3, 6), "could not trace _ScriptedPart", twin)
