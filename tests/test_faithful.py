@@ -573,3 +573,75 @@ def test_a_call_override_that_skips_module_call_is_named() -> None:
 
     with pytest.raises(RuntimeError, match=r"ran without nn.Module.__call__"):
         TorchFLOPsByFX(Bypasses()).propagate(torch.ones(1, 2))
+
+
+# ------------------------------------------------------------------ torch.func inside the forward
+class _Ensemble(nn.Module):
+    """torch.func's model-ensembling recipe: three Linear(6, 2) run at once by vmap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members = nn.ModuleList([nn.Linear(6, 2) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        params, buffers = torch.func.stack_module_state(list(self.members))
+        base = copy.deepcopy(self.members[0]).to("meta")
+        run = lambda p, b, xx: torch.func.functional_call(base, (p, b), (xx,))
+        return torch.vmap(run, in_dims=(0, 0, None))(params, buffers, x)
+
+
+class _PerSampleGrads(nn.Module):
+    """Per-example gradients: vmap over grad of a Linear(6, 3)'s squared output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        params = {k: v.detach() for k, v in self.l.named_parameters()}
+
+        def loss(p: dict[str, torch.Tensor], xi: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(self.l, p, (xi.unsqueeze(0),)).pow(2).sum()
+
+        return torch.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)["weight"].sum()
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (_Ensemble, 216),  # 3 members x Linear(6, 2) on 3 rows: 3 x 2 x (3 x 6 x 2) = 216 (FlopCounterMode's)
+    (_PerSampleGrads, 360),  # 5 examples x (forward 1x6x3 + weight grad 3x1x6 MACs) x 2 = 5 x 72 = 360
+])
+def test_vmap_counts_every_example(make: Any, expected: int) -> None:
+    torch.manual_seed(0)
+    model = make()
+    x = torch.randn(3 if make is _Ensemble else 5, 6)
+    with FlopCounterMode(display=False) as mode:
+        eager = model(x)
+    counter = TorchFLOPsByFX(model)
+    out = counter.propagate(x)
+    assert torch.equal(out, eager)
+    assert mode.get_total_flops() == expected
+    assert counter.profile.with_convention("flop_counter").total_flops == expected
+
+
+def test_autograd_grad_inside_the_forward_is_the_forward_s_work() -> None:
+    class GradientPenalty(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.detach().requires_grad_()
+            (g,) = torch.autograd.grad(self.l(x).sum(), x, create_graph=True)
+            return g.pow(2).sum()
+
+    torch.manual_seed(0)
+    model = GradientPenalty()
+    x = torch.randn(5, 6)
+    twin = copy.deepcopy(model)
+    counter = TorchFLOPsByFX(model)
+    out = counter.propagate(x)
+    assert torch.equal(out, twin(x))
+    # forward addmm 5x6x3 = 90 MACs, and the input gradient dY (5x3) @ W (3x6) = 90 MACs: 2 x 180 = 360
+    # (FlopCounterMode's own count; its module tracker cannot run autograd.grad on a leaf in 2.13)
+    assert counter.profile.with_convention("flop_counter").total_flops == 360
+    assert "mm" in [r.name for r in counter.records]

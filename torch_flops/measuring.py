@@ -316,6 +316,11 @@ class NodeMeasurer:
         if kind is _COUNTED:
             try:
                 flops, macs, dots, mm = evaluate(plan.formula, plan.module, out, args, kwargs)
+                if _peek_transform() is not None:  # inside torch.vmap/grad (torch.func): rare
+                    copies = vmap_copies((args, kwargs))
+                    if copies != 1:
+                        flops, macs = flops * copies, macs * copies
+                        dots, mm = (None if v is None else v * copies for v in (dots, mm))
                 self.flops[i], self.macs[i] = flops, macs
                 if dots is not None or mm is not None:
                     self._dots[i] = (dots, mm)
@@ -354,6 +359,30 @@ class NodeMeasurer:
             raise UnsupportedOpError(f"node '{self.node_name(i)}' ({plan.target}): {message}") from e
         self.errors[i] = message
         self.formula_exceptions[i] = e
+
+
+_peek_transform = torch._C._functorch.peek_interpreter_stack  # None outside every torch.func transform
+
+
+def vmap_copies(values: Any) -> int:
+    """How many times an op runs whose inputs are ``values``, seen under ``torch.vmap``: a function
+    called inside vmap sees each tensor's per-example view (a batched tensor), and the op runs once
+    per example of every vmap level one of its inputs is batched at, so its count is the
+    per-example count times the product of those levels' batch sizes (1 outside vmap)."""
+    functorch = torch._C._functorch
+    sizes: dict[int, int] = {}
+    for t in tensors_of(values):
+        while functorch.is_functorch_wrapped_tensor(t):  # a vmap level's batched tensor, or grad's wrapper
+            if functorch.is_batchedtensor(t):
+                inner = functorch.get_unwrapped(t)
+                sizes[functorch.maybe_get_level(t)] = inner.shape[functorch.maybe_get_bdim(t)]
+                t = inner
+            else:
+                t = functorch.get_unwrapped(t)
+    copies = 1
+    for size in sizes.values():
+        copies *= size
+    return copies
 
 
 def _sparse(values: dict[int, int], n: int) -> list[int | None] | None:

@@ -1021,6 +1021,11 @@ class _Hub:
 
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         counting = [r for r in self.recordings if r.counting_backward()]
+        if not counting:
+            # torch.autograd.grad inside a model's forward (torch.func.grad, a gradient penalty):
+            # its ops are that forward's own work, as FlopCounterMode counts them
+            inside = [r for r in self.recordings if r.inside() and r.wants()]
+            return _nested(inside, lambda r, inner: r.op(func, args, kwargs, inner), lambda: func(*args, **kwargs))
         if len(counting) > 1:
             node = current_autograd_node()
             owners = [r for r in counting if r.owns_backward(node)]
