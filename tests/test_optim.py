@@ -133,6 +133,10 @@ CASES = [
     # t0 = 0: mu = 1/2 from the third step: + ax + mu*(p - ax) 3 -> 6
     (optim.ASGD, {"t0": 0}, 2, 6),
     (optim.ASGD, {"t0": 0, "weight_decay": 0.1, "maximize": True}, 1, 6),
+    # Rprop: g*prev 1 + sign 1 + > 0, < 0, == 0 3 + step*sign 1 + clamp 1 + == etaminus 1 + sign(g) 1
+    # + p - sign*step 2 = 11
+    (optim.Rprop, {}, 1, 11),
+    (optim.Rprop, {"maximize": True}, 0, 12),
 ]
 
 
@@ -188,10 +192,12 @@ _PER_ELEMENT = {
     aten.reciprocal: lambda kw: 0,
 }
 for _op in (aten.mul, aten.mul_, aten.div, aten.div_, aten.neg, aten.abs, aten.sqrt, aten.sqrt_, aten.rsqrt,
-            aten.rsqrt_, aten.maximum, aten.pow, aten.pow_, aten.clamp, aten.clamp_):
+            aten.rsqrt_, aten.maximum, aten.pow, aten.pow_, aten.clamp, aten.clamp_, aten.sign, aten.gt, aten.lt,
+            aten.eq):
     _PER_ELEMENT[_op] = lambda kw: 1  # one arithmetic step, comparison or transcendental
 _ZERO = {aten.detach, aten.clone, aten.copy_, aten.zeros_like, aten.new_zeros, aten.zeros, aten.ones, aten.lift_fresh,
-         aten._local_scalar_dense, aten.view_as_real, aten.view_as_complex, aten.alias, aten.empty_like}
+         aten._local_scalar_dense, aten.view_as_real, aten.view_as_complex, aten.alias, aten.empty_like,
+         aten.full_like, aten.index_put_}  # (the last two: Rprop's step sizes and its masked fills)
 
 
 def _numel(t: torch.Tensor) -> int:
@@ -262,6 +268,8 @@ CROSS = [
     (optim.Adadelta, {"weight_decay": 0.1}),
     (optim.ASGD, {"t0": 0, "weight_decay": 0.1}),
     (optim.Adafactor, {"weight_decay": 0.1, "maximize": True}),
+    (optim.Rprop, {}),
+    (optim.Rprop, {"maximize": True}),
 ]
 
 

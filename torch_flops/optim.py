@@ -308,6 +308,15 @@ def asgd_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -
     return per_element * _elements(param)
 
 
+@register_optimizer(torch.optim.Rprop)
+def rprop_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -> int:
+    # https://pytorch.org/docs/stable/generated/torch.optim.Rprop.html
+    # maximize 1; g * prev 1; its sign 1; the three comparisons choosing etaplus/etaminus/1 (> 0, < 0,
+    # == 0) 3, their fills none; step *= that 1; clamp(step, min, max) 1; == etaminus (where the
+    # gradient is zeroed) 1; p + (-1) * sign(g) * step: sign 1 + 2  (11 per element by default)
+    return (_maximize(group) + 1 + 1 + 3 + 1 + 1 + 1 + 3) * _elements(param)
+
+
 def adafactor_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -> int:
     # https://pytorch.org/docs/stable/generated/torch.optim.Adafactor.html; N elements, for >= 2 dims
     # factored over the last two (R rows, C columns, B = N/(R*C) leading batch)
