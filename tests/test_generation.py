@@ -595,16 +595,15 @@ def test_get_model_profile_generate_sums_every_step(hf: Any, capsys: pytest.Capt
     assert params == sum(p.numel() for p in model.parameters())
     out = capsys.readouterr().out
     assert "1 prefill + 3 decode" in out and "The whole generation (every step summed)" in out
-    # input_shape builds token ids (ones); kwargs are generate's options; ignore_modules counts LayerNorm 0
+    # input_shape builds token ids (ones); kwargs are generate's options; ignore_modules, as DeepSpeed's,
+    # leaves the totals as they are (an ignored module's own work is its caller's)
     ones = torch.ones(1, 4, dtype=torch.long)
     flops_ones = sum(s.flops for s in profile_generate(model, ones, baseline=False, **GREEDY).steps)
     assert get_model_profile(model, input_shape=(1, 4), kwargs=GREEDY, mode="generate", warm_up=0,
                              print_profile=False, as_string=False)[0] == flops_ones
     ignored = get_model_profile(model, input_shape=(1, 4), kwargs=GREEDY, mode="generate", warm_up=0,
                                 print_profile=False, as_string=False, ignore_modules=[nn.LayerNorm])
-    # 5 LayerNorms (2 per block, the final one), each 7 FLOPs per element of 64 (torch_flops' count: 5 for the
-    # statistics and normalisation, 1 weight, 1 bias), over every token fed: 5 x 7 x 64 x (4 + 3)
-    assert flops_ones - ignored[0] == 5 * 7 * 64 * 7
+    assert ignored[0] == flops_ones
     with pytest.raises(ValueError, match="mode must be 'forward' or 'generate'"):
         get_model_profile(model, args=[inputs["input_ids"]], mode="backward")
     with pytest.raises(ValueError, match="calls model.generate\\(\\), which it does not have"):

@@ -185,8 +185,8 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
     _validate.check_int("warm_up", warm_up, 0)
     for _ in range(warm_up):
         generate(*args, **kwargs)
-    gp = profile_generation_call(model, lambda: generate(*args, **kwargs), ignored=ignore)
-    whole = gp.total
+    gp = profile_generation_call(model, lambda: generate(*args, **kwargs))
+    whole = _charged_to_parents(gp.total, ignore)  # DeepSpeed's ignore_modules: the totals stay
     if print_profile:
         parts = [gp.text(depth=0)]
         if detailed:
