@@ -375,3 +375,21 @@ def test_a_torchscript_submodule_is_left_to_torch_export_to_refuse() -> None:
     torch.manual_seed(0)
     twin = _ScriptedPart()  # (a deepcopy of a scripted module holds plain tensors, not parameters)
     _refused(model, torch.ones(3, 6), "could not trace _ScriptedPart", twin)
+
+
+def test_a_module_registered_under_two_names_is_profiled_not_refused() -> None:
+    # torch.export's non-strict tracer stands proxies in for a module it finds under two paths;
+    # the forward changes nothing
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+            self.alias = self.l
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.alias(self.l(x))
+
+    torch.manual_seed(0)
+    model = Shared()
+    _profiled_equals_eager(model, torch.randn(2, 4))
+    assert model.alias is model.l and list(model._modules) == ["l", "alias"]

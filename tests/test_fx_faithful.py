@@ -376,3 +376,23 @@ def test_a_parametrization_fx_cannot_replay_is_kept_whole() -> None:
     assert torch.equal(y, eager)
     assert counter.total_flops == 234
     _assert_like_twin(model, twin)
+
+
+def test_a_write_into_a_parameter_at_trace_time_is_refused_and_said() -> None:
+    class Ema(nn.Module):  # a teacher updated from a student under no_grad, through .parameters()
+        def __init__(self) -> None:
+            super().__init__()
+            self.student, self.teacher = nn.Linear(2, 2), nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for t, s in zip(self.teacher.parameters(), self.student.parameters(), strict=True):
+                t.mul_(0.9).add_(s, alpha=0.1)
+            return self.teacher(x)
+
+    torch.manual_seed(0)
+    model = Ema().requires_grad_(False)
+    twin = copy.deepcopy(model)
+    with pytest.raises(TracingError, match=r"the write into 'teacher.weight' ran once while fx traced"):
+        TorchFLOPsByFX(model, tracer="fx")
+    twin(torch.randn(1, 2))  # the write, as one eager call makes it
+    assert torch.equal(model.teacher.weight, twin.teacher.weight)

@@ -471,11 +471,11 @@ class _FxGuard:
                 self.names.setdefault(id(t), f"{path}.{name}" if path else name)
         self.proxies: list[fx.Proxy] = []  #: the get_attr proxies of the model's tensors
 
-    def refuse(self, what: str) -> TracingError:
+    def refuse(self, what: str, left: str = "the model was left as it was") -> TracingError:
         return TracingError(
             f"{self.name}'s forward {what}: a torch.fx graph cannot replay that, so tracer='fx' would profile a "
-            "different program (the model was left as it was). Profile it with the default front end "
-            "(tracer='auto'), which runs the model as it is")
+            f"different program ({left}). Profile it with the default front end (tracer='auto'), which runs the "
+            "model as it is")
 
     def check_before(self, model: nn.Module) -> None:
         hooks = [kind for attr, kind in _HOOKS if _foreign(getattr(model, attr))]
@@ -553,8 +553,11 @@ class _FxGuard:
             if not _same_data(t, data):
                 raise self.refuse(f"rebinds the data of {name!r} (param.data = ...)")
             if version is not None and _version(t) != version:
+                # (the write ran once, on the real tensor, while fx traced: as one eager call writes it)
                 raise self.refuse(f"writes into {name!r} outside the traced values (e.g. through "
-                                  "self.parameters() or self.buffers()), which the graph would not do")
+                                  "self.parameters() or self.buffers()), which the graph would not do",
+                                  left=f"the write into {name!r} ran once while fx traced the forward, as one "
+                                       "eager call would run it; the rest of the model was left as it was")
 
     def restore(self) -> None:
         torch._C._set_grad_enabled(self.grad)
@@ -1028,7 +1031,7 @@ class _ModelState:
                 before = saved[kind]
                 for name in [*before, *(k for k in store if k not in before)]:
                     old, now = before.get(name, ABSENT), store.get(name, ABSENT)
-                    if old is now:
+                    if old is now or (kind == "submodule" and _same_module(old, now)):
                         continue
                     if kind == "attribute":
                         if name == "training":
@@ -1077,6 +1080,12 @@ class _ModelState:
                 t.data = data
             if t.requires_grad != requires_grad and t.is_leaf:
                 t.requires_grad_(requires_grad)
+
+
+def _same_module(a: Any, b: Any) -> bool:
+    """Whether two submodule entries are one module: torch.export's non-strict tracer stands a
+    proxy in for a module registered under two names (it shares the module's ``__dict__``)."""
+    return isinstance(a, nn.Module) and isinstance(b, nn.Module) and vars(a) is vars(b)
 
 
 def _structure(module: nn.Module) -> dict[str, dict[str, Any]]:
