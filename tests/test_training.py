@@ -338,3 +338,14 @@ def test_lazy_modules_get_a_clear_error() -> None:
         TrainingProfiler(nn.LazyLinear(4)).start_profile()
     with pytest.raises(ValueError, match="lazy module"):  # the default (eager) front end too
         TorchFLOPsByFX(nn.LazyLinear(4)).propagate(torch.randn(2, 3))
+
+
+def test_the_seed_gradient_of_loss_backward_is_no_node_of_the_loss() -> None:
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = _batches(1)
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, batches)
+    step = prof.profiles[0]
+    # the loss is mse_loss alone; backward()'s ones_like seed belongs to the backward (as in propagate)
+    assert [r.target for r in step.records if r.phase == "loss"] == ["F.mse_loss"]

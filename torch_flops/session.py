@@ -119,6 +119,7 @@ def _meta_grouped_mm(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e
         return None
 
 
+_TENSOR_BACKWARD = torch.Tensor.backward  # (its seed gradient is the backward's)
 _AMP_UPDATE = "_amp_update_scale_"  # GradScaler.update(): the end of an AMP step, the optimizer's or not
 #: Tensor dunder methods that fx records as the ``operator`` function
 _DUNDERS = {"__getitem__": __import__("operator").getitem, "__setitem__": __import__("operator").setitem}
@@ -675,6 +676,14 @@ class Recording:
                  resume: Callable[[Any], None] | None = None) -> Any:
         """Run one torch function or Tensor method: as one node when it has a formula of its own,
         else through (its aten ops are recorded)."""
+        if func is _TENSOR_BACKWARD and self._counter is not None and not self._seeding:
+            # the user's loss.backward() (a training step): its seed gradient (ones_like) is the
+            # backward's, not a node of the loss, as in a backward this recording runs itself
+            self._seeding = True
+            try:
+                return func(*args, **kwargs) if inner is None else inner()
+            finally:
+                self._seeding = False
         target = self._function_target(func) if self._open is None and not self._seeding else None
         if target is None and self._open is None and self._via is None:  # its aten ops are recorded
             self._via = func  # (named after this call in messages)
