@@ -698,3 +698,33 @@ def test_a_kv_cache_callable_that_fails_is_named_in_one_warning(hf: Any) -> None
         assert len(text) == 1 and said in text[0] and "pass kv_cache=" not in text[0]
         assert torch.equal(gp.output, plain)  # the generation itself as without the profiler
         assert gp.kv_cache_bytes == [None, None, None]
+
+
+def test_a_draft_model_called_in_the_loop_leaves_the_target_s_steps_whole() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.lin(x)
+            return torch.softmax(h @ h.transpose(-1, -2), -1) @ h
+
+    torch.manual_seed(0)
+    target, draft = Block().eval(), Block().eval()  # the draft: a model with submodules, not profiled
+    x = torch.randn(1, 4, 16)
+
+    def loop() -> None:
+        with torch.no_grad():
+            for _ in range(3):
+                draft(x)  # (its calls end outside the target: the profiler steps aside twice in a row)
+                target(x)
+
+    gp = profile_generate(target, loop=loop)
+    # each target call: Linear 4x16x16 = 1024 MACs, h @ h^T 4x16x4 = 256, P @ h 4x4x16 = 256 -> 2 x 1536
+    assert [p.total_flops for p in gp.with_convention("flop_counter").profiles] == [3072] * 3
+    with FlopCounterMode(display=False) as mode:
+        with torch.no_grad():
+            target(x)
+    assert mode.get_total_flops() == 3072
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}

@@ -1007,8 +1007,11 @@ class _Hub:
                     self.resume(self._suspended)
             else:
                 single.post_module(module, args, kwargs, result, failed)
-            if not single._stack and single.records_nothing_outside():
-                self.suspend()  # until the model is called again (pre_module): its calls pass the modes by
+            if not single._stack and single.records_nothing_outside() and self._suspended is None:
+                # until the model is called again (pre_module): its calls pass the modes by (once: a
+                # module of another model ends inside its parent's call, and suspending again with
+                # the modes off would forget that they are to be put back)
+                self.suspend()
             return
         for r in reversed(self.recordings):
             r.post_module(module, args, kwargs, result, failed)
