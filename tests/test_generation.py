@@ -723,8 +723,7 @@ def test_a_draft_model_called_in_the_loop_leaves_the_target_s_steps_whole() -> N
     gp = profile_generate(target, loop=loop)
     # each target call: Linear 4x16x16 = 1024 MACs, h @ h^T 4x16x4 = 256, P @ h 4x4x16 = 256 -> 2 x 1536
     assert [p.total_flops for p in gp.with_convention("flop_counter").profiles] == [3072] * 3
-    with FlopCounterMode(display=False) as mode:
-        with torch.no_grad():
-            target(x)
+    with FlopCounterMode(display=False) as mode, torch.no_grad():
+        target(x)
     assert mode.get_total_flops() == 3072
     assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
