@@ -6,6 +6,7 @@ optimizer bytes and a training step's roofline."""
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 from typing import Any
 
@@ -476,8 +477,6 @@ def test_propagate_called_from_inside_its_own_model_is_refused() -> None:
 
 
 def test_a_model_nested_as_deep_as_eager_allows_is_profiled() -> None:
-    import sys
-
     limit = sys.getrecursionlimit()
     depth = (limit - 100) // 4  # each level is 3 frames eagerly (Module.__call__, _call_impl, forward)
     model = nn.Sequential()
@@ -492,3 +491,31 @@ def test_a_model_nested_as_deep_as_eager_allows_is_profiled() -> None:
     counter.propagate(x)
     assert counter.total_flops == 2 * 2 * 2 + 2  # the one Linear: 4 MACs x 2 + 2 bias adds
     assert sys.getrecursionlimit() == limit  # put back
+
+
+def test_the_recursion_limit_comes_back_whatever_the_order_of_stops() -> None:
+    limit = sys.getrecursionlimit()
+    m1, m2 = nn.Sequential(nn.Linear(4, 4)), nn.Sequential(nn.Sequential(nn.Linear(4, 4)))
+    a, b = TrainingProfiler(m1), TrainingProfiler(m2)
+    a.start_profile()
+    b.start_profile()
+    # raised by the most the running recordings need: 2 frames a level + 100 (m2 is 2 levels deep)
+    assert sys.getrecursionlimit() == limit + 2 * 2 + 100
+    a.stop_profile()  # stopped in start order, not last-in first-out
+    assert sys.getrecursionlimit() == limit + 2 * 2 + 100
+    b.stop_profile()
+    assert sys.getrecursionlimit() == limit
+    a.end_profile()
+    b.end_profile()
+
+    def work() -> None:  # overlapping recordings in threads
+        model = nn.Sequential(nn.Linear(4, 4))
+        for _ in range(5):
+            TorchFLOPsByFX(model).propagate(torch.randn(2, 4))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sys.getrecursionlimit() == limit

@@ -257,8 +257,7 @@ class Recording:
         # the profiler's own calls sit below the model: a model nested as deep as eager Python
         # allows would hit the recursion limit only under the profiler. Raised by as much meanwhile.
         depth = max((path.count(".") + 1 for path in self._paths.values() if path), default=0)
-        self._limit = (sys.getrecursionlimit(), sys.getrecursionlimit() + 2 * depth + 100)
-        sys.setrecursionlimit(self._limit[1])
+        _RECURSION.raise_for(self, 2 * depth + 100)
 
     def stop(self) -> None:
         """Stop recording: the step under way is finished (kept when the model ran in it), every
@@ -268,8 +267,7 @@ class Recording:
         if self._aside != (False, False):  # stopped while aside: back on, then off as usual
             self._set_aside((False, False))
         self._started = False
-        if sys.getrecursionlimit() == self._limit[1]:  # (unless someone set it meanwhile)
-            sys.setrecursionlimit(self._limit[0])
+        _RECURSION.release(self)
         try:
             if self._hub is not None:
                 self._hub.leave(self)
@@ -880,6 +878,43 @@ _function_depth, _function_at = torch._C._len_torch_function_stack, torch._C._ge
 _pop_function, _push_function = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
 _LOCK = threading.RLock()
 _HUBS: dict[int, _Hub] = {}  # thread -> its hub, while it has recordings
+
+
+class _RecursionLimit:
+    """The process-wide recursion limit while recordings run (in any threads, stopped in any
+    order): the limit found when the first one started, raised by the most any running one needs,
+    and put back when the last one stops (unless someone else set it meanwhile: then it is theirs)."""
+
+    def __init__(self) -> None:
+        self._needs: dict[int, int] = {}  # id(recording) -> frames it adds
+        self._base = 0
+        self._set: int | None = None  # the limit this set last; None: not ours (any more)
+
+    def raise_for(self, recording: object, extra: int) -> None:
+        with _LOCK:
+            if not self._needs:
+                self._base, self._set = sys.getrecursionlimit(), sys.getrecursionlimit()
+            self._needs[id(recording)] = extra
+            self._apply()
+
+    def release(self, recording: object) -> None:
+        with _LOCK:
+            if self._needs.pop(id(recording), None) is None:
+                return
+            if self._needs:
+                self._apply()
+            elif self._set is not None and sys.getrecursionlimit() == self._set:
+                sys.setrecursionlimit(self._base)
+
+    def _apply(self) -> None:
+        if self._set is None or sys.getrecursionlimit() != self._set:
+            self._set = None  # set by someone else meanwhile: left to them
+            return
+        self._set = self._base + max(self._needs.values())
+        sys.setrecursionlimit(self._set)
+
+
+_RECURSION = _RecursionLimit()
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
 
 
