@@ -334,3 +334,14 @@ def test_more_bad_arguments_name_their_cause() -> None:
         diff(counter.profile, counter.profile).markdown(top="5")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes a FlopCountAnalysis"):
         flop_count_table(5)  # type: ignore[arg-type]
+
+
+def test_get_model_profile_draws_no_random_number_of_the_caller_and_checks_the_model() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    torch_flops.get_model_profile(model, input_shape=(2, 8), print_profile=False, warm_up=0)
+    assert torch.equal(torch.rand(3), expected)  # its input comes from a generator of its own
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got function"):
+        torch_flops.get_model_profile(lambda x: x, input_shape=(2, 8))

@@ -112,8 +112,7 @@ def get_model_profile(
         output_file: write the printed profile to this file instead of stdout.
         ignore_modules: module classes (or class names) left unprofiled, as DeepSpeed leaves them: the
             work they run themselves is charged to the module that calls them (the totals do not
-            change); their rows show only their submodules' work. (``mode="generate"``: their nodes
-            count 0, as before.)
+            change); their rows show only their submodules' work.
         mode: ``"forward"`` (a forward call) or ``"generate"``: ``model.generate(*args, **kwargs)``
             (after ``warm_up`` unprofiled calls of it), every call of the model in it recorded
             (:func:`torch_flops.generation.profile_generate`); the returned counts are summed over
@@ -122,8 +121,14 @@ def get_model_profile(
             ones of that shape) rather than a float tensor, and ``kwargs`` may go with it
             (``generate``'s options, e.g. ``max_new_tokens``).
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if mode not in ("forward", "generate"):
         raise ValueError(f"mode must be 'forward' or 'generate', got {mode!r}")
+    _validate.check_bool("detailed", detailed)
+    _validate.check_bool("as_string", as_string)
+    _validate.check_depth("module_depth", module_depth)
+    _validate.check_int("top_modules", top_modules, 0)
     if args is not None and (isinstance(args, (torch.Tensor, str, bytes, Mapping)) or not isinstance(args, Sequence)):
         raise TypeError(f"args must be a list or tuple of the model's positional inputs (args=[x] for one tensor), "
                         f"got {type(args).__name__}")
@@ -140,10 +145,6 @@ def get_model_profile(
             raise ValueError(f"input_shape must be a sequence of positive ints, got {input_shape!r}")
         args = (_tensor_like_model(model, tuple(input_shape)) if mode == "forward" else
                 _token_ids_like_model(model, tuple(input_shape)),)
-    _validate.check_bool("detailed", detailed)
-    _validate.check_bool("as_string", as_string)
-    _validate.check_depth("module_depth", module_depth)
-    _validate.check_int("top_modules", top_modules, 0)
     ignore = _class_names(ignore_modules or (), "ignore_modules")
     if print_profile and output_file is not None:
         report.check_writable(output_file)  # (before the model runs, not after)
@@ -274,7 +275,8 @@ def _tensor_like_model(model: nn.Module, shape: tuple[int, ...]) -> torch.Tensor
         device, dtype = torch.device("cpu"), torch.float32
     if device.type == "meta":
         return torch.empty(shape, device=device, dtype=dtype)
-    return torch.randn(shape, device=device, dtype=dtype)
+    # from a generator of its own: the caller's random numbers are drawn as without this call
+    return torch.randn(shape, device=device, dtype=dtype, generator=torch.Generator(device).manual_seed(0))
 
 
 # ---------------------------------------------------------------------------------------------
