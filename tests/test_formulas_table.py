@@ -232,3 +232,12 @@ def test_an_aten_key_skips_python_functions_of_its_name_and_decomposed_ops() -> 
     counter = TorchFLOPsByFX(Lookup(), custom_formulas={torch.ops.aten.embedding: spy, torch.ops.aten.linear: spy})
     counter.propagate(ids)
     assert seen == [] and counter.total_flops == plain.total_flops == 2 * 2 * 4 * 3  # 2 rows x 4 x 3 MACs
+
+
+def test_register_refuses_a_formula_that_is_not_callable() -> None:
+    class Block(nn.Module):
+        pass
+
+    with pytest.raises(TypeError, match="a formula must be callable, got int 3"):
+        register(Block)(3)
+    assert FORMULAS.resolve_module(Block) is None  # nothing registered

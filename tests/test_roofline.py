@@ -181,6 +181,8 @@ def test_unknown_hardware_is_refused() -> None:
     counter.propagate(torch.randn(2, 2), torch.randn(2, 2))
     with pytest.raises(ValueError, match="unknown hardware 'h100'"):
         counter.roofline("h100")
+    with pytest.raises(TypeError, match="roofline takes a Profile .*, got int"):
+        roofline(3, "h100-sxm")  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- a 70B prefill

@@ -172,6 +172,9 @@ def _row(name: str, module_path: str, target: str, dtype: str | None, flops: int
 
 def roofline(profile: Profile, hardware: str | HardwareSpec) -> Roofline:
     """The roofline of ``profile`` (in its ``torch_flops`` convention) on ``hardware``."""
+    if not isinstance(profile, Profile):
+        raise TypeError(f"roofline takes a Profile (counter.profile, torch_flops.profile(...)), got "
+                        f"{type(profile).__name__}")
     spec = get(hardware)
     base = profile.with_convention("torch_flops")
     timed = _timed_here(base, spec)

@@ -148,6 +148,8 @@ def register(*targets: Any, override: bool = False) -> Callable[[RegT], RegT]:
                             f"methods('{target}'), Name(kind, '{target}') or a register_<kind> decorator")
 
     def wrap(fn: RegT) -> RegT:
+        if not (callable(fn) or isinstance(fn, Composite)):
+            raise TypeError(f"a formula must be callable, got {type(fn).__name__} {fn!r}")
         FORMULAS.add(targets, fn, override)
         return fn
 
