@@ -727,3 +727,50 @@ def test_a_draft_model_called_in_the_loop_leaves_the_target_s_steps_whole() -> N
         target(x)
     assert mode.get_total_flops() == 3072
     assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+
+
+def test_continuing_from_a_cache_counts_its_tokens_in_the_context(hf: Any) -> None:
+    model = tiny_llama(hf)
+    ids = prompt(1, 5)["input_ids"]
+    first = model.generate(ids, return_dict_in_generate=True, **GREEDY)  # 5 + 4 tokens, 8 of them cached
+    more = torch.cat([first.sequences, torch.tensor([[7, 8]])], 1)  # 11 tokens fed, 8 already in the cache
+    gp = profile_generate(model, more, past_key_values=first.past_key_values, baseline=False, **GREEDY)
+    # the first call attends over the 8 cached + 3 new tokens; each later one adds its token
+    assert [s.context_length for s in gp.steps] == [11, 12, 13, 14]
+    # KV: 2 (K, V) x 2 layers x 2 KV heads x 16 head dim x 4 B = 512 B per token, batch 1
+    assert gp.kv_cache_bytes == [512 * n for n in (11, 12, 13, 14)] and gp.kv_cache_matches_formula
+
+
+def test_an_encoder_decoder_s_kv_cache_per_token_leaves_the_cross_attention_out(hf: Any) -> None:
+    config = hf.BartConfig(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = hf.BartForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+    gp = profile_generate(model, ids, baseline=False, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    # self-attention: 2 (K, V) x 2 layers x 4 heads x 8 head dim x 4 B = 512 B per decoder token; the
+    # cross-attention's keys of the 6 encoder tokens (6 x 512 B) are fixed, not per token
+    assert gp.kv_bytes_per_token == 512
+    steps = gp.kv_cache_bytes
+    assert [b - a for a, b in itertools.pairwise(steps)] == [512] * (len(steps) - 1)
+    # the formula (self-attention alone) does not describe this cache: not checked, not "differs"
+    assert gp.kv_cache_matches_formula is None
+
+
+def test_assisted_decoding_is_said_and_runs_once(hf: Any) -> None:
+    model = tiny_llama(hf)
+    config = hf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=100, max_position_embeddings=64,
+                            attn_implementation="eager")
+    torch.manual_seed(1)
+    assistant = hf.LlamaForCausalLM(config).eval()
+    assistant.generation_config.num_assistant_tokens_schedule = "heuristic"  # adapted by each generate call
+    before = assistant.generation_config.num_assistant_tokens
+    plain = model.generate(prompt(1, 5)["input_ids"], assistant_model=assistant, **GREEDY)
+    adapted = assistant.generation_config.num_assistant_tokens
+    assistant.generation_config.num_assistant_tokens = before
+    gp = profile_generate(model, prompt(1, 5)["input_ids"], assistant_model=assistant, **GREEDY)
+    assert torch.equal(gp.output, plain)
+    assert gp.baseline is None  # a second generate would adapt the assistant twice
+    assert assistant.generation_config.num_assistant_tokens == adapted
+    assert any(n.startswith("assisted decoding: the steps are LlamaForCausalLM's forwards") for n in gp.notes)

@@ -308,10 +308,15 @@ class GenerationProfile:
     def kv_bytes_per_token(self) -> float | None:
         """KV-cache bytes per token of context per sequence, from the cache after the last step
         (a preallocating cache: per slot of its length)."""
-        last = next((s for s in reversed(self.kv_cache) if s is not None), None)
-        if last is None or not last.tokens:
+        states = [s for s in self.kv_cache if s is not None and s.tokens]
+        if not states:
             return None
-        return last.total_bytes / (last.tokens * self.batch_size)
+        first, last = states[0], states[-1]
+        if last.tokens > first.tokens and last.total_bytes > first.total_bytes:  # type: ignore[operator]
+            # what a token adds (an encoder-decoder's cross-attention cache is fixed: not per token)
+            return (last.total_bytes - first.total_bytes) / ((last.tokens - first.tokens)  # type: ignore[operator]
+                                                             * self.batch_size)
+        return last.total_bytes / (last.tokens * self.batch_size)  # type: ignore[operator]
 
     # ------------------------------------------------------------------ memory
     @property
@@ -836,7 +841,7 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
         call = functools.partial(generate, input_ids, **kwargs) if input_ids is not None else \
             functools.partial(generate, **kwargs)
         shared = [name for name in ("cache", "past_key_values", "streamer", "logits_processor", "stopping_criteria",
-                                    "prefix_allowed_tokens_fn") if kwargs.get(name) is not None]
+                                    "prefix_allowed_tokens_fn", "assistant_model") if kwargs.get(name) is not None]
         if baseline and shared:
             raise ValueError(f"baseline=True would run generate() twice on your {' and '.join(shared)}: pass "
                              "baseline=False (the times are then the profiled run's)")
@@ -845,9 +850,16 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
         run_baseline = (not shared and not hooked) if baseline is None else baseline
     device = input_device(((input_ids,), generate_kwargs), model)
     run_baseline = run_baseline and device.type != "meta"
-    return _profile(model, call, device, kv_cache=kv_cache, baseline=run_baseline,
-                    input_length=None if input_ids is None or input_ids.dim() < 2 else int(input_ids.shape[-1]),
-                    max_new_tokens=max_new_tokens if loop is not None else None)
+    profile = _profile(model, call, device, kv_cache=kv_cache, baseline=run_baseline,
+                       input_length=None if input_ids is None or input_ids.dim() < 2 else int(input_ids.shape[-1]),
+                       max_new_tokens=max_new_tokens if loop is not None else None)
+    assistant = generate_kwargs.get("assistant_model") if loop is None else None
+    if isinstance(assistant, nn.Module) and assistant is not model:
+        profile = dataclasses.replace(profile, notes=(*profile.notes, (
+            f"assisted decoding: the steps are {type(model).__name__}'s forwards; the assistant model's "
+            f"({type(assistant).__name__}) drafting calls are not in them (profile it on its own), and the "
+            "context lengths count the candidate tokens each step was fed, some of which the cache then drops")))
+    return profile
 
 
 def profile_generation_call(model: nn.Module, call: Callable[[], Any], *, kv_cache: Callable[[], Any] | None = None,
@@ -905,6 +917,10 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
     fresh = [i == 0 or (i < len(log.no_cache) and log.no_cache[i])
              or ((before := kv_states[i - 1]) is not None and before.total_bytes == 0) for i in range(len(steps))]
     contexts = context_lengths([tokens for _, tokens in inputs], masks, fresh)
+    for i, state in enumerate(kv_states):  # a cache given to the call held tokens fed before it
+        if state is not None and state.tokens and state.max_length is None and not state.recurrent_layers \
+                and contexts[i] is not None and state.tokens > contexts[i]:  # type: ignore[operator]
+            contexts[i] = state.tokens
     with gc_paused():  # (thousands of records per step)
         profiles = [_step_profile(step, index, session.timer, device, {
             "generation_step": i, "generation_phase": PREFILL if i == 0 else DECODE, "tokens_in": inputs[i][1],
@@ -918,8 +934,9 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         state = kv_states[i]
         formula = None
         held = state.max_length if state is not None and state.max_length is not None else contexts[i]
+        # (an encoder-decoder's cache also holds the cross-attention's keys, which the formula leaves out)
         if state is not None and not state.recurrent_layers and dtype is not None and batch is not None \
-                and held is not None:
+                and held is not None and not getattr(config, "is_encoder_decoder", False):
             formula = kv_cache_formula_bytes(config, held, batch, dtype)
         activation = profile.max_memory
         if device.type == "cuda" and step.peak_memory is not None and i < len(log.allocated):
