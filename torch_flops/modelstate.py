@@ -8,7 +8,7 @@ it holds (the objects, compared by identity, never by value):
 * the plain containers among them (a dict, list or set: a hook table, a user's cache list),
   which a call changes in place rather than rebinds;
 * for each parameter and buffer (each tensor once, under its first name): ``requires_grad``, its
-  layout (shape, strides, dtype, device, storage: what ``t.data = other`` rebinds) and its version
+  layout (shape, strides, dtype, device, storage and offset: what ``t.data = other`` rebinds) and its version
   counter (an in-place write), and, with ``keep_data``, an alias of its data to put back.
 
 :meth:`ModelSnapshot.changes` lists what differs now as :class:`StateChange` records (one
