@@ -397,7 +397,7 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
         # fx patches torch process-wide while it traces (Module.__call__, wrapped functions):
         # one trace at a time; and what the forward does to real buffers while tracing is undone
         with TRACE_GATE.tracing(), _buffers_kept(model):
-            snapshot = ModelSnapshot(model.named_modules(), ALL_KINDS - {StateKind.CONTAINER}, keep_data=True)
+            snapshot = ModelSnapshot(model.named_modules(), _FX_WATCHED, keep_data=True)
             with _attributes_kept(snapshot) as assigned, _fx_guarded(snapshot, model, tracer):
                 graph = tracer.trace(model, concrete_args=concrete)
     except TracingError:  # what the graph could not replay (_FxGuard)
@@ -547,6 +547,8 @@ class _FxGuard:
         self.snapshot.restore(_FX_RESTORED)
 
 
+#: the model's state the fx trace watches (all but containers changed in place: export alone refuses those)
+_FX_WATCHED = ALL_KINDS - {StateKind.CONTAINER}
 #: what the fx guard refuses of a module it sees called (of a leaf: of its whole subtree)
 _FX_PER_CALL = ENTRIES | {StateKind.TRAINING}
 #: what the fx guard refuses after the trace, and what it puts back (in-place writes stay: they ran once)
