@@ -123,3 +123,14 @@ def test_a_module_the_snapshot_does_not_hold() -> None:
     stranger.eval()
     assert snapshot.path(stranger) is None and snapshot.module_changes(stranger) == []
     assert snapshot.path(model[1]) == "1" and snapshot.path(model) == ""
+
+
+def test_a_meta_models_rebound_data_is_seen_and_put_back() -> None:
+    model = _model().to("meta")
+    weight = model[0].weight
+    storage = weight.untyped_storage()._cdata
+    snapshot = ModelSnapshot(model.named_modules(), keep_data=True)
+    weight.data = torch.empty(3, 3, device="meta")  # the same shape, dtype and device: another storage
+    assert [(c.kind, c.qualified_name) for c in snapshot.changes()] == [(StateKind.DATA, "0.weight")]
+    snapshot.restore()
+    assert weight.untyped_storage()._cdata == storage and snapshot.changes() == []

@@ -298,6 +298,10 @@ def _layout(t: torch.Tensor) -> Any:
 def _holds(t: torch.Tensor, data: torch.Tensor) -> bool:
     """Whether ``t`` still holds ``data`` (an alias of its data taken before): the same storage,
     offset, shape, strides and dtype, i.e. the same :func:`_layout`, in one C-level check."""
+    if t.is_meta:  # is_set_to has no meta kernel: the same checks, one by one
+        return (t.dtype == data.dtype and torch._C._is_alias_of(t, data)  # type: ignore[attr-defined]
+                and t.storage_offset() == data.storage_offset() and t.shape == data.shape
+                and t.stride() == data.stride())
     try:
         return t.dtype == data.dtype and t.is_set_to(data)
     except (RuntimeError, NotImplementedError, TypeError):  # a subclass without storage
