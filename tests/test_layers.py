@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("leaves", frozenset({"errors", "paths", "measure", "hardware", "comm", "_gc", "_validate", "progress", "zoo", "kvcache",
                           "_version"})),
     ("formulas", frozenset({"formulas", "optim"})),
-    ("capture", frozenset({"capture"})),
+    ("capture", frozenset({"capture", "modelstate"})),
     ("plan", frozenset({"plan"})),
     ("run", frozenset({"backward", "measuring", "state", "runloop", "interpreter", "recorder"})),
     ("records", frozenset({"records", "conventions"})),

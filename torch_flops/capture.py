@@ -14,7 +14,6 @@ the cause and what the user can do.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import inspect
 import logging
@@ -24,7 +23,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -36,19 +35,18 @@ from torch.utils import _pytree
 from torch_flops.errors import TracingError, add_note
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import storage_key
+from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
 from torch_flops.paths import module_chain
 
 __all__ = [
     "ABSENT",
     "TRACE_GATE",
-    "AttributeChange",
     "Capture",
     "CaptureOptions",
     "CapturedGraph",
     "ExportBinder",
     "FxBinder",
     "ModelIndex",
-    "ModuleAttributes",
     "NodeLocation",
     "Snapshot",
     "TraceGate",
@@ -398,9 +396,10 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
     try:
         # fx patches torch process-wide while it traces (Module.__call__, wrapped functions):
         # one trace at a time; and what the forward does to real buffers while tracing is undone
-        with TRACE_GATE.tracing(), _buffers_kept(model), _attributes_kept(model) as assigned, \
-                _fx_guarded(model, tracer):
-            graph = tracer.trace(model, concrete_args=concrete)
+        with TRACE_GATE.tracing(), _buffers_kept(model):
+            snapshot = ModelSnapshot(model.named_modules(), _FX_WATCHED, keep_data=True)
+            with _attributes_kept(snapshot) as assigned, _fx_guarded(snapshot, model, tracer):
+                graph = tracer.trace(model, concrete_args=concrete)
     except TracingError:  # what the graph could not replay (_FxGuard)
         raise
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
@@ -448,27 +447,15 @@ class _FxGuard:
     changes nor what the forward does to the model's objects (a parameter swapped for one call by
     ``torch.func.functional_call``, ``param.data = ...``, ``.eval()``/``.train()``, a submodule
     replaced). Each raises :class:`TracingError` naming it, as soon as it is seen; :meth:`restore`
-    puts the model's flags, tensors and submodules back as they were before the trace."""
+    puts the model's flags, tensors and submodules back as they were before the trace. The model's
+    state is ``snapshot`` (taken before the trace, with ``keep_data``); this guard adds the grad mode
+    and the per-call checks."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, snapshot: ModelSnapshot, model: nn.Module) -> None:
         self.name = type(model).__name__
         self.grad = torch.is_grad_enabled()
         self.inference = torch.is_inference_mode_enabled()
-        modules = list(model.named_modules())
-        self.paths = {id(m): path for path, m in modules}
-        self.flags = [(m, m.training) for _, m in modules]
-        self.training = {id(m): flag for m, flag in self.flags}
-        #: per module: its parameters, buffers and submodules (the stores and what they held)
-        self.stores = {id(m): [(store, dict(store)) for store in (m._parameters, m._buffers, m._modules)]
-                       for _, m in modules}
-        tensors = {id(t): t for _, m in modules for t in [*m._parameters.values(), *m._buffers.values()]
-                   if t is not None}
-        #: per parameter and buffer: (it, requires_grad, its data as it was, its version or None)
-        self.tensors = [(t, t.requires_grad, t.detach(), _version(t)) for t in tensors.values()]
-        self.names: dict[int, str] = {}  #: id(tensor) -> its first name ("0.weight")
-        for path, m in modules:
-            for name, t in [*m._parameters.items(), *m._buffers.items()]:
-                self.names.setdefault(id(t), f"{path}.{name}" if path else name)
+        self.snapshot = snapshot
         self.proxies: list[fx.Proxy] = []  #: the get_attr proxies of the model's tensors
 
     def refuse(self, what: str, left: str = "the model was left as it was") -> TracingError:
@@ -496,7 +483,7 @@ class _FxGuard:
     def called(self, m: nn.Module, tracer: _LeafTracer) -> None:
         """A module call while tracing: its hooks (traced through), flags and objects (a leaf's:
         the whole subtree, which the graph calls as it will be then)."""
-        path = self.paths.get(id(m))
+        path = self.snapshot.path(m)
         if path is None:  # made or installed in forward: a fresh one on each eager call, one in the graph
             raise self.refuse(f"calls a {type(m).__name__} module that was not one of its submodules when the "
                               "trace began (made or installed while it runs)")
@@ -510,19 +497,14 @@ class _FxGuard:
                     f"Keep it whole with leaf_modules=('{path}',) (its hooks then run), or profile it with the "
                     "default front end (tracer='auto'), which runs the model as it is")
         for sub in (m.modules() if leaf else (m,)):
-            where = self.paths.get(id(sub))
-            if where is None:
-                continue
-            if sub.training != self.training[id(sub)]:
-                raise self.refuse(f"switches {where or 'the root'!r}'s training flag (.eval()/.train()) while it "
-                                  "runs")
-            for store, saved in self.stores[id(sub)]:
-                if len(store) != len(saved) or any(store.get(k) is not v for k, v in saved.items()):
-                    changed = next((k for k in [*saved, *store] if store.get(k, ABSENT) is not saved.get(k, ABSENT)),
-                                   "?")
-                    full = f"{where}.{changed}" if where else changed
-                    raise self.refuse(f"swaps or replaces {full!r} while it runs (torch.func.functional_call, "
-                                      "nn.utils.stateless, or an assignment)")
+            changes = self.snapshot.module_changes(sub, _FX_PER_CALL)
+            if any(change.kind is StateKind.TRAINING for change in changes):
+                raise self.refuse(f"switches {changes[0].path or 'the root'!r}'s training flag (.eval()/.train()) "
+                                  "while it runs")
+            entry = next((change for change in changes if change.kind in ENTRIES), None)
+            if entry is not None:
+                raise self.refuse(f"swaps or replaces {entry.qualified_name!r} while it runs "
+                                  "(torch.func.functional_call, nn.utils.stateless, or an assignment)")
 
     def check_grad_mode(self) -> None:
         if torch.is_grad_enabled() != self.grad or torch.is_inference_mode_enabled() != self.inference:
@@ -539,20 +521,20 @@ class _FxGuard:
             if extra:
                 raise self.refuse(f"assigns {', '.join('.' + e for e in extra)} of {str(proxy.node.target)!r} "
                                   f"(e.g. param.data = ...)")
-        for m, flag in self.flags:
-            if m.training != flag:
-                raise self.refuse(f"switches {self.paths[id(m)] or 'the root'!r}'s training flag (.eval()/.train())")
-        for m_id, stores in self.stores.items():
-            path = self.paths[m_id]
-            if any(store != saved for store, saved in stores[2:]):
-                raise self.refuse(f"adds, removes or replaces submodules of {path or 'the root'!r}")
-        for t, requires_grad, data, version in self.tensors:
-            name = self.names.get(id(t), "?")
-            if t.requires_grad != requires_grad:
+        changes = self.snapshot.changes(_FX_REFUSED)
+        for change in changes:
+            if change.kind is StateKind.TRAINING:
+                raise self.refuse(f"switches {change.path or 'the root'!r}'s training flag (.eval()/.train())")
+        for change in changes:
+            if change.kind is StateKind.SUBMODULE:
+                raise self.refuse(f"adds, removes or replaces submodules of {change.path or 'the root'!r}")
+        for change in changes:
+            name = change.qualified_name
+            if change.kind is StateKind.REQUIRES_GRAD:
                 raise self.refuse(f"sets requires_grad of {name!r}")
-            if not _same_data(t, data):
+            if change.kind is StateKind.DATA:
                 raise self.refuse(f"rebinds the data of {name!r} (param.data = ...)")
-            if version is not None and _version(t) != version:
+            if change.kind is StateKind.VERSION:
                 # (the write ran once, on the real tensor, while fx traced: as one eager call writes it)
                 raise self.refuse(f"writes into {name!r} outside the traced values (e.g. through "
                                   "self.parameters() or self.buffers()), which the graph would not do",
@@ -561,43 +543,24 @@ class _FxGuard:
 
     def restore(self) -> None:
         torch._C._set_grad_enabled(self.grad)
-        for m, flag in self.flags:
-            if m.training != flag:
-                m.training = flag
-        for stores in self.stores.values():
-            store, saved = stores[2]
-            if store != saved:
-                store.clear()
-                store.update(saved)
-        for t, requires_grad, data, _ in self.tensors:
-            if not _same_data(t, data):
-                with torch.no_grad():
-                    t.data = data
-            if t.requires_grad != requires_grad and t.is_leaf:
-                t.requires_grad_(requires_grad)
+        # (the parameter and buffer entries, and attributes now Proxies: _attributes_kept)
+        self.snapshot.restore(_FX_RESTORED)
 
 
-def _version(t: torch.Tensor) -> int | None:
-    try:
-        return int(t._version)
-    except RuntimeError:  # an inference tensor has no version counter
-        return None
-
-
-def _same_data(t: torch.Tensor, data: torch.Tensor) -> bool:
-    """Whether ``t`` still holds ``data`` (its detached alias from before): ``t.data = ...`` rebinds it."""
-    if t.shape != data.shape or t.dtype != data.dtype or t.device != data.device:
-        return False
-    try:
-        return t.data_ptr() == data.data_ptr() and t.stride() == data.stride()
-    except (RuntimeError, NotImplementedError):  # no storage of its own (sparse, a wrapper subclass)
-        return True
+#: the model's state the fx trace watches (all but containers changed in place: export alone refuses those)
+_FX_WATCHED = ALL_KINDS - {StateKind.CONTAINER}
+#: what the fx guard refuses of a module it sees called (of a leaf: of its whole subtree)
+_FX_PER_CALL = ENTRIES | {StateKind.TRAINING}
+#: what the fx guard refuses after the trace, and what it puts back (in-place writes stay: they ran once)
+_FX_REFUSED = frozenset({StateKind.TRAINING, StateKind.SUBMODULE, StateKind.REQUIRES_GRAD, StateKind.DATA,
+                         StateKind.VERSION})
+_FX_RESTORED = frozenset({StateKind.TRAINING, StateKind.SUBMODULE, StateKind.REQUIRES_GRAD, StateKind.DATA})
 
 
 @contextlib.contextmanager
-def _fx_guarded(model: nn.Module, tracer: _LeafTracer) -> Iterator[None]:
+def _fx_guarded(snapshot: ModelSnapshot, model: nn.Module, tracer: _LeafTracer) -> Iterator[None]:
     """While ``tracer`` traces ``model``: refuses what its graph cannot replay (see :class:`_FxGuard`)."""
-    guard = _FxGuard(model)
+    guard = _FxGuard(snapshot, model)
     guard.check_before(model)
     tracer.guard = guard
     try:
@@ -635,65 +598,18 @@ def _constants_written(graph: fx.Graph) -> str:
     return ""
 
 
-class AttributeChange(NamedTuple):
-    """One attribute of a module that a call rebound: ``kind`` "parameter", "buffer" or
-    "attribute" (a plain one, in ``__dict__``), its value before and now (``ABSENT``: none)."""
-
-    path: str
-    module: nn.Module
-    kind: str
-    name: str
-    before: Any
-    now: Any
-
-    def restore(self) -> None:
-        store = _stores(self.module)[self.kind]
-        if self.before is ABSENT:
-            del store[self.name]
-        else:
-            store[self.name] = self.before
-
-
-class ModuleAttributes:
-    """What the modules hold, as found now: each one's parameters, buffers and plain attributes
-    (the objects, not their values). :meth:`changes` lists what a call (a trace, an extra run)
-    rebound since, e.g. ``self.calls += 1`` or a buffer replaced by ``self.h = torch.cat(...)``;
-    each change can put its attribute back."""
-
-    def __init__(self, modules: Iterable[tuple[str, nn.Module]]) -> None:
-        self._saved = [(path, m, {kind: dict(store) for kind, store in _stores(m).items()}) for path, m in modules]
-
-    def changes(self) -> list[AttributeChange]:
-        found = []
-        for path, module, saved in self._saved:
-            for kind, store in _stores(module).items():
-                before = saved[kind]
-                for name in [*before, *(k for k in store if k not in before)]:
-                    now = store.get(name, ABSENT)
-                    if now is not before.get(name, ABSENT):
-                        found.append(AttributeChange(path, module, kind, name, before.get(name, ABSENT), now))
-        return found
-
-
-ABSENT: Any = object()  #: an attribute a module did not have (see AttributeChange)
-
-
-def _stores(module: nn.Module) -> dict[str, dict[str, Any]]:
-    return {"parameter": module._parameters, "buffer": module._buffers, "attribute": module.__dict__}
-
-
 @contextlib.contextmanager
-def _attributes_kept(model: nn.Module) -> Iterator[list[tuple[str, str]]]:
+def _attributes_kept(snapshot: ModelSnapshot) -> Iterator[list[tuple[str, str]]]:
     """While fx traces, ``self.count += 1`` on a buffer (or ``self.cache = x``) assigns a Proxy to the
     real module: each parameter or buffer rebound meanwhile, and each attribute now a Proxy, gets
-    its value back, and the list yielded names them (path, attribute) after the trace."""
-    attributes = ModuleAttributes(model.named_modules())
+    its value back (``snapshot``: the model before the trace), and the list yielded names them
+    (path, attribute) after the trace."""
     assigned: list[tuple[str, str]] = []
     try:
         yield assigned
     finally:
-        for change in attributes.changes():
-            if change.kind != "attribute" or isinstance(change.now, fx.Proxy):
+        for change in snapshot.changes((StateKind.PARAMETER, StateKind.BUFFER, StateKind.ATTRIBUTE)):
+            if change.kind is not StateKind.ATTRIBUTE or isinstance(change.now, fx.Proxy):
                 assigned.append((change.path, change.name))
                 change.restore()
 
@@ -912,11 +828,11 @@ class _ExportWrapper(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         model = getattr(self, _EXPORT_ROOT)
-        state = _ModelState(model)  # (the traced tensors stand in for the parameters and buffers now)
+        state = _export_state(model)  # (the traced tensors stand in for the parameters and buffers now)
         out = model(*args, **kwargs)
         # what the forward changed in the model (torch.export puts some of it back after tracing,
         # and leaves the rest as traced tensors: seen here, where it happened)
-        self._record_assigned.extend(state.changes())
+        self._record_assigned.extend(_export_changes(state))
         leaves, spec = _pytree.tree_flatten_with_path(out)
         kept = []
         for path, leaf in leaves:
@@ -936,7 +852,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     The graph is traced under the caller's grad mode, as the eager call would run: a ``torch.no_grad()``
     (or ``enable_grad()``) region of the forward, which torch.export wraps in a higher-order op, is put
     back in line between two grad-mode switches (see :func:`_inline_grad_regions`). The model is
-    left exactly as it was (its structure, flags and tensors: see :class:`_ModelState`), and a
+    left exactly as it was (its structure, flags and tensors: see :class:`ModelSnapshot`), and a
     forward that changes it (registers, replaces or deletes a parameter, buffer or submodule, assigns
     a tensor or counter attribute, flips ``requires_grad``, assigns ``.data``, switches train/eval)
     is refused with a :class:`TracingError` naming what it changed: the graph would not replay that.
@@ -950,7 +866,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     assigned: list[tuple[str, str]] = []  # (name, what) the forward changed in the model while traced
     wrapper = _ExportWrapper(model, dropped, assigned)
     grad_mode = torch.is_grad_enabled()
-    saved = _ModelState(model, keep_data=True)
+    saved = _export_state(model, keep_data=True)
     try:
         with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped():
             program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
@@ -996,90 +912,49 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
                    snapshot=Snapshot(index))
 
 
-class _ModelState:
-    """The model's structure as found now, for the export front end: every module's parameter,
-    buffer and submodule entries and plain attributes (the objects), and every parameter's and
-    buffer's ``requires_grad`` flag and layout (what ``.data = ...`` changes). :meth:`changes` says
-    what a forward changed since (taken inside the trace, where the traced tensors stand in for the
-    model's); :meth:`restore` puts everything back (taken before the trace, with ``keep_data``)."""
+def _export_state(model: nn.Module, keep_data: bool = False) -> ModelSnapshot:
+    """The model's state as the export front end watches it: every kind (:class:`ModelSnapshot`),
+    of every module but a TorchScript one (its entries are views of its C++ module: not ours to put
+    back). Taken inside the trace (the traced tensors stand in for the model's) to say what the
+    forward changed (:func:`_export_changes`); taken before it, with ``keep_data``, to put back
+    everything the trace left."""
+    return ModelSnapshot(((path, m) for path, m in model.named_modules() if not isinstance(m, torch.jit.ScriptModule)),
+                         keep_data=keep_data)
 
-    def __init__(self, model: nn.Module, keep_data: bool = False) -> None:
-        # (a TorchScript submodule's entries are views of its C++ module: not ours to put back)
-        self._modules = [(path, m, {kind: dict(store) for kind, store in _structure(m).items()})
-                         for path, m in model.named_modules() if not isinstance(m, torch.jit.ScriptModule)]
-        self._tensors: list[tuple[str, torch.Tensor, bool, Any, torch.Tensor | None]] = []
-        seen: set[int] = set()
-        for path, m, stores in self._modules:
-            for kind in ("parameter", "buffer"):
-                for name, t in stores[kind].items():
-                    if isinstance(t, torch.Tensor) and id(t) not in seen:
-                        seen.add(id(t))
-                        self._tensors.append((f"{path + '.' if path else ''}{name}", t, t.requires_grad, _layout(t),
-                                              t.data if keep_data else None))
-        #: plain containers the modules hold (ParameterDict's key list, hook dicts, a user's cache
-        #: list), changed in place rather than rebound: (name, the container, its items)
-        self._containers = [(f"{path + '.' if path else ''}{name}", value, _items(value))
-                            for path, m, _ in self._modules for name, value in vars(m).items()
-                            if type(value) in _CONTAINERS and name not in ("_parameters", "_buffers", "_modules")]
 
-    def changes(self) -> list[tuple[str, str]]:
-        """(name, what the forward did) for each change, in the model's order."""
-        found: list[tuple[str, str]] = []
-        for path, module, saved in self._modules:
-            prefix = f"{path}." if path else ""
-            for kind, store in _structure(module).items():
-                before = saved[kind]
-                for name in [*before, *(k for k in store if k not in before)]:
-                    old, now = before.get(name, ABSENT), store.get(name, ABSENT)
-                    if old is now or (kind == "submodule" and _same_module(old, now)):
-                        continue
-                    if kind == "attribute":
-                        if name == "training":
-                            found.append((f"{prefix}training", f"switched to {'train' if now else 'eval'} mode"))
-                        elif _is_state(old) or _is_state(now):
-                            found.append((prefix + name, "a tensor attribute rebound" if isinstance(now, torch.Tensor)
-                                          else "an attribute assigned"))
-                    elif old is ABSENT:
-                        found.append((prefix + name, f"a {kind} registered"))
-                    elif now is ABSENT:
-                        found.append((prefix + name, f"a {kind} deleted"))
-                    else:
-                        found.append((prefix + name, f"a {kind} replaced"))
-        for name, container, items in self._containers:
-            added = _items(container)
-            if not _identical(added, items):
-                kept = set(map(id, items)) & set(map(id, added))
-                if any(_is_state(v) for v in [*items, *added] if id(v) not in kept):
-                    found.append((name, "its items changed"))
-        for name, t, requires_grad, layout, _ in self._tensors:
-            if t.requires_grad != requires_grad:
-                found.append((name, f"requires_grad set to {t.requires_grad}"))
-            if _layout(t) != layout:
-                found.append((name, "its .data assigned"))
-        return found
+def _export_changes(snapshot: ModelSnapshot) -> list[tuple[str, str]]:
+    """(name, what the forward did) for each change a torch.export graph would not replay, in the
+    model's order."""
+    found: list[tuple[str, str]] = []
+    for change in snapshot.changes():
+        what = _export_refuses(change)
+        if what:
+            found.append((change.qualified_name, what))
+    return found
 
-    def restore(self) -> None:
-        """Every entry, attribute, flag and ``.data`` as they were."""
-        for _, module, saved in self._modules:
-            for kind, store in _structure(module).items():
-                before = saved[kind]
-                if list(store) != list(before) or any(store[k] is not v for k, v in before.items()):
-                    store.clear()
-                    store.update(before)
-        for _, container, items in self._containers:
-            if not _identical(_items(container), items):
-                container.clear()
-                if isinstance(container, dict):
-                    container.update(zip(items[::2], items[1::2]))
-                elif isinstance(container, list):
-                    container.extend(items)
-                else:
-                    container.update(items)
-        for _, t, requires_grad, layout, data in self._tensors:
-            if data is not None and _layout(t) != layout:
-                t.data = data
-            if t.requires_grad != requires_grad and t.is_leaf:
-                t.requires_grad_(requires_grad)
+
+def _export_refuses(change: StateChange) -> str:
+    """What ``change`` did, or "" when the graph replays it (an in-place write of a tensor), or it is
+    no change of state (a proxy standing in for a module, a container's items that are no state)."""
+    kind, old, now = change.kind, change.before, change.now
+    if kind is StateKind.TRAINING:
+        return f"switched to {'train' if now else 'eval'} mode"
+    if kind is StateKind.ATTRIBUTE:
+        if not (_is_state(old) or _is_state(now)):
+            return ""
+        return "a tensor attribute rebound" if isinstance(now, torch.Tensor) else "an attribute assigned"
+    if kind in ENTRIES:
+        if kind is StateKind.SUBMODULE and _same_module(old, now):
+            return ""
+        return f"a {kind.value} {'registered' if old is ABSENT else 'deleted' if now is ABSENT else 'replaced'}"
+    if kind is StateKind.CONTAINER:
+        kept = set(map(id, old)) & set(map(id, now))
+        return "its items changed" if any(_is_state(v) for v in [*old, *now] if id(v) not in kept) else ""
+    if kind is StateKind.REQUIRES_GRAD:
+        return f"requires_grad set to {now}"
+    if kind is StateKind.DATA:
+        return "its .data assigned"
+    return ""  # an in-place write: the graph holds it
 
 
 def _same_module(a: Any, b: Any) -> bool:
@@ -1088,41 +963,10 @@ def _same_module(a: Any, b: Any) -> bool:
     return isinstance(a, nn.Module) and isinstance(b, nn.Module) and vars(a) is vars(b)
 
 
-def _structure(module: nn.Module) -> dict[str, dict[str, Any]]:
-    return {"parameter": module._parameters, "buffer": module._buffers, "submodule": module._modules,
-            "attribute": module.__dict__}
-
-
-_CONTAINERS = (dict, list, set, collections.OrderedDict)
-
-
-def _items(container: Any) -> list[Any]:
-    """A container's contents as compared by :class:`_ModelState`: a dict's keys and values in
-    turn, a list's items, a set's items (ordered by identity)."""
-    if isinstance(container, dict):
-        return [x for pair in container.items() for x in pair]
-    return sorted(container, key=id) if isinstance(container, set) else list(container)
-
-
-def _identical(a: list[Any], b: list[Any]) -> bool:
-    """The same objects in the same order (never compared by value: tensors among them)."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
-
-
 def _is_state(value: Any) -> bool:
     """A plain attribute whose change a graph would not replay: a tensor, a module or a number (a
     counter, a flag), e.g. ``self.weight = w / sigma`` in a hook, ``self.calls += 1``."""
     return isinstance(value, (torch.Tensor, nn.Module, int, float))
-
-
-def _layout(t: torch.Tensor) -> Any:
-    """What ``t.data = other`` changes: shape, strides, dtype, device and storage."""
-    try:
-        storage = t.untyped_storage()._cdata if t.layout == torch.strided else None
-        strides = tuple(t.stride()) if t.layout == torch.strided else None
-    except (RuntimeError, NotImplementedError, TypeError):  # a subclass without storage
-        storage = strides = None
-    return tuple(t.shape), strides, t.dtype, t.device, storage
 
 
 def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
-from torch_flops.capture import ModuleAttributes
+from torch_flops.modelstate import ModelSnapshot, StateKind
 
 __all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "training_flags_restored"]
 
@@ -77,6 +77,11 @@ class LeafGrads:
                 leaf.grad = grad
 
 
+#: what an extra run's :meth:`ExtraRuns.undo` puts back by object: buffers and plain attributes rebound
+#: (``self.calls += 1``, ``self.h = torch.cat(...)``) and training flags switched
+_UNDONE = (StateKind.BUFFER, StateKind.ATTRIBUTE, StateKind.TRAINING)
+
+
 class ExtraRuns:
     """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
 
@@ -86,8 +91,8 @@ class ExtraRuns:
         ``graphs``: graph modules that run it and may hold tensors of their own (an export graph
         holds copies); ``modules``: the model's modules, whose attributes an extra run may rebind
         (``self.calls += 1``, a buffer replaced by ``self.h = torch.cat(...)``): put back too."""
-        self._attributes = ModuleAttributes(("", m) for m in dict.fromkeys(
-            [*modules, *(m for graph in graphs for m in graph.modules())]))
+        self._state = ModelSnapshot((("", m) for m in [*modules, *(m for graph in graphs for m in graph.modules())]),
+                                    _UNDONE)
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
         params: dict[int, tuple[str, torch.Tensor]] = {}
         for name, t, is_param in tensors:
@@ -112,9 +117,8 @@ class ExtraRuns:
     def undo(self) -> None:
         """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
         changed a parameter."""
-        for change in self._attributes.changes():  # the objects first (a rebound parameter: below), then values
-            if change.kind != "parameter":
-                change.restore()
+        for change in self._state.changes():  # the objects first (a rebound parameter: below), then values
+            change.restore()
         with torch.no_grad():
             for _, buffer, saved in self._buffers:
                 buffer.copy_(saved)
