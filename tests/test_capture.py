@@ -40,11 +40,15 @@ def test_leaf_modules_make_the_model_traceable(models: Any, leaf: str) -> None:
 
 
 def test_leaf_path_only_affects_that_module(models: Any) -> None:
+    class Double(nn.Module):  # (a CountingLeaf traced through would be refused: fx runs its count once)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
     class Two(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.a = models.CountingLeaf()
-            self.b = models.CountingLeaf()
+            self.b = Double()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.b(self.a(x))

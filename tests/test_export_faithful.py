@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.nn.utils import prune
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import TorchFLOPsByFX, TracingError
+from torch_flops import TorchFLOPsByFX, TracerFallbackWarning, TracingError
 
 
 def _state(model: nn.Module) -> list[Any]:
@@ -393,3 +393,28 @@ def test_a_module_registered_under_two_names_is_profiled_not_refused() -> None:
     model = Shared()
     _profiled_equals_eager(model, torch.randn(2, 4))
     assert model.alias is model.l and list(model._modules) == ["l", "alias"]
+
+
+def test_the_meta_fallback_counts_a_forward_that_changes_state_with_a_warning() -> None:
+    # like transformers' BigBird, which swaps its attention submodule for a short input; .item()
+    # makes the model unable to run on meta, so tracer='auto' counts the graph torch.export traces
+    class Switches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[1] < 8:
+                self.attn = nn.Linear(4, 4, device=x.device)  # replaced while it runs
+            # a value read in Python (none on meta), left out when exported, as transformers do
+            scale = 1.0 if torch.compiler.is_exporting() else x.abs().max().item()
+            return self.attn(x) * scale
+
+    model = Switches().to("meta")
+    counter = TorchFLOPsByFX(model)
+    with pytest.warns(TracerFallbackWarning, match=r"changes module state \(attn: a submodule replaced\)"):
+        counter.propagate(torch.empty(2, 4, 4, device="meta"))
+    # Linear(4, 4) on 8 rows: 8 x 4 x 4 = 128 MACs
+    assert counter.total_macs == 128
+    with pytest.raises(TracingError, match="a submodule replaced"):  # asked for export itself: refused
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.empty(2, 4, 4, device="meta"))

@@ -396,3 +396,67 @@ def test_a_write_into_a_parameter_at_trace_time_is_refused_and_said() -> None:
         TorchFLOPsByFX(model, tracer="fx")
     twin(torch.randn(1, 2))  # the write, as one eager call makes it
     assert torch.equal(model.teacher.weight, twin.teacher.weight)
+
+
+# ----------------------------------------------------------------------------- round 11
+class _Counter(nn.Module):
+    def __init__(self, add_module: bool = False) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+        self.calls = 0
+        self.add = add_module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1  # a plain number: fx runs this once, at trace time
+        if self.add:
+            self.extra = nn.Linear(4, 4)
+        return self.l(x)
+
+
+@pytest.mark.parametrize(("add_module", "match"), [
+    (False, r"assigns module attributes \(calls"),
+    (True, r"adds, removes or replaces submodules"),
+])
+def test_a_plain_counter_is_refused_and_put_back(add_module: bool, match: str) -> None:
+    model = _Counter(add_module)
+    with pytest.raises(TracingError, match=match):
+        TorchFLOPsByFX(model, tracer="fx")
+    assert model.calls == 0 and not hasattr(model, "extra")  # as before the trace, whichever refusal
+
+
+@pytest.mark.parametrize("error", [ValueError("bad value"), RuntimeError("mine"), IndexError("ix"),
+                                   torch.OutOfMemoryError("oom")])
+def test_the_forward_s_own_builtin_errors_come_out_as_themselves(error: Exception) -> None:
+    class Raises(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.l(x)
+            raise error
+
+    for tracer in ("fx", "export"):
+        with pytest.raises(type(error), match=str(error)) as info:
+            TorchFLOPsByFX(Raises(), tracer=tracer).propagate(torch.randn(3, 4))
+        assert not isinstance(info.value, TracingError)
+
+
+def test_a_proxy_given_to_an_op_is_a_tracing_limit() -> None:
+    class Sized(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(x.shape[0]):  # a Proxy where range wants an int: a TypeError in this frame
+                x = x + 1
+            return x
+
+    with pytest.raises(TracingError, match="could not trace Sized"):
+        TorchFLOPsByFX(Sized(), tracer="fx")
+
+
+def test_a_call_that_cannot_bind_raises_eager_s_type_error_under_the_graph_front_ends() -> None:
+    for tracer in ("fx", "export"):
+        counter = TorchFLOPsByFX(nn.Sequential(nn.Linear(4, 4)), tracer=tracer)
+        with pytest.raises(TypeError, match="missing input 'input'"):
+            counter.propagate()
+        with pytest.raises(TypeError, match=r"unexpected keyword input\(s\) \['y'\]"):
+            counter.propagate(torch.randn(2, 4), y=1)

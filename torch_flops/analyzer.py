@@ -258,7 +258,7 @@ class TorchFLOPsByFX:
                                 "or run it on CPU with small shapes (its counts depend on shapes only).")
                 raise
             error = e
-        graph = GraphFront(self.model, self._settings, "export", fx_error=self._fx_error)
+        graph = GraphFront(self.model, self._settings, "export", fx_error=self._fx_error, counts_only=True)
         try:
             result = graph.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         except Exception as export_error:

@@ -258,14 +258,17 @@ class _EagerRunner:
 class GraphFront:
     """The fx and export front ends (see the module docstring): ``tracer`` is ``"fx"`` (a graph
     captured now, for any inputs) or ``"export"`` (captured on the first call, for its inputs).
-    ``fx_error``: why fx failed, when export is the fallback."""
+    ``fx_error``: why fx failed, when export is the fallback; ``counts_only``: see the attribute."""
 
     def __init__(self, model: nn.Module, settings: CallSettings, tracer: str, fx_error: TracingError | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, counts_only: bool = False) -> None:
         self.model = model
         self.settings = settings
         self.tracer = tracer
         self.fx_error = fx_error
+        #: the meta fallback of tracer='auto' (the model cannot run): changes of module state the
+        #: export graph does not replay are warned about, not refused (capture_export)
+        self.counts_only = counts_only
         self._capture: Capture | None = None
         self._runners: dict[CapturedGraph, tuple[GraphRunner, frozenset[int]]] = {}
         #: fx graphs traced again with optional arguments a call leaves out fixed to None (by their names)
@@ -280,6 +283,7 @@ class GraphFront:
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss_fn: Callable[[Any], Any] | None,
              backward: bool, progress: Progress) -> Result:
         s = self.settings
+        check_call(self.model, args, kwargs)  # (the TypeError eager raises, not a trace's failure)
         capture = self._capture_for(args, kwargs, progress)
         graph = capture.graphs[0]
         binder = graph.binder
@@ -339,7 +343,7 @@ class GraphFront:
         if capture is not None and capture.accepts(args, kwargs):
             return capture
         progress.step("capturing (torch.export)")
-        capture = capture_export(self.model, args, kwargs, fx_error=self.fx_error)
+        capture = capture_export(self.model, args, kwargs, fx_error=self.fx_error, counts_only=self.counts_only)
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "

@@ -21,6 +21,7 @@ import operator
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
 
-from torch_flops.errors import TracingError, add_note
+from torch_flops.errors import TracerFallbackWarning, TracingError, add_note
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import storage_key
 from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
@@ -404,7 +405,7 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
         raise
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
-        if _models_own(e) and not _raised_by_fx(e):
+        if (_models_own(e) or _raised_in_forward(e, traced=True)) and not _raised_by_fx(e):
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
                         f"{f' (inside {where})' if where else ''}")
             raise
@@ -601,15 +602,18 @@ def _constants_written(graph: fx.Graph) -> str:
 @contextlib.contextmanager
 def _attributes_kept(snapshot: ModelSnapshot) -> Iterator[list[tuple[str, str]]]:
     """While fx traces, ``self.count += 1`` on a buffer (or ``self.cache = x``) assigns a Proxy to the
-    real module: each parameter or buffer rebound meanwhile, and each attribute now a Proxy, gets
-    its value back (``snapshot``: the model before the trace), and the list yielded names them
-    (path, attribute) after the trace."""
+    real module, and ``self.calls += 1`` on a plain number runs once, at trace time: each parameter
+    or buffer rebound meanwhile, and each attribute now a Proxy or holding state another value (a
+    tensor, a module, a number: :func:`_is_state`), gets its value back (``snapshot``: the model
+    before the trace), even when the trace fails, and the list yielded names them (path,
+    attribute) after the trace."""
     assigned: list[tuple[str, str]] = []
     try:
         yield assigned
     finally:
         for change in snapshot.changes((StateKind.PARAMETER, StateKind.BUFFER, StateKind.ATTRIBUTE)):
-            if change.kind is not StateKind.ATTRIBUTE or isinstance(change.now, fx.Proxy):
+            if change.kind is not StateKind.ATTRIBUTE or isinstance(change.now, fx.Proxy) \
+                    or _is_state(change.before) or _is_state(change.now):
                 assigned.append((change.path, change.name))
                 change.restore()
 
@@ -765,12 +769,18 @@ def _models_own(e: BaseException) -> bool:
     return isinstance(e, Exception)
 
 
-def _raised_in_forward(e: BaseException) -> bool:
+def _raised_in_forward(e: BaseException, traced: bool = False) -> bool:
     """For torch.export, which runs the forward on the real inputs' shapes: whether ``e`` is the
     forward's own error (what the same eager call raises): an exception class that is not torch's,
     raised where the forward's own Python code was running (its innermost frame is neither torch's
-    nor this package's; an op's error, such as mismatched shapes, is raised from the forward's frame)."""
-    if not isinstance(e, Exception) or type(e).__module__.startswith("torch"):
+    nor this package's; an op's error, such as mismatched shapes, is raised from the forward's frame).
+    ``traced`` (torch.fx, whose values are Proxies): not an error about a Proxy either (an op given
+    one, ``zeros(x.shape[0])``, fails in the forward's frame too: a limit of tracing). An
+    out-of-memory error is one the forward raised itself (traced values take no memory)."""
+    if not isinstance(e, Exception) or (type(e).__module__.startswith("torch")
+                                        and not isinstance(e, torch.OutOfMemoryError)):
+        return False
+    if traced and "Proxy" in str(e):
         return False
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -845,7 +855,7 @@ class _ExportWrapper(nn.Module):
 
 
 def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                   fx_error: TracingError | None = None) -> Capture:
+                   fx_error: TracingError | None = None, counts_only: bool = False) -> Capture:
     """``torch.export.export(model, args, kwargs, strict=False)`` as one runnable graph,
     specialised to these inputs' shapes and to the grad mode it is captured under.
 
@@ -857,6 +867,9 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     a tensor or counter attribute, flips ``requires_grad``, assigns ``.data``, switches train/eval)
     is refused with a :class:`TracingError` naming what it changed: the graph would not replay that.
     When ``fx_error`` is given (``tracer='auto'`` after symbolic tracing failed), a failure names both causes.
+    ``counts_only`` (the meta fallback of ``tracer='auto'``, where the model cannot run at all and the
+    graph is wanted for its counts): such changes are named in a warning instead, the model still left
+    as it was.
     """
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
@@ -896,6 +909,12 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
         names = ", ".join(dict.fromkeys(name for name, _ in changes[:5]))
         more = " and more" if len(changes) > 5 else ""
         what = "; ".join(f"{name}: {kind}" for name, kind in changes[:5])
+        if counts_only:
+            warnings.warn(f"torch_flops: {type(model).__name__}'s forward changes module state ({what}{more}), which "
+                          "the graph torch.export traced does not replay: its counts are those of the traced "
+                          "forward, and the model was left as it was.", TracerFallbackWarning, stacklevel=6)
+            assigned.clear()
+    if assigned:
         raise TracingError(
             f"{type(model).__name__}'s forward assigns module state ({names}{more}) while it runs ({what}{more}): "
             "a torch.export graph replays the forward's tensor operations, not changes to the model's parameters, "
