@@ -349,3 +349,20 @@ def test_the_seed_gradient_of_loss_backward_is_no_node_of_the_loss() -> None:
     step = prof.profiles[0]
     # the loss is mse_loss alone; backward()'s ones_like seed belongs to the backward (as in propagate)
     assert [r.target for r in step.records if r.phase == "loss"] == ["F.mse_loss"]
+
+
+def test_a_step_measures_what_the_forward_saved_as_propagate_does() -> None:
+    torch.manual_seed(0)
+    model = _mlp()
+    x, y = _batches(1)[0]
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(x, loss_fn=lambda out: F.mse_loss(out, y))
+    model.zero_grad()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with TrainingProfiler(model, optimizer) as prof:
+        _loop(model, optimizer, [(x, y)])
+    step = prof.profiles[0]
+    reference = counter.profile
+    # the same forward saves the same tensors for its backward; so the same peak of live memory
+    assert step.total_saved_bytes == reference.total_saved_bytes > 0
+    assert step.max_memory == reference.max_memory

@@ -674,9 +674,13 @@ class Recording:
                  resume: Callable[[Any], None] | None = None) -> Any:
         """Run one torch function or Tensor method: as one node when it has a formula of its own,
         else through (its aten ops are recorded)."""
-        if func is _TENSOR_BACKWARD and self._counter is not None and not self._seeding:
+        if func is _TENSOR_BACKWARD and self._counter is not None and not self._seeding \
+                and isinstance(args[0], torch.Tensor) and self.counting_backward():
             # the user's loss.backward() (a training step): its seed gradient (ones_like) is the
-            # backward's, not a node of the loss, as in a backward this recording runs itself
+            # backward's, not a node of the loss, as in a backward this recording runs itself, and
+            # what the forward saved is measured first, as there (run_backward)
+            with self.paused():
+                self._saved(args[0].grad_fn)
             self._seeding = True
             try:
                 return func(*args, **kwargs) if inner is None else inner()
