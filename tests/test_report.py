@@ -548,3 +548,17 @@ def test_line_breaks_in_module_names_keep_csv_and_markdown_rows_whole() -> None:
     assert "| cr<br>x " in table[3] and "| new<br>line " in table[4] and "| pi\\|pe " in table[5]
     diff = torch_flops.diff(torch_flops.profile(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2)), profile)
     assert "- renamed: 0 -> cr<br>x" in diff.markdown().splitlines()
+
+
+def test_symbolic_sizes_in_a_shape_are_shown_as_text(tmp_path: Any) -> None:
+    # profile_compiled with dynamic shapes keeps a kernel's symbolic sizes as text ('s33', 's69 - 2')
+    from dataclasses import replace
+
+    profile = torch_flops.profile(nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2))
+    records = list(profile.records)
+    i = next(k for k, r in enumerate(records) if r.target == "Linear")
+    records[i] = records[i]._replace(output_shape=(("s33", 8, "s69 - 2"), ("2", 4)))
+    symbolic = replace(profile, records=tuple(records))
+    assert report._shape_text(report._plain_shape(records[i].output_shape)) == "[(s33, 8, s69 - 2), (2, 4)]"
+    assert "(s33, 8, s69 - 2)" in report.csv_text(symbolic) and "s69 - 2" in report.table_text(symbolic)
+    symbolic.to_html(tmp_path / "p.html")

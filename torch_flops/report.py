@@ -306,9 +306,13 @@ def _plain_shape(shape: Any) -> Any:
 
 
 def _shape_text(shape: Any) -> str:
+    """``(2, 4)``; several outputs ``[(2, 4), (4)]``; a symbolic size (a compiled graph's with
+    dynamic shapes, kept as its text: ``s33``) as it is."""
     if shape is None:
         return "-"
-    if all(isinstance(s, int) for s in shape):
+    if isinstance(shape, str):
+        return shape
+    if all(isinstance(s, (int, str)) for s in shape):
         return "(" + ", ".join(str(s) for s in shape) + ")"
     return "[" + ", ".join(_shape_text(s) for s in shape) + "]"
 
