@@ -203,3 +203,38 @@ def test_ops_left_uncounted_are_named() -> None:
     assert "ran other ops outside the graphs than the profiled calls" in message and "aten.linear" in message
     assert all(r.flops is None for r in _eager(result)) and result.profile.total_flops == 0
     assert "not counted" in compiled_text(result.profile.settings)
+
+
+def test_a_compiled_submodule_of_an_eager_model_is_recorded_eagerly() -> None:
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x)))
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pre = nn.Linear(8, 8)
+            self.sub = torch.compile(MLP())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.compile(torch.tanh)(self.sub(self.pre(x)))  # and a compiled function
+
+    torch.manual_seed(0)
+    model = Outer()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+        profile = torch_flops.profile(model, x)
+    # Linears on 2 rows: 2 x (8x8 + 8x16 + 16x4) MACs x 2 = 1024, + bias adds 2 x (8 + 16 + 4) = 56,
+    # + relu 2 x 16 = 32, + tanh 2 x 4 = 8 (Dynamo traced the profiler's hooks into its graph and failed)
+    assert profile.total_flops == 1024 + 56 + 32 + 8
+    assert {"pre", "sub._orig_mod.a", "sub._orig_mod.b"} <= {r.module_path for r in profile.records}
+    from torch._dynamo import eval_frame
+
+    assert eval_frame._stance.stance == "default"  # the stance is put back
+    with torch.no_grad():
+        assert torch.allclose(model(x), expected)  # still runs compiled afterwards
