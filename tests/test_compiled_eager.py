@@ -205,6 +205,46 @@ def test_ops_left_uncounted_are_named() -> None:
     assert "not counted" in compiled_text(result.profile.settings)
 
 
+class _MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+class _Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        self.sub = torch.compile(_MLP())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sub(self.pre(x))
+
+
+def test_a_compiled_submodule_in_a_training_step_and_a_generation_loop() -> None:
+    # forward: 2 x (8x8 + 8x16 + 16x4) MACs x 2 = 1024, bias adds 2 x 28 = 56, relu 32 -> 1112
+    torch.manual_seed(0)
+    model = _Outer()
+    x = torch.randn(2, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_flops.TrainingProfiler(model, optimizer) as prof:
+        torch.nn.functional.mse_loss(model(x), torch.zeros(2, 4)).backward()
+        optimizer.step()
+    forward = [r for r in prof.profiles[0].records if r.phase == "forward"]
+    assert sum(r.flops or 0 for r in forward) == 1112
+
+    def loop() -> None:
+        with torch.no_grad():
+            for _ in range(2):
+                model(x)
+
+    gp = torch_flops.profile_generate(model, loop=loop)
+    assert [p.total_flops for p in gp.profiles] == [1112, 1112]
+
+
 def test_a_compiled_submodule_of_an_eager_model_is_recorded_eagerly() -> None:
     class MLP(nn.Module):
         def __init__(self) -> None:

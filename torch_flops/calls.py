@@ -19,12 +19,10 @@ asked for) and the :class:`~torch_flops.measuring.Measurements`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import statistics
-import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -99,23 +97,6 @@ class CallSettings:
     timer_for: Callable[..., Timer]  #: (device, queued=False) -> Timer: Options.timer_for
 
 
-@contextlib.contextmanager
-def _compiled_code_eager() -> Iterator[None]:
-    """While the default front end runs the model: a ``torch.compile``'d submodule or function inside
-    it runs eagerly (Dynamo's "force_eager" stance), so that its ops are recorded one by one like the
-    rest; compiled, Dynamo would trace the profiler's own hooks into its graphs. (The model itself
-    compiled goes to :class:`CompiledFront`, which profiles the compiled program.) A stance the user
-    set is left as it is; the stance is process-wide while it lasts."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # (not imported: nothing was compiled)
-    current = getattr(getattr(eval_frame, "_stance", None), "stance", None)
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is None or current != "default":
-        yield
-        return
-    with set_stance("force_eager"):
-        yield
-
-
 def checked_loss(value: Any, from_loss_fn: bool) -> torch.Tensor:
     """The loss to run ``backward()`` on: a scalar tensor that needs a gradient, or a clear error."""
     what = "loss_fn(output)" if from_loss_fn else "the model's output (no loss_fn given)"
@@ -187,8 +168,7 @@ class EagerFront:
         runner.restore_grads = self.shadow
         self.needs_values = False
         try:
-            with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused(), \
-                    _compiled_code_eager():  # no trace meanwhile
+            with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
                 output, measurements = run_repeated(runner, (args, kwargs), warmup=s.warmup, repeat=s.repeat,
                                                     device=device,
                                                     extra_runs=lambda: ExtraRuns(index.tensors, modules=index.modules),

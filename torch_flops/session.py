@@ -45,6 +45,7 @@ note naming the op or module that raised and its inputs, and stops cleanly on ev
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import sys
@@ -182,15 +183,19 @@ class Recording:
     outside the model (the loss, gradient clipping); ``on_step``: called with each finished step.
     ``sequences`` (with ``forward_nodes``): record only the backward of a forward the graph
     interpreter ran, which marked its ``forward_nodes`` nodes' autograd nodes there
-    (:attr:`backward_run` holds it)."""
+    (:attr:`backward_run` holds it). ``compiled_eagerly``: while it records, ``torch.compile``'d
+    code the model runs (a compiled submodule or function) runs eagerly, its ops recorded (Dynamo's
+    "force_eager" stance; compiled, Dynamo would trace the recording's own hooks into its graphs);
+    False for a compiled model whose compiled calls are profiled beside it (TrainingProfiler)."""
 
     def __init__(self, index: ModelIndex, table: FormulaTable, *, timer: Timer, memory: MemoryProbe,
                  device: torch.device, ignored: Iterable[str] = (), backward: bool = False,
                  optimizer: torch.optim.Optimizer | None = None, steps: Steps = Steps.ONE, outside: bool = True,
                  on_step: Callable[[Step], None] | None = None, sequences: SequenceMap | None = None,
                  forward_nodes: int = 0, progress: Progress | None = None,
-                 planned: dict[Any, Any] | None = None) -> None:
+                 planned: dict[Any, Any] | None = None, compiled_eagerly: bool = True) -> None:
         self.index = index
+        self._compiled_eagerly = compiled_eagerly
         self.model = index.model
         self._table = table
         self._ignored = tuple(ignored)
@@ -258,6 +263,8 @@ class Recording:
         # allows would hit the recursion limit only under the profiler. Raised by as much meanwhile.
         depth = max((path.count(".") + 1 for path in self._paths.values() if path), default=0)
         _RECURSION.raise_for(self, 2 * depth + 100)
+        if self._compiled_eagerly:
+            _EAGER_STANCE.hold(self)
 
     def stop(self) -> None:
         """Stop recording: the step under way is finished (kept when the model ran in it), every
@@ -268,6 +275,7 @@ class Recording:
             self._set_aside((False, False))
         self._started = False
         _RECURSION.release(self)
+        _EAGER_STANCE.release(self)
         try:
             if self._hub is not None:
                 self._hub.leave(self)
@@ -919,6 +927,45 @@ class _RecursionLimit:
 
 
 _RECURSION = _RecursionLimit()
+
+
+class _EagerStance:
+    """Dynamo's "force_eager" stance (process-wide) while recordings that ask for it run: set by the
+    first, put back by the last. Only when Dynamo is loaded (nothing compiled otherwise) and its
+    stance is the default one (a stance the user set is theirs)."""
+
+    def __init__(self) -> None:
+        self._holders: set[int] = set()
+        self._prior: Any = None  # the stance to put back; None: this did not set one
+
+    def hold(self, recording: object) -> None:
+        with _LOCK:
+            if not self._holders:
+                eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+                stance = getattr(eval_frame, "_stance", None)
+                if stance is not None and getattr(stance, "stance", None) == "default":
+                    try:
+                        self._prior = eval_frame._set_stance(  # type: ignore[union-attr]
+                            dataclasses.replace(stance, stance="force_eager"))
+                    except RuntimeError:  # started inside a compiled region: left as it is
+                        self._prior = None
+            self._holders.add(id(recording))
+
+    def release(self, recording: object) -> None:
+        with _LOCK:
+            if id(recording) not in self._holders:
+                return
+            self._holders.discard(id(recording))
+            if not self._holders and self._prior is not None:
+                eval_frame = sys.modules["torch._dynamo.eval_frame"]
+                try:
+                    eval_frame._set_stance(self._prior)  # type: ignore[attr-defined]
+                except RuntimeError:
+                    pass
+                self._prior = None
+
+
+_EAGER_STANCE = _EagerStance()
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
 
 

@@ -126,7 +126,8 @@ class TrainingProfiler:
         # holding the gate for a whole training window would block it that long)
         recording = Recording(index, self.tables, timer=self._timer,
                               memory=make_memory_probe(device, "memory_allocated", index.storages), device=device,
-                              backward=True, optimizer=self.optimizer, steps=Steps.OPTIMIZER, on_step=self._step_done)
+                              backward=True, optimizer=self.optimizer, steps=Steps.OPTIMIZER, on_step=self._step_done,
+                              compiled_eagerly=compiled is None)  # (a compiled model's calls run compiled)
         recording.start()
         if compiled is not None:
             calls = CompiledCalls(recording, compiled)
