@@ -606,14 +606,29 @@ class _PerSampleGrads(nn.Module):
         return torch.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)["weight"].sum()
 
 
+class _EnsembleOfBlocks(nn.Module):
+    """The members' own modules called with their stacked (batched) weights on one unbatched input:
+    the batch is in the weights only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members = nn.ModuleList([nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 2)) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        params, buffers = torch.func.stack_module_state(list(self.members))
+        run = lambda p, b, xx: torch.func.functional_call(self.members[0], (p, b), (xx,))
+        return torch.vmap(run, in_dims=(0, 0, None))(params, buffers, x)
+
+
 @pytest.mark.parametrize(("make", "expected"), [
     (_Ensemble, 216),  # 3 members x Linear(6, 2) on 3 rows: 3 x 2 x (3 x 6 x 2) = 216 (FlopCounterMode's)
+    (_EnsembleOfBlocks, 576),  # 3 members x 2 x (3x6x4 + 3x4x2 = 96 MACs) on 3 rows = 576
     (_PerSampleGrads, 360),  # 5 examples x (forward 1x6x3 + weight grad 3x1x6 MACs) x 2 = 5 x 72 = 360
 ])
 def test_vmap_counts_every_example(make: Any, expected: int) -> None:
     torch.manual_seed(0)
     model = make()
-    x = torch.randn(3 if make is _Ensemble else 5, 6)
+    x = torch.randn(5 if make is _PerSampleGrads else 3, 6)
     with FlopCounterMode(display=False) as mode:
         eager = model(x)
     counter = TorchFLOPsByFX(model)

@@ -317,7 +317,10 @@ class NodeMeasurer:
             try:
                 flops, macs, dots, mm = evaluate(plan.formula, plan.module, out, args, kwargs)
                 if _peek_transform() is not None:  # inside torch.vmap/grad (torch.func): rare
-                    copies = vmap_copies((args, kwargs))
+                    # (a module's own weights may be the batched ones: a vmap ensemble's functional_call)
+                    module = plan.module
+                    copies = vmap_copies((args, kwargs) if module is None else
+                                         (args, kwargs, [*module.parameters(), *module.buffers()]))
                     if copies != 1:
                         flops, macs = flops * copies, macs * copies
                         dots, mm = (None if v is None else v * copies for v in (dots, mm))
