@@ -278,3 +278,18 @@ def test_a_compiled_submodule_of_an_eager_model_is_recorded_eagerly() -> None:
     assert eval_frame._stance.stance == "default"  # the stance is put back
     with torch.no_grad():
         assert torch.allclose(model(x), expected)  # still runs compiled afterwards
+
+
+def test_a_model_without_compiled_submodules_leaves_dynamo_s_stance_alone() -> None:
+    from torch._dynamo import eval_frame
+
+    seen: list[str] = []
+
+    class Plain(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(eval_frame._stance.stance)  # (the stance is process-wide: other threads see it)
+            return x * 2
+
+    torch_flops.profile(Plain(), torch.randn(2))
+    torch_flops.profile(_Outer(), torch.randn(2, 8))
+    assert seen == ["default"] and eval_frame._stance.stance == "default"

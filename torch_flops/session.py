@@ -183,8 +183,8 @@ class Recording:
     outside the model (the loss, gradient clipping); ``on_step``: called with each finished step.
     ``sequences`` (with ``forward_nodes``): record only the backward of a forward the graph
     interpreter ran, which marked its ``forward_nodes`` nodes' autograd nodes there
-    (:attr:`backward_run` holds it). ``compiled_eagerly``: while it records, ``torch.compile``'d
-    code the model runs (a compiled submodule or function) runs eagerly, its ops recorded (Dynamo's
+    (:attr:`backward_run` holds it). ``compiled_eagerly``: when the model holds a ``torch.compile``'d
+    submodule, compiled code runs eagerly while it records, its ops recorded (Dynamo's process-wide
     "force_eager" stance; compiled, Dynamo would trace the recording's own hooks into its graphs);
     False for a compiled model whose compiled calls are profiled beside it (TrainingProfiler)."""
 
@@ -195,7 +195,9 @@ class Recording:
                  forward_nodes: int = 0, progress: Progress | None = None,
                  planned: dict[Any, Any] | None = None, compiled_eagerly: bool = True) -> None:
         self.index = index
-        self._compiled_eagerly = compiled_eagerly
+        # (only for a model holding a compiled submodule: the stance is process-wide)
+        self._compiled_eagerly = compiled_eagerly and any(
+            type(m).__name__ == "OptimizedModule" for m in index.modules)
         self.model = index.model
         self._table = table
         self._ignored = tuple(ignored)
