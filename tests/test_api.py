@@ -345,3 +345,8 @@ def test_get_model_profile_draws_no_random_number_of_the_caller_and_checks_the_m
     assert torch.equal(torch.rand(3), expected)  # its input comes from a generator of its own
     with pytest.raises(TypeError, match="model must be a torch.nn.Module, got function"):
         torch_flops.get_model_profile(lambda x: x, input_shape=(2, 8))
+
+
+def test_get_model_profile_names_warm_up_as_the_caller_wrote_it() -> None:
+    with pytest.raises(ValueError, match="warm_up must be an int >= 0, got -1"):
+        torch_flops.get_model_profile(torch.nn.Linear(2, 2), input_shape=(1, 2), warm_up=-1)

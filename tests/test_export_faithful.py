@@ -418,3 +418,18 @@ def test_the_meta_fallback_counts_a_forward_that_changes_state_with_a_warning() 
     assert counter.total_macs == 128
     with pytest.raises(TracingError, match="a submodule replaced"):  # asked for export itself: refused
         TorchFLOPsByFX(model, tracer="export").propagate(torch.empty(2, 4, 4, device="meta"))
+
+
+def test_an_equal_number_written_back_is_no_change_of_state() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head_dim, self.scaling = 4, 0.5
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.scaling = self.head_dim ** -0.5  # a new float each call, equal to the one held
+            return self.l(x) * self.scaling
+
+    torch.manual_seed(0)
+    _profiled_equals_eager(Scaled(), torch.randn(2, 4))

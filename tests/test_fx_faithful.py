@@ -460,3 +460,25 @@ def test_a_call_that_cannot_bind_raises_eager_s_type_error_under_the_graph_front
             counter.propagate()
         with pytest.raises(TypeError, match=r"unexpected keyword input\(s\) \['y'\]"):
             counter.propagate(torch.randn(2, 4), y=1)
+
+
+def test_constants_and_equal_numbers_written_back_are_no_refusal() -> None:
+    class Attn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head_dim = 4
+            self.scaling = 0.5
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.scaling = self.head_dim ** -0.5  # a new float object each call, the same value
+            return self.l(x) @ torch.eye(4) * self.scaling  # eye: a constant fx keeps on the root
+
+    torch.manual_seed(0)
+    model = Attn()
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 4)
+    counter = TorchFLOPsByFX(model, tracer="fx")
+    assert torch.equal(counter.propagate(x), twin(x))
+    # Linear 2x4x4 = 32 MACs -> 64 + 8 bias adds; @ eye(4): 32 MACs -> 64; * scaling: 8 -> 144
+    assert counter.total_flops == 144

@@ -129,6 +129,7 @@ def get_model_profile(
     _validate.check_bool("as_string", as_string)
     _validate.check_depth("module_depth", module_depth)
     _validate.check_int("top_modules", top_modules, 0)
+    _validate.check_int("warm_up", warm_up, 0)
     if args is not None and (isinstance(args, (torch.Tensor, str, bytes, Mapping)) or not isinstance(args, Sequence)):
         raise TypeError(f"args must be a list or tuple of the model's positional inputs (args=[x] for one tensor), "
                         f"got {type(args).__name__}")

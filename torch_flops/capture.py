@@ -612,10 +612,12 @@ def _attributes_kept(snapshot: ModelSnapshot) -> Iterator[list[tuple[str, str]]]
         yield assigned
     finally:
         for change in snapshot.changes((StateKind.PARAMETER, StateKind.BUFFER, StateKind.ATTRIBUTE)):
-            if change.kind is not StateKind.ATTRIBUTE or isinstance(change.now, fx.Proxy) \
-                    or _is_state(change.before) or _is_state(change.now):
-                assigned.append((change.path, change.name))
-                change.restore()
+            if change.kind is StateKind.ATTRIBUTE and not isinstance(change.now, fx.Proxy) and (
+                    _same_number(change.before, change.now) or change.name.startswith("_tensor_constant")
+                    or not (_is_state(change.before) or _is_state(change.now))):
+                continue  # an equal number written back; a constant fx itself keeps on the root for its graph
+            assigned.append((change.path, change.name))
+            change.restore()
 
 
 class TraceGate:
@@ -959,7 +961,7 @@ def _export_refuses(change: StateChange) -> str:
     if kind is StateKind.TRAINING:
         return f"switched to {'train' if now else 'eval'} mode"
     if kind is StateKind.ATTRIBUTE:
-        if not (_is_state(old) or _is_state(now)):
+        if not (_is_state(old) or _is_state(now)) or _same_number(old, now):
             return ""
         return "a tensor attribute rebound" if isinstance(now, torch.Tensor) else "an attribute assigned"
     if kind in ENTRIES:
@@ -980,6 +982,12 @@ def _same_module(a: Any, b: Any) -> bool:
     """Whether two submodule entries are one module: torch.export's non-strict tracer stands a
     proxy in for a module registered under two names (it shares the module's ``__dict__``)."""
     return isinstance(a, nn.Module) and isinstance(b, nn.Module) and vars(a) is vars(b)
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    """Whether a plain number was written back equal (``self.scaling = self.head_dim ** -0.5`` each
+    call: a new float object, the same value), which is no change of state."""
+    return type(a) is type(b) and isinstance(a, (int, float)) and a == b
 
 
 def _is_state(value: Any) -> bool:
