@@ -482,3 +482,19 @@ def test_constants_and_equal_numbers_written_back_are_no_refusal() -> None:
     assert torch.equal(counter.propagate(x), twin(x))
     # Linear 2x4x4 = 32 MACs -> 64 + 8 bias adds; @ eye(4): 32 MACs -> 64; * scaling: 8 -> 144
     assert counter.total_flops == 144
+
+
+def test_a_missing_attribute_and_a_proxy_word_in_the_forward_s_own_message() -> None:
+    class Missing(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.nonexistent(x)  # eager: AttributeError from nn.Module.__getattr__
+
+    class Says(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("Proxy server unreachable")  # the word, not a torch.fx Proxy
+
+    for tracer in ("fx", "export"):
+        with pytest.raises(AttributeError, match="has no attribute 'nonexistent'"):
+            TorchFLOPsByFX(Missing(), tracer=tracer).propagate(torch.randn(2))
+        with pytest.raises(ValueError, match="Proxy server unreachable"):
+            TorchFLOPsByFX(Says(), tracer=tracer).propagate(torch.randn(2))

@@ -782,15 +782,27 @@ def _raised_in_forward(e: BaseException, traced: bool = False) -> bool:
     if not isinstance(e, Exception) or (type(e).__module__.startswith("torch")
                                         and not isinstance(e, torch.OutOfMemoryError)):
         return False
-    if traced and "Proxy" in str(e):
+    if traced and _ABOUT_A_PROXY.search(str(e)):
         return False
+    frames = []
     tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    while tb is not None:
+        frames.append(tb.tb_frame)
         tb = tb.tb_next
-    if tb is None:
+    # (``self.missing`` in the forward raises from nn.Module.__getattr__, under fx through its
+    # wrapper of it: the forward's own error)
+    while len(frames) > 1 and isinstance(e, AttributeError) and (frames[-1].f_code.co_name, frames[-1].f_code.co_filename
+                                                                  .replace("\\", "/").rsplit("/torch/", 1)[-1]) in (
+            ("__getattr__", "nn/modules/module.py"), ("module_getattr_wrapper", "fx/_symbolic_trace.py")):
+        frames.pop()
+    if not frames:
         return False
-    where = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    where = frames[-1].f_code.co_filename.replace("\\", "/")
     return not any(part in where for part in ("/torch/", "/torch_flops/"))
+
+
+#: how Python and torch word an error about a torch.fx Proxy given where a value is needed
+_ABOUT_A_PROXY = re.compile(r"'Proxy'|\bProxy object|type Proxy\b|not Proxy\b|Proxy\) |\(Proxy\b")
 
 
 def _innermost_module(tracer: fx.Tracer) -> str:
