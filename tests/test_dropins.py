@@ -267,3 +267,116 @@ def test_fvcore_table_as_fvcore_prints_it(caplog: pytest.LogCaptureFixture) -> N
     # a model without parameters: an empty #parameters cell (nearest 2x upsampling: 1 per output, 3 x 8 x 8)
     up = flop_count_table(FlopCountAnalysis(torch.nn.Upsample(scale_factor=2), torch.randn(1, 3, 4, 4)))
     assert up.splitlines()[2] == "| model    |                        | 0.192K   |"
+
+
+# --------------------------------------------------------------------------- fvcore.nn's functions
+class _SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                            torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 16, 3),
+                                            torch.nn.ReLU())
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.features(x)).flatten(1))
+
+
+class _SharedFC(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(10, 10)
+        self.alias = self.fc  # the same module under a second name
+        self.inner = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Tanh(), torch.nn.Linear(20, 10, bias=False))
+        self.unused = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.alias(self.inner(self.fc(x)) + x) * 2
+
+
+def test_parameter_count_as_fvcore(resnet) -> None:
+    # fvcore 0.1.5 printed these dicts (every prefix of every parameter name, shared parameters once)
+    assert dict(torch_flops.parameter_count(_SmallCNN())) == {
+        "": 1578, "features": 1408, "features.0": 224, "features.0.weight": 216, "features.0.bias": 8,
+        "features.1": 16, "features.1.weight": 8, "features.1.bias": 8, "features.4": 1168,
+        "features.4.weight": 1152, "features.4.bias": 16, "head": 170, "head.weight": 160, "head.bias": 10}
+    shared = torch_flops.parameter_count(_SharedFC())
+    assert dict(shared) == {
+        "": 542, "fc": 110, "fc.weight": 100, "fc.bias": 10, "inner": 420, "inner.0": 220, "inner.0.weight": 200,
+        "inner.0.bias": 20, "inner.2": 200, "inner.2.weight": 200, "unused": 12, "unused.weight": 9,
+        "unused.bias": 3}
+    assert shared["alias"] == 0 and shared.default_factory is int  # a defaultdict(int), as fvcore's
+    counts = torch_flops.parameter_count(resnet[0])
+    assert (counts[""], counts["layer1"]) == (25_557_032, 215_808)  # fvcore 0.1.5 printed
+
+
+def test_parameter_count_table_as_fvcore(resnet) -> None:
+    # fvcore 0.1.5 printed (tabulate 0.10 drops the indent fvcore asks it to preserve: both call it alike)
+    assert torch_flops.parameter_count_table(_SmallCNN()).splitlines() == [
+        "| name              | #elements or shape   |",
+        "|:------------------|:---------------------|",
+        "| model             | 1.6K                 |",
+        "| features          | 1.4K                 |",
+        "| features.0        | 0.2K                 |",
+        "| features.0.weight | (8, 3, 3, 3)         |",
+        "| features.0.bias   | (8,)                 |",
+        "| features.1        | 16                   |",
+        "| features.1.weight | (8,)                 |",
+        "| features.1.bias   | (8,)                 |",
+        "| features.4        | 1.2K                 |",
+        "| features.4.weight | (16, 8, 3, 3)        |",
+        "| features.4.bias   | (16,)                |",
+        "| head              | 0.2K                 |",
+        "| head.weight       | (10, 16)             |",
+        "| head.bias         | (10,)                |"]
+    assert torch_flops.parameter_count_table(_SharedFC(), max_depth=1).splitlines() == [
+        "| name   | #elements or shape   |",
+        "|:-------|:---------------------|",
+        "| model  | 0.5K                 |",
+        "| fc     | 0.1K                 |",
+        "| inner  | 0.4K                 |",
+        "| unused | 12                   |"]
+    table = torch_flops.parameter_count_table(resnet[0]).splitlines()
+    assert len(table) == 131  # fvcore 0.1.5: 129 rows under the header and its rule
+    assert table[:3] == ["| name                | #elements or shape   |",
+                         "|:--------------------|:---------------------|",
+                         "| model               | 25.6M                |"]
+    assert table[8:10] == ["| layer1              | 0.2M                 |", "| layer1.0            | 75.0K                |"]
+    assert table[16] == "| layer1.0.downsample | 16.9K                |"
+    assert table[121] == "| layer4.2            | 4.5M                 |"
+    assert table[-2:] == ["| fc.weight           | (1000, 2048)         |", "| fc.bias             | (1000,)              |"]
+    assert torch_flops.parameter_count_table(resnet[0], max_depth=1).splitlines()[-2:] == [
+        "| layer4 | 15.0M                |", "| fc     | 2.0M                 |"]
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        torch_flops.parameter_count_table("resnet")  # type: ignore[arg-type]
+
+
+def test_flop_count_and_activation_count_as_fvcore(resnet) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16)
+    # fvcore 0.1.5 printed: conv 2x8x16x16x27 + 2x16x6x6x72 = 110,592 + 82,944 = 193,536 MACs; batch_norm
+    # (eval, affine) 2 per element of 2x8x16x16; adaptive_avg_pool2d 1 per input element 2x16x6x6; linear 2x16x10
+    gflops, unsupported = torch_flops.flop_count(_SmallCNN().eval(), (x,))
+    assert dict(gflops) == {"conv": 0.000193536, "batch_norm": 8.192e-06, "adaptive_avg_pool2d": 1.152e-06,
+                            "linear": 3.2e-07}
+    assert gflops.default_factory is float and unsupported == {"aten::max_pool2d": 1}
+    macts, unsupported = torch_flops.activation_count(_SmallCNN().eval(), (x,))
+    assert dict(macts) == {"conv": 0.005248, "linear": 2e-05}  # outputs 2x8x16x16 + 2x16x6x6 = 5,248; 2x10
+    assert unsupported == {"aten::batch_norm": 1, "aten::max_pool2d": 1, "aten::adaptive_avg_pool2d": 1}
+    # the shared fc runs twice: 2 x 3x10x10 + 3x10x20 + 3x20x10 = 1,800
+    shared = torch_flops.flop_count(_SharedFC(), (torch.randn(3, 10),))
+    assert (dict(shared[0]), dict(shared[1])) == ({"linear": 1.8e-06}, {"aten::tanh": 1, "aten::add": 1, "aten::mul": 1})
+    # a handle of ours through supported_ops: max_pool2d counted as its input's elements (2x8x16x16)
+    handled, unsupported = torch_flops.flop_count(_SmallCNN().eval(), (x,), supported_ops={
+        "aten::max_pool2d": lambda module, out, inp, *args, **kwargs: inp.numel()})
+    assert handled["max_pool2d"] == 4.096e-06 and unsupported == {}
+    model, xr = resnet
+    gflops, unsupported = torch_flops.flop_count(model, (xr,))
+    assert dict(gflops) == {"conv": 4.087136256, "batch_norm": 0.022227968, "adaptive_avg_pool2d": 0.000100352,
+                            "linear": 0.002048}  # fvcore 0.1.5 printed
+    assert unsupported == {"aten::max_pool2d": 1, "aten::add": 16}
+    macts, unsupported = torch_flops.activation_count(model, (xr,))
+    assert dict(macts) == {"conv": 11.113984, "linear": 0.001}  # fvcore 0.1.5 printed
+    assert unsupported == {"aten::batch_norm": 53, "aten::max_pool2d": 1, "aten::add": 16,
+                           "aten::adaptive_avg_pool2d": 1}

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import tabulate as tabulate_module
 import torch
 from tabulate import tabulate
 from torch import nn
@@ -45,8 +46,8 @@ from torch_flops.paths import ancestors, module_chain
 from torch_flops.records import NodeRecord, Profile, is_internal
 from torch_flops.state import copy_inputs
 
-__all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "compare_compiled", "flop_count_table", "get_model_profile",
-           "profile"]
+__all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "activation_count", "compare_compiled", "flop_count",
+           "flop_count_table", "get_model_profile", "parameter_count", "parameter_count_table", "profile"]
 
 
 def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: int = 0, repeat: int = 1,
@@ -751,6 +752,81 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
     if max_depth >= 1:
         fill(root, 1)
     return tabulate(rows, headers=["module", *columns], tablefmt="pipe")  # numbers parsed (aligned) as fvcore does
+
+
+def parameter_count(model: nn.Module) -> defaultdict[str, int]:
+    """fvcore's ``parameter_count``: every prefix of each parameter's name (``""`` = the model,
+    ``"fc"``, ``"fc.weight"``) -> the elements of the parameters under it (shared ones once)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"parameter_count takes a torch.nn.Module, got {type(model).__name__}")
+    counts: defaultdict[str, int] = defaultdict(int)
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        for k in range(len(parts) + 1):
+            counts[".".join(parts[:k])] += p.numel()
+    return counts
+
+
+def _param_size(x: int) -> str:
+    """parameter_count_table's number format: 1 decimal, G/M/K above 100 of each."""
+    for limit, scale, suffix in ((1e8, 1e9, "G"), (1e5, 1e6, "M"), (1e2, 1e3, "K")):
+        if x > limit:
+            return f"{x / scale:.1f}{suffix}"
+    return str(x)
+
+
+def parameter_count_table(model: nn.Module, max_depth: int = 3) -> str:
+    """fvcore's ``parameter_count_table``: a pipe table of the model's parameter count and, down
+    to ``max_depth`` levels of name, each module's count and each parameter's shape, indented one
+    space per level."""
+    counts = parameter_count(model)
+    _validate.check_int("max_depth", max_depth, 0)
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    rows: list[tuple[str, str]] = [("model", _param_size(counts.pop("", 0)))]
+
+    def fill(level: int, prefix: str) -> None:
+        if level >= max_depth:
+            return
+        for name, n in counts.items():
+            if name.count(".") == level and name.startswith(prefix):
+                indent = " " * (level + 1)
+                if name in shapes:
+                    rows.append((indent + name, indent + str(shapes[name])))
+                else:
+                    rows.append((indent + name, indent + _param_size(n)))
+                    fill(level + 1, name + ".")
+
+    fill(0, "")
+    # the indents are the table's: tabulate keeps them only with PRESERVE_WHITESPACE, restored after
+    old = tabulate_module.PRESERVE_WHITESPACE
+    tabulate_module.PRESERVE_WHITESPACE = True
+    try:
+        return tabulate(rows, headers=["name", "#elements or shape"], tablefmt="pipe")
+    finally:
+        tabulate_module.PRESERVE_WHITESPACE = old
+
+
+def flop_count(model: nn.Module, inputs: Any,
+               supported_ops: Mapping[str, Any] | None = None) -> tuple[defaultdict[str, float], Counter[str]]:
+    """fvcore's ``flop_count``: (operator -> GFLOPs of a :class:`FlopCountAnalysis` (one per
+    multiply-accumulate), its unsupported ops -> nodes); ``supported_ops`` are
+    :meth:`~FlopCountAnalysis.set_op_handle`'s handles, by op name."""
+    analysis = FlopCountAnalysis(model, inputs).set_op_handle(**dict(supported_ops or {}))
+    giga: defaultdict[str, float] = defaultdict(float)
+    for op, n in analysis.by_operator().items():
+        giga[op] = n / 1e9  # GFLOPs = count / 10^9
+    return giga, analysis.unsupported_ops()
+
+
+def activation_count(model: nn.Module, inputs: Any,
+                     supported_ops: Mapping[str, Any] | None = None) -> tuple[defaultdict[str, float], Counter[str]]:
+    """fvcore's ``activation_count``: (operator -> millions of activations of an
+    :class:`ActivationCountAnalysis`, its unsupported ops -> nodes)."""
+    analysis = ActivationCountAnalysis(model, inputs).set_op_handle(**dict(supported_ops or {}))
+    mega: defaultdict[str, float] = defaultdict(float)
+    for op, n in analysis.by_operator().items():
+        mega[op] = n / 1e6  # M activations = count / 10^6
+    return mega, analysis.unsupported_ops()
 
 
 # ---------------------------------------------------------------------------------------------
