@@ -380,3 +380,61 @@ def test_flop_count_and_activation_count_as_fvcore(resnet) -> None:
     assert dict(macts) == {"conv": 11.113984, "linear": 0.001}  # fvcore 0.1.5 printed
     assert unsupported == {"aten::batch_norm": 53, "aten::max_pool2d": 1, "aten::add": 16,
                            "aten::adaptive_avg_pool2d": 1}
+
+
+def test_flop_count_str_as_fvcore() -> None:
+    torch.manual_seed(0)
+    model, x = _SharedFC(), torch.randn(3, 10)
+    text = torch_flops.flop_count_str(FlopCountAnalysis(model, x), activations=ActivationCountAnalysis(model, x))
+    # fvcore 0.1.5 printed (fc runs twice: 2 x 3x10x10 = 600; inner 3x10x20 + 3x20x10 = 1,200; activations
+    # the outputs 2 x 3x10 + 3x20 + 3x10 = 150); the shared module's second name and a 0 module show no stats
+    assert text.splitlines() == [
+        ("N/A indicates a possibly missing statistic due to how the module was called. Missing values are still "
+         "included in the parent's total."),
+        "_SharedFC(",
+        "  #params: 0.54K, #flops: 1.8K, #acts: 0.15K",
+        "  (fc): Linear(",
+        "    in_features=10, out_features=10, bias=True",
+        "    #params: 0.11K, #flops: 0.6K, #acts: 60",
+        "  )",
+        "  (alias): Linear(in_features=10, out_features=10, bias=True)",
+        "  (inner): Sequential(",
+        "    #params: 0.42K, #flops: 1.2K, #acts: 90",
+        "    (0): Linear(",
+        "      in_features=10, out_features=20, bias=True",
+        "      #params: 0.22K, #flops: 0.6K, #acts: 60",
+        "    )",
+        "    (1): Tanh()",
+        "    (2): Linear(",
+        "      in_features=20, out_features=10, bias=False",
+        "      #params: 0.2K, #flops: 0.6K, #acts: 30",
+        "    )",
+        "  )",
+        "  (unused): Linear(",
+        "    in_features=3, out_features=3, bias=True",
+        "    #params: 12, #flops: N/A, #acts: N/A",
+        "  )",
+        ")"]
+    # fvcore 0.1.5 printed: no note when every module ran; BatchNorm2d 2 x 2x8x16x16 = 8,192; a pool of no
+    # parameters shows #params: 0; ReLU and MaxPool2d (all 0) keep their one-line repr
+    cnn = torch_flops.flop_count_str(FlopCountAnalysis(_SmallCNN().eval(), torch.randn(2, 3, 16, 16))).splitlines()
+    assert cnn[:14] == [
+        "_SmallCNN(",
+        "  #params: 1.58K, #flops: 0.2M",
+        "  (features): Sequential(",
+        "    #params: 1.41K, #flops: 0.2M",
+        "    (0): Conv2d(",
+        "      3, 8, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1)",
+        "      #params: 0.22K, #flops: 0.11M",
+        "    )",
+        "    (1): BatchNorm2d(",
+        "      8, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True",
+        "      #params: 16, #flops: 8.19K",
+        "    )",
+        "    (2): ReLU()",
+        "    (3): MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)"]
+    assert cnn[-9:] == ["  (pool): AdaptiveAvgPool2d(", "    output_size=1", "    #params: 0, #flops: 1.15K", "  )",
+                        "  (head): Linear(", "    in_features=16, out_features=10, bias=True",
+                        "    #params: 0.17K, #flops: 0.32K", "  )", ")"]
+    with pytest.raises(TypeError, match="FlopCountAnalysis"):
+        torch_flops.flop_count_str(model)  # type: ignore[arg-type]

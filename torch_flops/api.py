@@ -47,7 +47,7 @@ from torch_flops.records import NodeRecord, Profile, is_internal
 from torch_flops.state import copy_inputs
 
 __all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "activation_count", "compare_compiled", "flop_count",
-           "flop_count_table", "get_model_profile", "parameter_count", "parameter_count_table", "profile"]
+           "flop_count_str", "flop_count_table", "get_model_profile", "parameter_count", "parameter_count_table", "profile"]
 
 
 def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: int = 0, repeat: int = 1,
@@ -827,6 +827,78 @@ def activation_count(model: nn.Module, inputs: Any,
     for op, n in analysis.by_operator().items():
         mega[op] = n / 1e6  # M activations = count / 10^6
     return mega, analysis.unsupported_ops()
+
+
+def _stats_size(x: int) -> str:
+    """flop_count_str's number format: 2 decimals, trailing zeros dropped, K/M/G/T/P above 100 of each."""
+    for limit, scale, suffix in ((1e14, 1e15, "P"), (1e11, 1e12, "T"), (1e8, 1e9, "G"), (1e5, 1e6, "M"),
+                                 (1e2, 1e3, "K")):
+        if abs(x) > limit:
+            return f"{x / scale:.2f}".rstrip("0").rstrip(".") + suffix
+    return str(x)
+
+
+def flop_count_str(flops: FlopCountAnalysis, activations: ActivationCountAnalysis | None = None) -> str:
+    """fvcore's ``flop_count_str``: the model printed as ``str(model)`` prints it, each module
+    with its ``#params`` and ``#flops`` (and ``#acts``) where any is nonzero; a module that ran
+    no op shows ``N/A`` (a note above the model says so). The analyses' warnings are turned off."""
+    if not isinstance(flops, FlopCountAnalysis):
+        raise TypeError(f"flop_count_str takes a FlopCountAnalysis, got {type(flops).__name__}")
+    if activations is not None and not isinstance(activations, ActivationCountAnalysis):
+        raise TypeError(f"activations must be an ActivationCountAnalysis or None, got {type(activations).__name__}")
+    model = flops._model
+    analyses = [("#flops", flops)] + ([("#acts", activations)] if activations is not None else [])
+    columns: dict[str, Mapping[str, int]] = {"#params": dict(parameter_count(model))}
+    for stat, analysis in analyses:
+        analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
+        columns[stat] = analysis.by_module()
+    uncalled = {stat: analysis.uncalled_modules() for stat, analysis in analyses}
+    all_uncalled = set().union(*uncalled.values())
+    # module -> stat -> value, every module of the model filled with 0 (fvcore's order: the stats', then the modules')
+    stats: dict[str, dict[str, int]] = {}
+    names = [path for path, _ in model.named_modules()]
+    for stat, values in columns.items():
+        for path in [*values, *(n for n in names if n not in values)]:
+            stats.setdefault(path, {})[stat] = values.get(path, 0)
+    # drop modules whose stats are all 0 (fvcore's rule: the root only kept by it when no module is uncalled)
+    keep = all_uncalled or {""}
+    kept: dict[str, dict[str, int]] = {}
+
+    def visit(name: str) -> None:
+        prefix = name + ("." if name else "")
+        for path in stats:
+            if path and path.count(".") == prefix.count(".") and path.startswith(prefix):
+                visit(path)
+        if any(stats[name].values()) or name in keep:
+            kept[name] = stats[name]
+
+    visit("")
+    shown = {path: {stat: _stats_size(v) for stat, v in values.items()} for path, values in kept.items()}
+    for stat, paths in uncalled.items():
+        for path in paths:
+            shown.setdefault(path, {})[stat] = "N/A"
+
+    def indent(text: str) -> str:  # as nn.Module's repr indents a child: every line but the first by 2
+        first, *rest = text.split("\n")
+        return "\n".join([first, *("  " + line for line in rest)])
+
+    def describe(module: nn.Module, name: str) -> str:  # nn.Module.__repr__ with the stats as extra lines
+        extra = module.extra_repr().split("\n") if module.extra_repr() else []
+        if shown.get(name):
+            extra.append(", ".join(f"{k}: {v}" for k, v in shown[name].items()))
+        children = [f"({key}): " + indent(describe(child, name + ("." if name else "") + key))
+                    for key, child in module._modules.items() if child is not None]
+        lines = extra + children
+        text = module._get_name() + "("
+        if len(extra) == 1 and not children:
+            text += extra[0]
+        elif lines:
+            text += "\n  " + "\n  ".join(lines) + "\n"
+        return text + ")"
+
+    note = ("N/A indicates a possibly missing statistic due to how the module was called. Missing values are "
+            "still included in the parent's total.\n") if all_uncalled else ""
+    return note + describe(model, "")
 
 
 # ---------------------------------------------------------------------------------------------
