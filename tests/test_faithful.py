@@ -660,3 +660,23 @@ def test_autograd_grad_inside_the_forward_is_the_forward_s_work() -> None:
     # (FlopCounterMode's own count; its module tracker cannot run autograd.grad on a leaf in 2.13)
     assert counter.profile.with_convention("flop_counter").total_flops == 360
     assert "mm" in [r.name for r in counter.records]
+
+
+def test_a_vmapped_matrix_vector_product_counts_as_the_mm_it_runs() -> None:
+    weight = torch.randn(6, 8)
+
+    class Batched(nn.Module):
+        def forward(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+            a = torch.vmap(lambda x: weight @ x)(xs)  # 4 x mv (6x8 @ 8): one mm of 4 x 48 MACs
+            b = torch.vmap(torch.dot)(xs, ys)  # 4 x dot of 8: one bmm of 32 MACs
+            c = torch.vmap(lambda x: torch.outer(x, x))(xs)  # products, no dot: a mul
+            return a.sum() + b.sum() + c.sum()
+
+    xs, ys = torch.randn(4, 8), torch.randn(4, 8)
+    with FlopCounterMode(display=False) as mode:
+        Batched()(xs, ys)
+    counter = TorchFLOPsByFX(Batched())
+    counter.propagate(xs, ys)
+    # FlopCounterMode: mm 2 x 192 + bmm 2 x 32 = 448 (mv and dot alone it counts 0)
+    assert mode.get_total_flops() == 448
+    assert counter.profile.with_convention("flop_counter").total_flops == 448

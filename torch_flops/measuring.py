@@ -324,6 +324,8 @@ class NodeMeasurer:
                     if copies != 1:
                         flops, macs = flops * copies, macs * copies
                         dots, mm = (None if v is None else v * copies for v in (dots, mm))
+                        if macs and mm == 0:  # a matrix-vector product or dot, batched: an mm/bmm kernel
+                            mm = macs
                 self.flops[i], self.macs[i] = flops, macs
                 if dots is not None or mm is not None:
                     self._dots[i] = (dots, mm)
