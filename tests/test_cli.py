@@ -429,3 +429,11 @@ def test_a_sweep_axis_given_twice_is_refused(capsys: pytest.CaptureFixture[str],
     code, _, err = run_main(capsys, str(tmp_path / "config.json"), "--meta", "--generate", "2", "--sweep", "batch=1",
                             "batch=2", "prompt=4", "--hardware", "h100-sxm")
     assert code == 2 and "--sweep gives batch= twice" in err
+
+
+def test_generate_announces_its_output_and_refuses_the_table_format(tmp_path: Any, capsys: Any) -> None:
+    out = tmp_path / "gen.json"
+    assert main(["llama", "--generate", "2", "--tokens", "1,4", "--format", "json", "--output", str(out)]) == 0
+    assert f"torch-flops: wrote {out}" in capsys.readouterr().err and json.loads(out.read_text())["steps"]
+    assert main(["llama", "--generate", "2", "--tokens", "1,4", "--format", "table"]) == 2
+    assert "--format table does not apply to --generate" in capsys.readouterr().err

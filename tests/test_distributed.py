@@ -161,7 +161,7 @@ def test_merge_cli_and_rank_paths(out_dir: str, capsys: pytest.CaptureFixture[st
     assert main(["merge", *files]) == 0
     text = capsys.readouterr().out
     assert "2 ranks" in text and "imbalance" in text
-    assert main(["merge", files[0], files[0]]) == 1  # two profiles of rank 0
+    assert main(["merge", files[0], files[0]]) == 2  # two profiles of rank 0: bad input, as diff's
     assert "same rank" in capsys.readouterr().err
     assert rank_path("p-{rank}.json") == "p-0.json"  # no process group here: rank 0
 

@@ -774,3 +774,12 @@ def test_assisted_decoding_is_said_and_runs_once(hf: Any) -> None:
     assert gp.baseline is None  # a second generate would adapt the assistant twice
     assert assistant.generation_config.num_assistant_tokens == adapted
     assert any(n.startswith("assisted decoding: the steps are LlamaForCausalLM's forwards") for n in gp.notes)
+
+
+def test_the_whole_generation_s_summary_claims_no_one_call_throughput(hf: Any) -> None:
+    gp = profile_generate(tiny_gpt2(hf), prompt(1, 5)["input_ids"], baseline=False, **GREEDY)
+    from torch_flops import report
+
+    summary = report.summary_text(gp.total)  # every step merged: batch x prompt / summed node times is no rate
+    assert "Throughput:  - (a generation's steps summed: see its tokens/s)" in summary
+    assert report.model_summary(gp.total).tokens_per_s is None and gp.tokens_per_s is not None

@@ -294,9 +294,9 @@ def _merge_main(argv: list[str]) -> int:
         return e.code
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except (ValueError, TypeError, OSError) as e:
-        print(f"torch-flops merge: error: {_one_line(e)}", file=sys.stderr)
-        return 1
+    except (ValueError, TypeError, OSError) as e:  # files that are no profiles, or no ranks of one run: bad input
+        print(f"torch-flops merge: error: {_one_line(CLIError(str(e)))}", file=sys.stderr)
+        return 2
     if ns.output is not None:
         report.write_atomic(ns.output, text + "\n")
         _wrote(ns.output, False)
@@ -426,6 +426,9 @@ def _check_combinations(ns: argparse.Namespace) -> None:
             if given:
                 raise CLIError(f"{option} does not apply to --generate, which records one generation as it runs "
                                "(a table per step; --hardware for its prediction, --depth for its module trees)", 2)
+        if ns.format == "table":
+            raise CLIError("--format table does not apply to --generate: its steps table is in --format tree "
+                           "(the default), markdown and csv", 2)
         if ns.sweep is not None and ns.convention != "torch_flops":
             raise CLIError("--sweep prices the torch_flops count of every point: leave --convention out", 2)
         if ns.sweep is None and ns.format == "csv" and ns.hardware is not None and not (ns.plot or ns.html):
@@ -992,5 +995,6 @@ def _causal_lm_hint(model: nn.Module) -> str:
 def _emit(ns: argparse.Namespace, text: str) -> None:
     if ns.output:
         report.write_atomic(ns.output, text + "\n")
+        _wrote(ns.output, ns.quiet)
     else:
         print(text)

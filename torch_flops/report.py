@@ -1160,6 +1160,8 @@ def model_summary(profile: Profile) -> ModelSummary:
     inputs = _inputs(profile)
     tokens = next((i.shape[0] * i.shape[1] for i in inputs if i.is_tokens), None)  # type: ignore[index]
     seconds = latency / 1e3 if latency else None
+    if "generation_steps" in settings:  # every step of a generation merged: no one call's throughput
+        tokens = None
     by_dtype = _params_by_dtype(profile)
     known = [b for _, b in by_dtype.values() if b is not None]
     return ModelSummary(
@@ -1168,7 +1170,8 @@ def model_summary(profile: Profile) -> ModelSummary:
         memory_source=profile.memory_source, macs=profile.total_macs, flops=profile.total_flops,
         step_flops=step_flops, phases=phases, latency_ms=latency, latency_source=source, spread_ms=spread,
         timed_calls=timed_calls, warm=warm, timing_note=timing_note(profile), batch_size=profile.batch_size,
-        samples_per_s=profile.batch_size / seconds if seconds and profile.batch_size else None,
+        samples_per_s=profile.batch_size / seconds if seconds and profile.batch_size
+        and "generation_steps" not in settings else None,
         tokens=tokens, tokens_per_s=tokens / seconds if seconds and tokens else None,
         flops_per_s=step_flops / seconds if seconds else None, device=profile.device, tracer=profile.tracer)
 
@@ -1276,7 +1279,8 @@ def summary_lines(profile: Profile) -> list[tuple[str, str]]:
         ("FLOPs", format_count(s.flops, "FLOPs") + (
             f" (step: {format_count(s.step_flops, 'FLOPs')}, {s.phases})" if s.phases != "forward" else "")),
         ("Latency", _latency_text(s, profile.device)),
-        ("Throughput", _throughput_text(s)),
+        ("Throughput", "- (a generation's steps summed: see its tokens/s)"
+         if "generation_steps" in profile.settings else _throughput_text(s)),
         ("FLOP/s", format_count(s.flops_per_s, "FLOP/s") + (" achieved" if s.flops_per_s is not None else "")),
         ("Peak memory", f"{format_bytes(memory)} ({profile.memory_source})" if memory is not None else "-"),
         ("Batch size", "unknown" if profile.batch_size is None else str(profile.batch_size)),
