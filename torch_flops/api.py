@@ -185,8 +185,7 @@ def _generate_profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
         raise ValueError(  # noqa: TRY004
             f"mode must be 'forward' for {type(model).__name__}: mode='generate' calls model.generate(), which it "
             "does not have")
-    _validate.check_int("warm_up", warm_up, 0)
-    for _ in range(warm_up):
+    for _ in range(warm_up):  # (warm_up: checked by get_model_profile)
         generate(*args, **kwargs)
     gp = profile_generation_call(model, lambda: generate(*args, **kwargs))
     whole = _charged_to_parents(gp.total, ignore)  # DeepSpeed's ignore_modules: the totals stay
@@ -661,10 +660,11 @@ class ActivationCountAnalysis(FlopCountAnalysis):
         return prod(r.output_shape) if r.output_shape else 0
 
 
-def _fvcore_size(x: int) -> str:
-    """fvcore's number format: 3 decimals, trailing zeros dropped, K/M/G/T/P above 100 of each."""
+def _fvcore_size(x: int, decimals: int = 3) -> str:
+    """fvcore's number format: 3 decimals (``flop_count_str``: 2), trailing zeros dropped, K/M/G/T/P
+    above 100 of each."""
     def fixed(v: float) -> str:
-        return f"{v:.3f}".rstrip("0").rstrip(".")
+        return f"{v:.{decimals}f}".rstrip("0").rstrip(".")
 
     for limit, scale, suffix in ((1e14, 1e15, "P"), (1e11, 1e12, "T"), (1e8, 1e9, "G"), (1e5, 1e6, "M"),
                                  (1e2, 1e3, "K")):
@@ -811,31 +811,24 @@ def flop_count(model: nn.Module, inputs: Any,
     """fvcore's ``flop_count``: (operator -> GFLOPs of a :class:`FlopCountAnalysis` (one per
     multiply-accumulate), its unsupported ops -> nodes); ``supported_ops`` are
     :meth:`~FlopCountAnalysis.set_op_handle`'s handles, by op name."""
-    analysis = FlopCountAnalysis(model, inputs).set_op_handle(**dict(supported_ops or {}))
-    giga: defaultdict[str, float] = defaultdict(float)
-    for op, n in analysis.by_operator().items():
-        giga[op] = n / 1e9  # GFLOPs = count / 10^9
-    return giga, analysis.unsupported_ops()
+    return _per_operator(FlopCountAnalysis(model, inputs), supported_ops, 1e9)  # GFLOPs = count / 10^9
 
 
 def activation_count(model: nn.Module, inputs: Any,
                      supported_ops: Mapping[str, Any] | None = None) -> tuple[defaultdict[str, float], Counter[str]]:
     """fvcore's ``activation_count``: (operator -> millions of activations of an
     :class:`ActivationCountAnalysis`, its unsupported ops -> nodes)."""
-    analysis = ActivationCountAnalysis(model, inputs).set_op_handle(**dict(supported_ops or {}))
-    mega: defaultdict[str, float] = defaultdict(float)
+    return _per_operator(ActivationCountAnalysis(model, inputs), supported_ops, 1e6)  # M activations = count / 10^6
+
+
+def _per_operator(analysis: FlopCountAnalysis, supported_ops: Mapping[str, Any] | None,
+                  unit: float) -> tuple[defaultdict[str, float], Counter[str]]:
+    """(operator -> count / ``unit``, unsupported ops -> nodes) of ``analysis`` with the handles."""
+    analysis.set_op_handle(**dict(supported_ops or {}))
+    per_op: defaultdict[str, float] = defaultdict(float)
     for op, n in analysis.by_operator().items():
-        mega[op] = n / 1e6  # M activations = count / 10^6
-    return mega, analysis.unsupported_ops()
-
-
-def _stats_size(x: int) -> str:
-    """flop_count_str's number format: 2 decimals, trailing zeros dropped, K/M/G/T/P above 100 of each."""
-    for limit, scale, suffix in ((1e14, 1e15, "P"), (1e11, 1e12, "T"), (1e8, 1e9, "G"), (1e5, 1e6, "M"),
-                                 (1e2, 1e3, "K")):
-        if abs(x) > limit:
-            return f"{x / scale:.2f}".rstrip("0").rstrip(".") + suffix
-    return str(x)
+        per_op[op] = n / unit
+    return per_op, analysis.unsupported_ops()
 
 
 def flop_count_str(flops: FlopCountAnalysis, activations: ActivationCountAnalysis | None = None) -> str:
@@ -873,7 +866,7 @@ def flop_count_str(flops: FlopCountAnalysis, activations: ActivationCountAnalysi
             kept[name] = stats[name]
 
     visit("")
-    shown = {path: {stat: _stats_size(v) for stat, v in values.items()} for path, values in kept.items()}
+    shown = {path: {stat: _fvcore_size(v, 2) for stat, v in values.items()} for path, values in kept.items()}
     for stat, paths in uncalled.items():
         for path in paths:
             shown.setdefault(path, {})[stat] = "N/A"
