@@ -264,7 +264,7 @@ class Recording:
         # the profiler's own calls sit below the model: a model nested as deep as eager Python
         # allows would hit the recursion limit only under the profiler. Raised by as much meanwhile.
         depth = max((path.count(".") + 1 for path in self._paths.values() if path), default=0)
-        _RECURSION.raise_for(self, 2 * depth + 100)
+        _RECURSION.hold(self, 2 * depth + 100)
         if self._compiled_eagerly:
             _EAGER_STANCE.hold(self)
 
@@ -894,21 +894,24 @@ _LOCK = threading.RLock()
 _HUBS: dict[int, _Hub] = {}  # thread -> its hub, while it has recordings
 
 
-class _RecursionLimit:
-    """The process-wide recursion limit while recordings run (in any threads, stopped in any
-    order): the limit found when the first one started, raised by the most any running one needs,
-    and put back when the last one stops (unless someone else set it meanwhile: then it is theirs)."""
+class _HeldSetting:
+    """A process-wide setting the running recordings (any threads, stopped in any order) hold: taken
+    from ``read()`` when the first one starts, set to ``wanted(found, needs)`` for the needs of those
+    running, put back when the last one stops. Left alone when not ours to change (``read()``
+    None) and given up when someone else changed it meanwhile: it is then theirs."""
 
-    def __init__(self) -> None:
-        self._needs: dict[int, int] = {}  # id(recording) -> frames it adds
-        self._base = 0
-        self._set: int | None = None  # the limit this set last; None: not ours (any more)
+    def __init__(self, read: Callable[[], Any], write: Callable[[Any], None],
+                 wanted: Callable[[Any, list[int]], Any]) -> None:
+        self._read, self._write, self._wanted = read, write, wanted
+        self._needs: dict[int, int] = {}  # id(recording) -> what it needs
+        self._found: Any = None
+        self._set: Any = None  # the value this set last; None: not ours (any more)
 
-    def raise_for(self, recording: object, extra: int) -> None:
+    def hold(self, recording: object, need: int = 0) -> None:
         with _LOCK:
             if not self._needs:
-                self._base, self._set = sys.getrecursionlimit(), sys.getrecursionlimit()
-            self._needs[id(recording)] = extra
+                self._found = self._set = self._read()
+            self._needs[id(recording)] = need
             self._apply()
 
     def release(self, recording: object) -> None:
@@ -917,57 +920,36 @@ class _RecursionLimit:
                 return
             if self._needs:
                 self._apply()
-            elif self._set is not None and sys.getrecursionlimit() == self._set:
-                sys.setrecursionlimit(self._base)
+            elif self._set is not None and self._read() == self._set:
+                self._write(self._found)
 
     def _apply(self) -> None:
-        if self._set is None or sys.getrecursionlimit() != self._set:
-            self._set = None  # set by someone else meanwhile: left to them
+        if self._set is None or self._read() != self._set:
+            self._set = None  # set by someone else meanwhile (or never ours): left to them
             return
-        self._set = self._base + max(self._needs.values())
-        sys.setrecursionlimit(self._set)
+        self._set = self._wanted(self._found, list(self._needs.values()))
+        self._write(self._set)
 
 
-_RECURSION = _RecursionLimit()
+def _dynamo_stance() -> Any:
+    """Dynamo's stance, when Dynamo is loaded (nothing was compiled otherwise), else None."""
+    return getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None)
 
 
-class _EagerStance:
-    """Dynamo's "force_eager" stance (process-wide) while recordings that ask for it run: set by the
-    first, put back by the last. Only when Dynamo is loaded (nothing compiled otherwise) and its
-    stance is the default one (a stance the user set is theirs)."""
-
-    def __init__(self) -> None:
-        self._holders: set[int] = set()
-        self._prior: Any = None  # the stance to put back; None: this did not set one
-
-    def hold(self, recording: object) -> None:
-        with _LOCK:
-            if not self._holders:
-                eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-                stance = getattr(eval_frame, "_stance", None)
-                if stance is not None and getattr(stance, "stance", None) == "default":
-                    try:
-                        self._prior = eval_frame._set_stance(  # type: ignore[union-attr]
-                            dataclasses.replace(stance, stance="force_eager"))
-                    except RuntimeError:  # started inside a compiled region: left as it is
-                        self._prior = None
-            self._holders.add(id(recording))
-
-    def release(self, recording: object) -> None:
-        with _LOCK:
-            if id(recording) not in self._holders:
-                return
-            self._holders.discard(id(recording))
-            if not self._holders and self._prior is not None:
-                eval_frame = sys.modules["torch._dynamo.eval_frame"]
-                try:
-                    eval_frame._set_stance(self._prior)  # type: ignore[attr-defined]
-                except RuntimeError:
-                    pass
-                self._prior = None
+def _set_dynamo_stance(stance: Any) -> None:
+    try:
+        sys.modules["torch._dynamo.eval_frame"]._set_stance(stance)  # type: ignore[attr-defined]
+    except RuntimeError:  # inside a compiled region: left as it is
+        pass
 
 
-_EAGER_STANCE = _EagerStance()
+#: each recording raises the recursion limit by what its model's nesting adds (the most of those running)
+_RECURSION = _HeldSetting(sys.getrecursionlimit, sys.setrecursionlimit,
+                          lambda found, needs: found + max(needs))
+#: a recording of a model holding a compiled submodule runs compiled code eagerly (Recording)
+#: (from the default stance only: a stance the user set is theirs)
+_EAGER_STANCE = _HeldSetting(_dynamo_stance, _set_dynamo_stance, lambda found, needs: dataclasses.replace(
+    found, stance="force_eager") if found.stance == "default" else found)
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
 
 
