@@ -519,3 +519,33 @@ def test_the_recursion_limit_comes_back_whatever_the_order_of_stops() -> None:
     for t in threads:
         t.join()
     assert sys.getrecursionlimit() == limit
+
+
+def test_a_finished_recording_leaves_no_reference_cycle() -> None:
+    """The thread's hub and its two modes are freed as the recording ends, by reference counting
+    alone, not left as a cycle for some later garbage collection (inside the user's code)."""
+    import gc
+    import weakref
+
+    from torch_flops import session
+
+    hubs: list[Any] = []
+
+    class Spy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hub = session._HUBS[threading.get_ident()]
+            hubs.extend(weakref.ref(o) for o in (hub, hub.function_mode, hub.dispatch_mode))
+            return self.fc(x)
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        TorchFLOPsByFX(Spy()).propagate(torch.randn(2, 4))
+        assert len(hubs) == 3 and all(ref() is None for ref in hubs)  # nothing waits for a collection
+    finally:
+        if enabled:
+            gc.enable()

@@ -1002,6 +1002,10 @@ class _Hub:
                 _HUBS.pop(self.thread, None)
                 if not _HUBS:
                     _remove_global_hooks()
+            # the modes point at their hub: with the hub's references to them dropped, the hub and
+            # its modes are freed now, not left as a cycle for a later garbage collection
+            self.suspend_dispatch = None  # type: ignore[assignment]
+            self.dispatch_mode = self.function_mode = None  # type: ignore[assignment]
 
     # --- all modes off while a recording steps aside (Recording.stepped_aside)
     def modes_off(self) -> None:
