@@ -405,7 +405,8 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
         raise
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
-        if (_models_own(e) or _raised_in_forward(e, traced=True)) and not _raised_by_fx(e):
+        if (_models_own(e) or _raised_in_forward(e, traced=True)) and not _raised_by_fx(e) \
+                and not _ABOUT_A_PROXY.search(str(e)):  # (torch's check of a traced value: while_loop's)
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
                         f"{f' (inside {where})' if where else ''}")
             raise
@@ -802,7 +803,7 @@ def _raised_in_forward(e: BaseException, traced: bool = False) -> bool:
 
 
 #: how Python and torch word an error about a torch.fx Proxy given where a value is needed
-_ABOUT_A_PROXY = re.compile(r"'Proxy'|\bProxy object|type Proxy\b|not Proxy\b|Proxy\) |\(Proxy\b")
+_ABOUT_A_PROXY = re.compile(r"'Proxy'|\bProxy object|type Proxy\b|not Proxy\b|Proxy\) |\(Proxy\b|\bProxy\(")
 
 
 def _innermost_module(tracer: fx.Tracer) -> str:

@@ -27,6 +27,7 @@ from torch_flops.capture import CapturedGraph, NodeLocation
 from torch_flops.comm import is_communication
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
+from torch_flops.formulas.through_aten import through_aten_ops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
 
 __all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "NodeRef", "OpPlan", "Plan", "RecordColumns",
@@ -266,8 +267,38 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         op = plan_op(node.op, node.target, module, graph.locations[node], table, ignored, node.args, node.kwargs,
                      is_value=_is_node)
+        if op.kind is NodeKind.UNSUPPORTED:
+            op = _through_aten_ops(op, node, module, table)
         plans.append(node_plan(op, node, i, graph.locations[node], inputs[i], needed[i], frees[i], _flat_args(node)))
     return Plan(graph=graph, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
+
+
+def _through_aten_ops(op: OpPlan, node: fx.Node, module: nn.Module | None, table: FormulaTable) -> OpPlan:
+    """A captured graph's call without a formula (a torch function, a Tensor method, a torch.nn
+    module without parameters or buffers kept as a leaf, a composite aten op export keeps): counted
+    as the eager front end counts it, by the aten ops it runs (:func:`through_aten_ops`); ``torch.cond``
+    by the branch its predicate picks. The others (a user's own function or module, while_loop)
+    stay unsupported."""
+    target = node.target
+    if target is torch.ops.higher_order.cond:  # the branch its predicate picks, as the kernel runs it
+        def cond(_: Any, pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> Any:
+            return (true_fn if pred else false_fn)(*operands)
+        return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, cond, real=0))
+    if isinstance(target, torch._ops.HigherOrderOperator):  # (while_loop: its iterations follow from values)
+        return op
+    if node.op == "call_function" and (getattr(target, "__module__", None) or "").startswith("torch"):
+        def call(_: Any, *args: Any, **kwargs: Any) -> Any:  # (torch's own: a user's function is never run twice)
+            return target(*args, **kwargs)  # type: ignore[operator]
+    elif node.op == "call_method":
+        def call(_: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(args[0], str(target))(*args[1:], **kwargs)
+    elif (node.op == "call_module" and module is not None and type(module).__module__.startswith("torch.nn.")
+          and next(itertools.chain(module.parameters(), module.buffers()), None) is None):
+        def call(_: Any, *args: Any, **kwargs: Any) -> Any:
+            return type(module).forward(module, *args, **kwargs)  # (its forward alone: no hooks run twice)
+    else:
+        return op
+    return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, call))
 
 
 def node_plan(op: OpPlan, node: fx.Node | RecordedNode, position: int, location: NodeLocation, inputs: tuple[int, ...],

@@ -51,12 +51,15 @@ import functools
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+from torch._C import DispatchKey
+from torch._ops import HigherOrderOperator
 from torch.nn.modules import module as module_hooks
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -70,6 +73,7 @@ from torch_flops.backward import (
     saved_bytes,
 )
 from torch_flops.capture import ModelIndex, NodeLocation
+from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
 from torch_flops.measure import MemoryProbe, Timer, batch_size_of, tensors_of
@@ -83,6 +87,7 @@ __all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
 
 FORWARD, LOSS, OPTIMIZER = "forward", "loss", "optimizer"
 _SELF = object()  # "inside a node": the profiler's own bookkeeping, or a paused recording
+_COND = torch.ops.higher_order.cond
 #: aten ops that read tensor values into Python (meta tensors have none)
 _NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "nonzero_static",
                            "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
@@ -965,6 +970,7 @@ class _Hub:
         self._suspended: tuple[bool, bool] | None = None  # the modes taken off their stacks while a node runs
         self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
         self.quiet = 0  #: > 0 while a recording does its own work: no recording sees those calls
+        self.ran_higher_order = False  #: a torch.cond / while_loop ran under the modes (_run_higher_order)
         self.taken = 0  #: > 0 inside a torch function some recordings took whole (several recordings only)
         self._positions: tuple[int | None, int | None] = (None, None)  # where modes_off took the modes from
 
@@ -979,6 +985,7 @@ class _Hub:
             _install_global_hooks()
         hub._resume_all()
         if fresh:
+            _keep_dynamo_out()
             hub.dispatch_mode.__enter__()
             hub.function_mode.__enter__()
         hub.recordings.append(recording)
@@ -1006,6 +1013,8 @@ class _Hub:
             # its modes are freed now, not left as a cycle for a later garbage collection
             self.suspend_dispatch = None  # type: ignore[assignment]
             self.dispatch_mode = self.function_mode = None  # type: ignore[assignment]
+            if self.ran_higher_order:
+                _forget_higher_order_compiles()
 
     # --- all modes off while a recording steps aside (Recording.stepped_aside)
     def modes_off(self) -> None:
@@ -1150,6 +1159,10 @@ def _nested(recordings: Sequence[Recording], call: Callable[[Recording, Callable
 class _DispatchMode(TorchDispatchMode):
     """Hands every aten op of its thread to the hub's recordings."""
 
+    #: torch.cond, while_loop and the other higher-order operators come here too: run as their eager
+    #: kernels run them, with this mode on, so that the ops inside are recorded (_higher_order)
+    supports_higher_order_operators = True
+
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps a mode's __torch_dispatch__ in a torch._dynamo guard unless this says no; the
@@ -1164,6 +1177,8 @@ class _DispatchMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         hub = self.hub
+        if isinstance(func, HigherOrderOperator):
+            return _higher_order(self, func, args, kwargs or {})
         if hub.quiet:  # the profiler's own work
             return func(*args, **(kwargs or {}))
         if in_backward():  # run by autograd (maybe in its own thread): a backward op
@@ -1172,6 +1187,83 @@ class _DispatchMode(TorchDispatchMode):
         if single is not None:
             return single.op(func, args, kwargs or {})
         return hub.op(func, args, kwargs or {})
+
+
+def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A higher-order operator (``torch.cond``, ``while_loop``, ...) reaching the dispatch mode: it
+    runs what its eager (CPU/CUDA) kernel runs, with ``mode`` back on its stack for the body, so the
+    ops of the branch taken / of every iteration are recorded as the model's, in order. ``cond``'s
+    kernel is written out (it refuses to run under any mode): the branch ``pred`` picks, on
+    ``operands``.
+
+    In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
+    its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
+    compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
+    return _run_higher_order(mode, func, args, kwargs)
+
+
+_DYNAMO_KEPT_OUT = False
+
+
+def _forget_higher_order_compiles() -> None:
+    """After a recording in which ``torch.cond``/``while_loop`` ran: torch runs them eagerly through
+    a ``torch.compile`` of a small wrapper function, whose Dynamo cache, made while a dispatch mode
+    was on, fails every later plain call of the model (torch's own behaviour after any dispatch
+    mode, FlopCounterMode's too). The wrappers' caches are dropped, so the next plain call
+    compiles them afresh, as the first one did."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    reset_code = getattr(eval_frame, "reset_code", None)
+    if reset_code is None:
+        return
+    for name in ("cond", "while_loop", "invoke_subgraph"):
+        module = sys.modules.get(f"torch._higher_order_ops.{name}")
+        for function in list(vars(module).values()) if module is not None else ():
+            code = getattr(function, "__code__", None)
+            for constant in code.co_consts if isinstance(code, types.CodeType) else ():
+                if isinstance(constant, types.CodeType) and constant.co_name.endswith("_wrapper"):
+                    reset_code(constant)
+
+
+def _keep_dynamo_out() -> None:
+    """Mark the profiler's entry points from torch (the modes' handlers, the module hooks) as
+    frames Dynamo never compiles, nor the frames they call (once per process; torch's C side, which
+    needs no import of Dynamo). A ``torch.cond`` or ``while_loop`` called eagerly runs inside a
+    ``torch.compile(fullgraph=True)`` that skips its own frame when a dispatch mode is on, but would
+    compile the frames called from it: the mode's, which then fail to trace."""
+    global _DYNAMO_KEPT_OUT
+    if _DYNAMO_KEPT_OUT:
+        return
+    eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
+    skip = eval_frame._FrameAction.SKIP
+    strategy = eval_frame._FrameExecStrategy(skip, skip)
+    for function in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__, _pre_hook, _post_hook,
+                     _run_higher_order):
+        eval_frame.set_code_exec_strategy(function.__code__, strategy)
+    _DYNAMO_KEPT_OUT = True
+
+
+def _run_higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if torch.is_grad_enabled() and any(r._counter is not None for r in mode.hub.recordings):
+        # eager torch.cond lifts the parameters its branches close over into operands (through
+        # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
+        # torch runs it without that, and they would get none
+        raise UnsupportedOpError(
+            f"torch_flops cannot record a backward through {func.name()!r} (torch.cond, while_loop): under a "
+            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
+            "so the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
+            "TrainingProfiler), or under torch.no_grad()")
+    mode.hub.ran_higher_order = True
+    if func is _COND:
+        pred, true_fn, false_fn, operands = args
+        branch = true_fn if pred else false_fn  # (pred read with the mode off, as the kernel reads it)
+        with mode:
+            return branch(*operands)
+    kernel = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
+    if kernel is None:
+        raise UnsupportedOpError(f"torch_flops cannot run the higher-order operator {func.name()!r} while "
+                                 "recording: it has no eager kernel to follow (torch.cond and while_loop have)")
+    with mode:
+        return kernel(*args, **kwargs)
 
 
 class _FunctionMode(TorchFunctionMode):

@@ -109,7 +109,7 @@ ATEN_ZERO_OPS: list[str] = [
     "new_empty", "new_full", "scalar_tensor", "rand", "randn", "rand_like", "randn_like", "randint",
     "linspace", "copy", "fill", "zero", "_assert_tensor_metadata", "_assert_scalar",
     "_assert_async", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "sym_constrain_range",
-    "sym_constrain_range_for_size", "_local_scalar_dense", "item", "pad", "constant_pad_nd",
+    "sym_constrain_range_for_size", "_local_scalar_dense", "item", "is_nonzero", "pad", "constant_pad_nd",
     "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d",
     "replication_pad3d", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
     "one_hot", "embedding", "masked_select", "nonzero", "argwhere", "bincount", "scatter", "index_copy",

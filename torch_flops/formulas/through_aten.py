@@ -1,0 +1,92 @@
+"""A call without a formula of its own, counted through the aten ops it runs.
+
+The eager front end never needs this: a torch function without a formula is no node there, its
+aten ops are (each counted by its aten formula). A captured graph (``tracer="fx"``/``"export"``)
+keeps such a call as one node (``torch.fft.rfft``, ``torch.cdist``, ``F.fold``, an
+``nn.CosineSimilarity`` kept as a leaf, export's ``aten.numpy_T``): :func:`through_aten_ops` gives it
+the count of the aten ops the same call runs on meta copies of its arguments (shapes, strides and
+dtypes only: nothing of the real tensors is read or written, no random number is drawn), each
+counted by its aten formula in the same table. So the captured graph counts what eager counts
+for the same call. A call whose aten ops include one without a formula, or that cannot run on
+meta (it reads tensor values), raises: its node stays unsupported, the message naming why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from torch_flops.formulas.evaluate import evaluate
+from torch_flops.formulas.table import Count, Formula, FormulaTable, zero_flops
+
+__all__ = ["through_aten_ops"]
+
+#: aten ops that only ask for metadata (FlopCounterMode passes them by too)
+_METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel",
+                       "dim", "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
+                       "is_non_overlapping_and_dense", "storage_offset", "layout", "device"})
+
+
+def through_aten_ops(table: FormulaTable, call: Callable[..., Any], real: int | None = None) -> Formula:
+    """A formula ``f(module, out, *args, **kwargs)`` counting ``call(module, *args, **kwargs)`` by
+    its aten ops on meta (see the module docstring). ``call`` runs the node's own target; ``real``:
+    the position of an argument passed as it is (``torch.cond``'s predicate, read to pick the branch
+    that ran)."""
+
+    def counted_through_aten_ops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
+        meta_args, meta_kwargs = _pytree.tree_map_only(torch.Tensor, _meta_like, (args, kwargs))
+        if real is not None:
+            meta_args = (*meta_args[:real], args[real], *meta_args[real + 1:])
+        counter = _AtenCounter(table)
+        with torch.no_grad(), counter:
+            call(module, *meta_args, **meta_kwargs)
+        if counter.missing:
+            raise NotImplementedError(f"it runs {', '.join(sorted(counter.missing))}, without a formula")
+        return counter.count()
+
+    return counted_through_aten_ops
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised meta tensor of ``t``'s sizes, strides and dtype."""
+    if t.layout is not torch.strided:
+        raise NotImplementedError(f"a {t.layout} tensor argument")
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+class _AtenCounter(TorchDispatchMode):
+    """Sums the aten formulas of the ops run under it (their four counts: see :class:`Count`)."""
+
+    def __init__(self, table: FormulaTable) -> None:
+        super().__init__()
+        self._table = table
+        self.flops = self.macs = 0
+        self.dots: int | None = 0
+        self.mm = 0
+        self.missing: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func._opname if hasattr(func, "_opname") else str(func)
+        if name in _METADATA:
+            return out
+        formula = self._table.resolve_aten(func)
+        if formula is None:
+            self.missing.add(f"aten.{name}")
+        elif formula is not zero_flops:
+            flops, macs, dots, mm = evaluate(formula, None, out, args, kwargs)
+            self.flops += flops
+            self.macs += macs
+            if macs:  # the outputs its MACs go into: unknown for the sum as soon as for one op
+                self.dots = None if dots is None or self.dots is None else self.dots + dots
+            self.mm += macs if mm is None else mm  # (None: all of its MACs are a matmul kernel's)
+        return out
+
+    def count(self) -> Count:
+        return Count(self.flops, self.macs, self.dots, self.mm)
