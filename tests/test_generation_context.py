@@ -86,6 +86,8 @@ def test_prompt_lookup_context_is_the_cache_kept_plus_the_tokens_fed(hf: Any) ->
     assert gp.kv_cache_bytes == [1024 * t for t in (14, 15, 15, 18)]
     assert [s.kv_cache_formula_bytes for s in gp.steps] == gp.kv_cache_bytes and gp.kv_cache_matches_formula
     assert gp.summary()["kv_cache_differs"] == [] and "measured equals" in gp.text(depth=0)
+    # the prompt is the 12 tokens given, not the 14 the prefill was fed with its candidates
+    assert gp.prompt_length == 12 and "batch 1, prompt 12 tokens, 6 new tokens" in gp.text(depth=0)
 
 
 def test_assisted_decoding_context_follows_the_target_s_cache(hf: Any) -> None:
@@ -101,6 +103,7 @@ def test_assisted_decoding_context_follows_the_target_s_cache(hf: Any) -> None:
     assert contexts == reference
     assert sum(s.tokens_in for s in gp.steps[1:]) > len(gp.steps) - 1  # candidates were fed
     assert contexts[-1] < sum(s.tokens_in for s in gp.steps)  # and some were dropped again
+    assert gp.steps[0].tokens_in > 5 and gp.prompt_length == 5  # the prompt fed with the first candidates
     # KV: 2 (K, V) x 2 layers x 2 KV heads x 16 head dim x tokens x batch 1 x 4 B = 512 x tokens
     assert gp.kv_cache_bytes == [512 * t for t in contexts] and gp.kv_cache_matches_formula is True
 

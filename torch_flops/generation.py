@@ -215,6 +215,8 @@ class GenerationProfile:
     dtype: str | None  #: the model's (first floating parameter's) dtype
     kv_shape: tuple[int, int, int] | None  #: (layers, kv_heads, head_dim) from the model's config
     notes: tuple[str, ...] = ()
+    #: tokens per sequence of the ``input_ids`` a decoder-only model's ``generate`` was given (None: not known)
+    input_length: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __repr__(self) -> str:
@@ -248,7 +250,11 @@ class GenerationProfile:
 
     @property
     def prompt_length(self) -> int | None:
-        return self.steps[0].tokens_in
+        """Tokens per sequence of the prompt: those fed to the prefill, less the candidate tokens that
+        speculative decoding (prompt lookup, an assistant model) fed with it, past the ``input_ids``."""
+        fed = self.steps[0].tokens_in
+        return self.input_length if fed is not None and self.input_length is not None and fed > self.input_length \
+            else fed
 
     @property
     def context_length(self) -> int | None:
@@ -976,5 +982,6 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         output=output, prefill=profiles[0], decode=profiles[1:], steps=rows, kv_cache=list(kv_states),
         timing=timing, baseline=base_timing, baseline_matches=matches, new_tokens=new_tokens, sequences=n_sequences,
         weights_bytes=weights_bytes(model), model_name=type(model).__name__, device=str(device),
-        dtype=None if dtype is None else str(dtype).removeprefix("torch."), kv_shape=kv_shape, notes=tuple(notes))
+        dtype=None if dtype is None else str(dtype).removeprefix("torch."), kv_shape=kv_shape, notes=tuple(notes),
+        input_length=None if getattr(config, "is_encoder_decoder", False) else input_length)
 
