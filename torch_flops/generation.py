@@ -92,7 +92,9 @@ class GenerationStep:
     step: int  #: 0 = the prefill
     phase: str  #: "prefill" or "decode"
     tokens_in: int | None  #: tokens per sequence fed to this call (the prompt; 1 for a plain decode step)
-    context_length: int | None  #: tokens per sequence the model has seen after this call (prompt + fed since)
+    #: tokens per sequence this call attended over: its cache's length before it + the tokens fed to it (the
+    #: length of the cache it filled, by the cache's own count, where there is one: not a StaticCache's size)
+    context_length: int | None
     batch_size: int | None
     flops: int
     macs: int
@@ -213,6 +215,8 @@ class GenerationProfile:
     dtype: str | None  #: the model's (first floating parameter's) dtype
     kv_shape: tuple[int, int, int] | None  #: (layers, kv_heads, head_dim) from the model's config
     notes: tuple[str, ...] = ()
+    #: tokens per sequence of the ``input_ids`` a decoder-only model's ``generate`` was given (None: not known)
+    input_length: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __repr__(self) -> str:
@@ -246,7 +250,11 @@ class GenerationProfile:
 
     @property
     def prompt_length(self) -> int | None:
-        return self.steps[0].tokens_in
+        """Tokens per sequence of the prompt: those fed to the prefill, less the candidate tokens that
+        speculative decoding (prompt lookup, an assistant model) fed with it, past the ``input_ids``."""
+        fed = self.steps[0].tokens_in
+        return self.input_length if fed is not None and self.input_length is not None and fed > self.input_length \
+            else fed
 
     @property
     def context_length(self) -> int | None:
@@ -600,22 +608,30 @@ class _CallLog:
 
 
 def context_lengths(tokens: Sequence[int | None], mask_lengths: Sequence[int | None],
-                    fresh: Sequence[bool]) -> list[int | None]:
-    """Tokens per sequence each call has seen, from the tokens fed to each call, the length of its
-    2-D attention mask (None: none given) and whether it starts afresh (``fresh``: no cache, or an
-    empty one: a model without a cache is fed the whole sequence again at each step): the tokens
-    fed for a call starting afresh, else the previous context plus the tokens fed (a decode step
-    over a cache), or the mask's length where that is shorter and covers the tokens fed (a mask
-    longer than that, padded to a preallocated cache, does not count)."""
+                    fresh: Sequence[bool], cached: Sequence[int | None] | None = None) -> list[int | None]:
+    """Tokens per sequence each call has seen (its cache's length before it + the tokens fed to it).
+
+    ``cached``: per call, the length of the cache it filled, read right after it (None: not read),
+    is the context where it covers the tokens fed (a cache cropped between calls, as speculative
+    decoding crops the candidates it rejected, counts what it kept). Else from the tokens fed to
+    each call, the length of its 2-D attention mask (None: none given) and whether it starts afresh
+    (``fresh``: no cache, or an empty one: a model without a cache is fed the whole sequence again
+    at each step): the tokens fed for a call starting afresh, else the previous context plus the
+    tokens fed (a decode step over a cache), or the mask's length where that is shorter and covers
+    the tokens fed (a mask longer than that, padded to a preallocated cache, does not count)."""
     contexts: list[int | None] = []
     context = 0
-    for fed, mask, new in zip(tokens, mask_lengths, fresh):
-        if fed is None:
+    measured = list(cached) if cached is not None else [None] * len(tokens)
+    for fed, mask, new, held in zip(tokens, mask_lengths, fresh, measured):
+        if held is not None and (fed is None or held >= fed):
+            context = held
+        elif fed is None:
             contexts.append(None)
             continue
-        context = fed if new else context + fed
-        if mask is not None and fed <= mask < context:
-            context = mask
+        else:
+            context = fed if new else context + fed
+            if mask is not None and fed <= mask < context:
+                context = mask
         contexts.append(context)
     return contexts
 
@@ -857,8 +873,8 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
     if isinstance(assistant, nn.Module) and assistant is not model:
         profile = dataclasses.replace(profile, notes=(*profile.notes, (
             f"assisted decoding: the steps are {type(model).__name__}'s forwards; the assistant model's "
-            f"({type(assistant).__name__}) drafting calls are not in them (profile it on its own), and the "
-            "context lengths count the candidate tokens each step was fed, some of which the cache then drops")))
+            f"({type(assistant).__name__}) drafting calls are not in them (profile it on its own), and each step's "
+            "context counts the candidate tokens it was fed, which the cache drops after it where they are rejected")))
     return profile
 
 
@@ -916,10 +932,15 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
     # a call starts afresh without a cache (use_cache=False), or after a step that left the cache empty
     fresh = [i == 0 or (i < len(log.no_cache) and log.no_cache[i])
              or ((before := kv_states[i - 1]) is not None and before.total_bytes == 0) for i in range(len(steps))]
-    contexts = context_lengths([tokens for _, tokens in inputs], masks, fresh)
-    for i, state in enumerate(kv_states):  # a cache given to the call held tokens fed before it
-        if state is not None and state.tokens and state.max_length is None and not state.recurrent_layers \
-                and contexts[i] is not None and state.tokens > contexts[i]:  # type: ignore[operator]
+    # the context of a call: the length of the cache it filled, by the cache's own count, read right
+    # after it (not after a call with use_cache=False: a cache it was given stays as it was)
+    cached = [None if state is None or (i < len(log.no_cache) and log.no_cache[i]) else state.seq_length
+              for i, state in enumerate(kv_states)]
+    contexts = context_lengths([tokens for _, tokens in inputs], masks, fresh, cached)
+    for i, state in enumerate(kv_states):  # a cache of tuples or tensors given to the call held tokens fed before it
+        if state is not None and cached[i] is None and state.tokens and state.max_length is None \
+                and not state.recurrent_layers and contexts[i] is not None \
+                and state.tokens > contexts[i]:  # type: ignore[operator]
             contexts[i] = state.tokens
     with gc_paused():  # (thousands of records per step)
         profiles = [_step_profile(step, index, session.timer, device, {
@@ -961,5 +982,6 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         output=output, prefill=profiles[0], decode=profiles[1:], steps=rows, kv_cache=list(kv_states),
         timing=timing, baseline=base_timing, baseline_matches=matches, new_tokens=new_tokens, sequences=n_sequences,
         weights_bytes=weights_bytes(model), model_name=type(model).__name__, device=str(device),
-        dtype=None if dtype is None else str(dtype).removeprefix("torch."), kv_shape=kv_shape, notes=tuple(notes))
+        dtype=None if dtype is None else str(dtype).removeprefix("torch."), kv_shape=kv_shape, notes=tuple(notes),
+        input_length=None if getattr(config, "is_encoder_decoder", False) else input_length)
 

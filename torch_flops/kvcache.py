@@ -20,9 +20,12 @@ What is read (:func:`cache_layers`):
   :class:`StackedState`.
 
 Bytes held are the bytes of the tensors' storages, each storage once (a ``StaticCache`` holds its
-whole preallocated length from the first step). The formula a measured cache is checked against
-(:func:`kv_cache_formula_bytes`; not for a cache holding a recurrent state, nor under multi-head
-latent attention)::
+whole preallocated length from the first step). The tokens a cache has been filled with are its own
+count (transformers' ``get_seq_length()``: a ``StaticCache``'s used slots, not its length; an
+``EncoderDecoderCache``'s self-attention's), read right after a call: what that call attended
+over, the candidate tokens a speculative step fed included, those dropped before it not. The
+formula a measured cache is checked against (:func:`kv_cache_formula_bytes`; not for a cache
+holding a recurrent state, nor under multi-head latent attention)::
 
     2 (keys and values) x layers x kv_heads x head_dim x tokens x batch x dtype bytes
 
@@ -64,6 +67,9 @@ class KVCacheState:
     max_length: int | None = None
     #: layers holding a recurrent state (Mamba, linear attention), which no KV formula describes
     recurrent_layers: int = 0
+    #: tokens per sequence the cache has been filled with, as it counts them itself (transformers'
+    #: ``get_seq_length()``: a StaticCache's used length, not ``max_length``), else None
+    seq_length: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -72,7 +78,7 @@ class KVCacheState:
     def as_dict(self) -> dict[str, Any]:
         return {"layer_bytes": list(self.layer_bytes), "kind": self.kind, "tokens": self.tokens,
                 "max_length": self.max_length, "recurrent_layers": self.recurrent_layers,
-                "total_bytes": self.total_bytes}
+                "seq_length": self.seq_length, "total_bytes": self.total_bytes}
 
 
 def found_cache(holder: Any) -> Any:
@@ -223,9 +229,12 @@ def read_cache(cache: Any) -> KVCacheState:
             seen.add(key)
             total += nbytes if t.layout is torch.strided else tensor_nbytes(t)
         per_layer.append(total)
-    max_length = getattr(cache, "max_cache_len", None)
+    # (an EncoderDecoderCache's length is its self-attention cache's: the cross-attention's is the encoder's)
+    own = getattr(cache, "self_attention_cache", None)
+    own = cache if own is None else own
+    max_length = getattr(own, "max_cache_len", None)
     if max_length is None:  # transformers 5: each layer of a preallocating cache knows its length
-        max_length = getattr(next(iter(getattr(cache, "layers", None) or ()), None), "max_cache_len", None)
+        max_length = getattr(next(iter(getattr(own, "layers", None) or ()), None), "max_cache_len", None)
     recurrent = sum(any(tensors_of(v) for name, v in getattr(layer, "__dict__", {}).items() if name.endswith("_states"))
                     for layer in _cache_layer_objects(cache))
     # a recurrent model's own cache object (xLSTM): every layer a state, no tokens dimension
@@ -235,7 +244,24 @@ def read_cache(cache: Any) -> KVCacheState:
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
                         tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
-                        recurrent_layers=len(layers) if own_state else recurrent)
+                        recurrent_layers=len(layers) if own_state else recurrent, seq_length=_seq_length(cache))
+
+
+def _seq_length(cache: Any) -> int | None:
+    """Tokens per sequence a transformers ``Cache`` has been filled with, by its own count
+    (``get_seq_length()``; an EncoderDecoderCache's: its self-attention cache's): a StaticCache's used
+    slots, a sliding window's every token (not the window it keeps). None for tuples and tensors
+    of one's own, a cache of recurrent states alone (it raises), or a count on the meta device."""
+    get = getattr(cache, "get_seq_length", None)
+    if not callable(get) or isinstance(cache, (torch.Tensor, Mapping, Sequence)):
+        return None
+    try:
+        n = get()
+        if isinstance(n, torch.Tensor):  # a StaticCache's running count: a 0-d tensor
+            n = None if n.numel() != 1 or n.is_meta or n.is_floating_point() else int(n)
+    except Exception:  # noqa: BLE001  (a cache that cannot count: the tokens fed say instead)
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def _cache_layer_objects(cache: Any) -> list[Any]:
