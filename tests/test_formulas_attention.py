@@ -472,3 +472,27 @@ def test_a_multihead_attention_model_runs_its_fused_kernel_under_the_profiler() 
     assert [r.target for r in counter.records if r.op == "call_module"] == ["MultiheadAttention"]
     with torch.no_grad():
         assert torch.equal(out[0], model(x, x, x)[0])
+
+
+def test_sdpa_under_cpu_autocast_with_mixed_dtypes_follows_the_kernel_that_runs() -> None:
+    # q, k float32 (as after a float32 rotary embedding), v bfloat16 (from a Linear under autocast):
+    # as the call reaches Python the kernel chooser picks the math path for mixed dtypes, but
+    # autocast casts all three to bfloat16 first and the CPU flash kernel runs, which
+    # FlopCounterMode counts as 0: the flop_counter convention counts the Linear alone,
+    # 2*16*32*32 = 32768, as FlopCounterMode does
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.v = nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = x.view(2, 8, 4, 8).transpose(1, 2)
+            return F.scaled_dot_product_attention(q, q, self.v(x).view(2, 8, 4, 8).transpose(1, 2))
+
+    model, x = Attention(), torch.randn(2, 8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with FlopCounterMode(display=False) as reference:
+            model(x)
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(x)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 32768

@@ -82,12 +82,24 @@ def _kernel_counted(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p:
     which follows ``sdpa_kernel`` contexts), asked while the call's own context is still on."""
     if not isinstance(query, torch.Tensor) or query.device.type != "cpu":
         return True
+    if torch.is_autocast_enabled("cpu"):  # the kernel sees its inputs as autocast casts them (fp32 -> bf16)
+        query, key, value = (_autocast_like(t) for t in (query, key, value))
     try:
         choice = torch._fused_sdp_choice(query, key, value, attn_mask=attn_mask, dropout_p=float(dropout_p),
                                          is_causal=bool(is_causal), scale=scale, enable_gqa=bool(enable_gqa))
     except Exception:  # noqa: BLE001 - an argument this torch's chooser refuses: the call ran, count it
         return True
     return bool(choice != SDPBackend.FLASH_ATTENTION.value)
+
+
+def _autocast_like(t: Any) -> Any:
+    """``t`` as CPU autocast hands it to attention, for asking the kernel choice: a floating tensor
+    other than float64 in the autocast dtype (an uninitialised one of the same shape: only its
+    metadata is read)."""
+    dtype = torch.get_autocast_dtype("cpu")
+    if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in (torch.float64, dtype):
+        return torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device)
+    return t
 
 
 @register(*functions("scaled_dot_product_attention"), *aten_ops("scaled_dot_product_attention"))
