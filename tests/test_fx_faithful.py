@@ -304,6 +304,20 @@ def test_no_grad_output_is_refused() -> None:
     _refused(NoGradOut(), r"NoGradOut's forward changes grad mode")
 
 
+def test_an_autocast_region_is_refused() -> None:
+    class Autocast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # eager: a bfloat16 output; fx records no autocast
+                return torch.nn.functional.linear(x, self.w)
+
+    _refused(Autocast(), r"Autocast's forward enters or leaves torch.autocast")
+    assert not torch.is_autocast_enabled("cpu")
+
+
 def test_set_grad_enabled_left_off_is_refused_and_grad_mode_restored() -> None:
     class Off(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -457,6 +457,7 @@ class _FxGuard:
         self.name = type(model).__name__
         self.grad = torch.is_grad_enabled()
         self.inference = torch.is_inference_mode_enabled()
+        self.autocast = _autocast_state()
         self.snapshot = snapshot
         self.proxies: list[fx.Proxy] = []  #: the get_attr proxies of the model's tensors
 
@@ -512,6 +513,8 @@ class _FxGuard:
         if torch.is_grad_enabled() != self.grad or torch.is_inference_mode_enabled() != self.inference:
             raise self.refuse("changes grad mode (torch.no_grad(), torch.enable_grad(), set_grad_enabled, "
                               "inference_mode)")
+        if _autocast_state() != self.autocast:  # the graph would run its ops in the caller's dtypes
+            raise self.refuse("enters or leaves torch.autocast")
 
     def read(self, proxy: fx.Proxy) -> None:
         self.proxies.append(proxy)
@@ -547,6 +550,12 @@ class _FxGuard:
         torch._C._set_grad_enabled(self.grad)
         # (the parameter and buffer entries, and attributes now Proxies: _attributes_kept)
         self.snapshot.restore(_FX_RESTORED)
+
+
+def _autocast_state() -> tuple[Any, ...]:
+    """Whether autocast is on, and in which dtype, for the CPU and CUDA (what an autocast region
+    changes; fx records none of it)."""
+    return tuple((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda"))
 
 
 #: the model's state the fx trace watches (all but containers changed in place: export alone refuses those)
