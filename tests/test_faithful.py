@@ -638,6 +638,47 @@ def test_vmap_counts_every_example(make: Any, expected: int) -> None:
     assert counter.profile.with_convention("flop_counter").total_flops == expected
 
 
+class _ForwardAD(nn.Module):
+    """A Linear(6, 6) + tanh under forward-mode AD: torch.func.jvp, jacfwd, or a dual level."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.l = nn.Linear(6, 6)
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "jvp":
+            out, tangent = torch.func.jvp(lambda t: self.l(t).tanh(), (x,), (torch.ones_like(x),))
+            return out + tangent
+        if self.kind == "jacfwd":
+            return torch.func.jacfwd(lambda t: self.l(t).tanh().sum(-1))(x)
+        import torch.autograd.forward_ad as fwAD
+
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(self.l(fwAD.make_dual(x, torch.ones_like(x))).relu()).tangent
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    # x (3, 6): the primal addmm, 3x6x6 = 108 MACs, and addmm's tangent, x_t @ W^T + x @ W_t^T (W's
+    # tangent a zero tensor, still an mm): 2 x 108 MACs; 2 x 324 = 648
+    ("jvp", 648),
+    ("dual", 648),
+    # jacfwd: the tangents of the 18 basis directions of x, batched by vmap: FlopCounterMode's 4320
+    ("jacfwd", 4320),
+])
+def test_forward_mode_ad_counts_the_tangents_as_flop_counter_mode(kind: str, expected: int) -> None:
+    torch.manual_seed(0)
+    model, x = _ForwardAD(kind), torch.randn(3, 6)
+    with torch.no_grad(), FlopCounterMode(display=False) as mode:
+        eager = model(x)
+    with torch.no_grad():
+        counter = TorchFLOPsByFX(model)
+        out = counter.propagate(x)
+    assert torch.equal(out, eager)
+    assert mode.get_total_flops() == counter.profile.with_convention("flop_counter").total_flops == expected
+    assert not [r.target for r in counter.records if r.status.value == "unsupported"]
+
+
 def test_autograd_grad_inside_the_forward_is_the_forward_s_work() -> None:
     class GradientPenalty(nn.Module):
         def __init__(self) -> None:

@@ -88,6 +88,10 @@ __all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
 FORWARD, LOSS, OPTIMIZER = "forward", "loss", "optimizer"
 _SELF = object()  # "inside a node": the profiler's own bookkeeping, or a paused recording
 _COND = torch.ops.higher_order.cond
+#: forward-mode AD (torch.func.jvp, jacfwd, hessian; forward_ad.dual_level) computes each op's tangent
+#: as more aten ops inside the op's call: while a dual level is open (``_current_level`` >= 0) no
+#: module or function is kept whole, so the dispatch mode records the tangents' ops too
+_FORWARD_AD = torch.autograd.forward_ad
 #: aten ops that read tensor values into Python (meta tensors have none)
 _NEEDS_VALUES = frozenset({"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "nonzero_static",
                            "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
@@ -594,7 +598,7 @@ class Recording:
         self._stack.append(outer)
         self._location = _location(outer.chain, path, self._types.get(path, "")) if path else \
             NodeLocation(path, self._types.get(path, ""), outer.chain)
-        if self._open is None and id(module) in self._leaves:
+        if self._open is None and id(module) in self._leaves and _FORWARD_AD._current_level < 0:
             self._open, self._open_level = module, len(self._stack)
             self._open_before = self._read() if self._read is not None else None
             self._open_start = self._tick()
@@ -701,7 +705,8 @@ class Recording:
                 return func(*args, **kwargs) if inner is None else inner()
             finally:
                 self._seeding = False
-        target = self._function_target(func) if self._open is None and not self._seeding else None
+        target = self._function_target(func) if self._open is None and not self._seeding \
+            and _FORWARD_AD._current_level < 0 else None
         if target is None and self._open is None and self._via is None:  # its aten ops are recorded
             self._via = func  # (named after this call in messages)
             try:

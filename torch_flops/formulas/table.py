@@ -442,7 +442,13 @@ class FormulaTable:
 
     def resolve_aten(self, op: Any) -> Formula | None:
         packet = normalize_key(op)
-        return self.bound(self._entries.get(packet) or self._entries.get(Name("aten", str(packet))))
+        formula = self._entries.get(packet) or self._entries.get(Name("aten", str(packet)))
+        if formula is None and getattr(op, "namespace", None) == "prims":
+            # a primitive (forward-mode AD's tangents run some: prims.add) counts as its aten namesake
+            namesake = getattr(torch.ops.aten, op._opname, None) if hasattr(op, "_opname") else None
+            if namesake is not None:
+                formula = self._entries.get(normalize_key(namesake))
+        return self.bound(formula)
 
     # ------------------------------------------------------------------ the historical convention
     def to_legacy(self, formula: Formula, with_module: bool = False, method: bool = False) -> Formula:
