@@ -474,6 +474,30 @@ def test_a_multihead_attention_model_runs_its_fused_kernel_under_the_profiler() 
         assert torch.equal(out[0], model(x, x, x)[0])
 
 
+@pytest.mark.parametrize("make", [
+    lambda: nn.TransformerEncoderLayer(8, 2, 16, batch_first=True),
+    lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2),
+])
+def test_a_transformer_encoder_model_runs_its_fused_kernel_under_the_profiler(make: Any) -> None:
+    # the layer's fast path needs no forward hook on it and no mode on: as the model itself it is one
+    # node with no hook of the recording's, so the fused kernel runs, bit for bit, and FlopCounterMode
+    # counts 0 of it, as the flop_counter convention does
+    torch.manual_seed(0)
+    model, x = make().eval(), torch.randn(2, 5, 8)
+    with torch.no_grad():
+        eager = model(x)
+        with FlopCounterMode(display=False) as reference:
+            model(x)
+        with torch.profiler.profile() as prof:
+            counter = TorchFLOPsByFX(model)
+            out = counter.propagate(x)
+    assert "aten::_transformer_encoder_layer_fwd" in {e.name for e in prof.events()}
+    assert torch.equal(out, eager)
+    assert [r.op for r in counter.records] == ["placeholder", "call_module", "output"]
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 0
+    assert not model._forward_hooks and not model._forward_pre_hooks
+
+
 def test_sdpa_under_cpu_autocast_with_mixed_dtypes_follows_the_kernel_that_runs() -> None:
     # q, k float32 (as after a float32 rotary embedding), v bfloat16 (from a Linear under autocast):
     # as the call reaches Python the kernel chooser picks the math path for mixed dtypes, but

@@ -1094,10 +1094,12 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
-#: root classes whose forward picks its kernels by whether a torch function mode is on
-#: (``nn.MultiheadAttention``'s fused fast path needs ``has_torch_function`` False): recorded as one
-#: node, with the modes off, they run the kernels they run without the profiler
-_CHOOSES_ITS_KERNELS = (nn.MultiheadAttention,)
+#: root classes whose forward picks its kernels by what is installed around it (the fused fast
+#: paths of ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` need ``has_torch_function``
+#: False, the layer's no forward hooks on itself, ``nn.TransformerEncoder``'s nested-tensor path no
+#: mode): recorded as one node, with the modes off and no hooks on them, they run the kernels they
+#: run without the profiler
+_CHOOSES_ITS_KERNELS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
 
 
 class ModelIndex:

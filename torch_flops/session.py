@@ -234,6 +234,9 @@ class Recording:
         self._paths = index.paths
         self._types = index.types
         self._leaves = index.leaves
+        #: the model itself is one node (capture._CHOOSES_ITS_KERNELS: it picks its kernels by what is
+        #: installed on it, forward hooks included): no hooks on it, its calls begin and end in post_module
+        self._root_whole = id(self.model) in index.leaves
         self._root = NodeLocation("", index.types.get("", type(self.model).__name__), ())
         self._thread = 0
         self._hub: _Hub | None = None
@@ -327,6 +330,8 @@ class Recording:
             self._open = outer
 
     def _model_hooks(self) -> list[Any]:
+        if self._root_whole:  # its calls begin and end at the hub's global hooks (post_module)
+            return []
         return [self.model.register_forward_pre_hook(self._call_begins, with_kwargs=True),
                 self.model.register_forward_hook(self._call_ends)]
 
@@ -362,7 +367,7 @@ class Recording:
             else:
                 hub.modes_on()
         if hooks != was_hooks:
-            model_hooks = 2 if self._record_forward else 0
+            model_hooks = 2 if self._record_forward and not self._root_whole else 0
             if hooks:
                 for handle in self._handles[:model_hooks]:
                     handle.remove()
@@ -598,7 +603,8 @@ class Recording:
         self._stack.append(outer)
         self._location = _location(outer.chain, path, self._types.get(path, "")) if path else \
             NodeLocation(path, self._types.get(path, ""), outer.chain)
-        if self._open is None and id(module) in self._leaves and _FORWARD_AD._current_level < 0:
+        if self._open is None and id(module) in self._leaves and (_FORWARD_AD._current_level < 0 or (
+                module is self.model and self._root_whole)):
             self._open, self._open_level = module, len(self._stack)
             self._open_before = self._read() if self._read is not None else None
             self._open_start = self._tick()
@@ -619,9 +625,13 @@ class Recording:
             else:
                 end = self._tick()
                 after = self._read() if self._read is not None else None
+                if module is self.model and self._root_whole:  # (its inputs: before its node)
+                    self._call_begins(module, args, kwargs or {})
                 self._open = None
                 self._add("call_module", self._paths[id(module)], module, FORWARD, args, kwargs or {}, result,
                           self._open_start, end, self._open_before, after)
+                if module is self.model and self._root_whole:
+                    self._call_ends(module, args, result)
         self._location = self._stack.pop()
 
     # ------------------------------------------------------------------ op events (from the hub)
