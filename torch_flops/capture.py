@@ -1094,12 +1094,18 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
-#: root classes whose forward picks its kernels by what is installed around it (the fused fast
-#: paths of ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` need ``has_torch_function``
-#: False, the layer's no forward hooks on itself, ``nn.TransformerEncoder``'s nested-tensor path no
-#: mode): recorded as one node, with the modes off and no hooks on them, they run the kernels they
-#: run without the profiler
-_CHOOSES_ITS_KERNELS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+def _chooses_its_kernels(root: nn.Module) -> bool:
+    """Whether the model picks its kernels by what is installed around it, and is then recorded as
+    one node, with the modes off and no hooks on it, so it runs the kernels it runs without the
+    profiler: ``nn.MultiheadAttention`` (its fused fast path needs ``has_torch_function`` False), and
+    an ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` that can take its fast path now (in
+    eval, no gradient to record: it also needs no forward hook on the layer, no mode for the
+    encoder's nested-tensor path); in training they run their unfused ops, recorded one by one."""
+    if isinstance(root, nn.MultiheadAttention):
+        return True
+    if isinstance(root, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+        return not root.training and not (torch.is_grad_enabled() and any(p.requires_grad for p in root.parameters()))
+    return False
 
 
 class ModelIndex:
@@ -1109,7 +1115,7 @@ class ModelIndex:
     live-tensor memory, and, given a formula ``table``, the modules recorded as one node each:
     those whose class has a formula, plus the classes, paths and class names asked for
     (``leaf_*``). The root is not one node (its forward is what runs), except a root that picks its
-    kernels by the modes on (``_CHOOSES_ITS_KERNELS``). A lazy module whose parameters do not exist
+    kernels by what is installed around it (:func:`_chooses_its_kernels`). A lazy module whose parameters do not exist
     yet is refused here (``ValueError``)."""
 
     def __init__(self, model: nn.Module, table: FormulaTable | None = None, leaf_types: tuple[type, ...] = (),
@@ -1145,7 +1151,7 @@ class ModelIndex:
                         dtype = str(t.dtype).removeprefix("torch.")
                         self.param_dtypes[dtype] = self.param_dtypes.get(dtype, 0) + t.numel()
             self.params[path] = owned
-            if table is None or (not path and not isinstance(module, _CHOOSES_ITS_KERNELS)):
+            if table is None or (not path and not _chooses_its_kernels(module)):
                 continue
             # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
             # its ops: they see each shard (local work) and the logical tensor (global work), and
