@@ -19,6 +19,7 @@ __all__ = [
     "adaptive_window_total",
     "arg",
     "as_tuple",
+    "broadcast",
     "complex_factor",
     "conv_macs",
     "einsum_macs",
