@@ -118,6 +118,22 @@ def test_pack_padded_sequence_is_a_copy(device: str) -> None:
     assert rows and all(r.status is Status.ZERO for r in rows) and p.total_flops == 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_linalg_matmul_vecdot_and_views(device: str, tracer: str) -> None:
+    class Model(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return L.matmul(a, b), L.vecdot(a, b.mT), L.diagonal(a), a.mH, a.adjoint(), torch.adjoint(a)
+
+    a, b = _t(2, 3, 4, device=device), _t(2, 4, 3, device=device)
+    p = torch_flops.profile(Model(), a, b, tracer=tracer, strict=True)
+    # linalg.matmul: 2 x 3 x 4 x 3 = 72 MACs; vecdot: 2 x 3 outputs, dot products of 4 = 24 MACs;
+    # the views: 0
+    assert (p.total_flops, p.total_macs) == (2 * 96, 96)
+    # FlopCounterMode sees the bmm (144) and vecdot's mul and sum (0)
+    assert p.with_convention("flop_counter").total_flops == _fcm(Model(), a, b) == 144
+
+
 # ------------------------------------------------------------------ factorizations
 @pytest.mark.parametrize("device", DEVICES)
 def test_lu_family_by_hand(device: str) -> None:

@@ -93,7 +93,7 @@ def _operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
     return a, b
 
 
-@register(*functions(*_MATMUL), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL))
+@register(*functions(*_MATMUL, "linalg_matmul"), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL, "linalg_matmul"))
 def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
@@ -190,6 +190,16 @@ def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs:
     if any(o.is_complex() for o in operands):  # 4 real MACs a complex MAC, 2 real FLOPs an add
         return _dots(2 * COMPLEX_MAC * macs + COMPLEX_ADD * extra, COMPLEX_MAC * macs, outputs, macs)
     return _dots(2 * macs + extra, macs, outputs)
+
+
+@register(*functions("linalg_vecdot"), *aten_ops("linalg_vecdot"))
+def vecdot_flops(module: Any, out: Any, x: Any, y: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
+    # torch.linalg.vecdot(x, y, *, dim=-1): every output element is the dot product of conj(x) and
+    # y along dim, n MACs (n: their broadcast size there); FlopCounterMode sees a mul and a sum (0)
+    n = broadcast(tuple(x.shape), tuple(y.shape))[int(kwargs.get("dim", -1))]
+    factor = complex_factor(COMPLEX_MAC, x, y)
+    macs = numel(out) * n
+    return _dots(2 * macs * factor, macs * factor, numel(out), 0)
 
 
 @register(*functions("outer", "ger"), *methods("outer", "ger"), *aten_ops("outer", "ger"))

@@ -54,7 +54,7 @@ _VIEWS = [
     "movedim", "moveaxis", "expand", "expand_as", "broadcast_to", "flatten", "unflatten", "squeeze",
     "unsqueeze", "narrow", "select", "unfold", "as_strided", "diagonal", "split", "split_with_sizes",
     "chunk", "tensor_split", "unbind", "view_as_real", "view_as_complex", "real", "imag", "contiguous",
-    "detach", "alias",
+    "detach", "alias", "adjoint",
 ]
 _COPIES = [
     "clone", "repeat", "repeat_interleave", "tile", "flip", "fliplr", "flipud", "roll", "rot90", "tril",
@@ -126,6 +126,7 @@ ATEN_ZERO_OPS: list[str] = [
     "_pack_padded_sequence", "_pad_packed_sequence", "lu_unpack",  # copies (see _COPIES)
     "diag_embed",  # a copy of a vector into a matrix's diagonal (det's gradient runs it)
     "real", "imag",  # views of a complex tensor's components (export graphs keep them)
+    "mT", "mH", "adjoint", "linalg_diagonal",  # views (transposes, a diagonal) export graphs keep
     "reshape_as",  # a view (or a copy where strides forbid one)
     # random fills and permutations: creation, as rand/randn are (dropout's mask multiply and
     # rescale are its own ops, counted)
@@ -138,7 +139,8 @@ ATEN_ZERO_OPS: list[str] = [
     "_add_batch_dim", "_remove_batch_dim", "_make_dual", "_unpack_dual", "_wrap_for_grad", "_unwrap_for_grad",
 ]
 
-register(*functions(*ZERO_FUNCTIONS), *methods(*ZERO_METHODS), *ZERO_MODULES, *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
+register(*functions(*ZERO_FUNCTIONS, "linalg_diagonal"), *methods(*ZERO_METHODS), *ZERO_MODULES,
+         *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
 
 
 def _graph_plumbing() -> list[Any]:
