@@ -392,6 +392,45 @@ def test_a_function_node_counts_its_backward(name: str, fn: Callable[..., Any], 
         # recorded by autograd, svdvals computes the thin U and V too (for its backward): 1632, + the
         # loss's sum of 4
         assert counter.total_flops == 1632 + 4
+    if name == "matrix_norm":
+        # the thin SVD (1632) + the sum of the 4 singular values, + the loss's sum of one value
+        assert counter.total_flops == 1632 + 4 + 1
     if name == "pdist":
         # 10 pairs x 4 dims x (difference, d * g / dist: 2, added into both rows: 2) = 200
         assert counter.total_backward_flops == 200 + 0  # (the sum's backward expands: 0)
+
+
+def test_a_training_step_counts_function_nodes_and_their_backward() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(_t(5, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return L.svdvals(self.w * x).sum() + L.matrix_norm(self.w, "nuc")
+
+    model = Model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    twin = Model()
+    twin.load_state_dict(model.state_dict())
+    x = _t(5, 4)
+    profiler = torch_flops.TrainingProfiler(model, optimizer)
+    profiler.start_profile()
+    optimizer.zero_grad()
+    loss = model(x)
+    loss.backward()
+    optimizer.step()
+    profiler.stop_profile()
+    (step,) = profiler.profiles
+    profiler.end_profile()
+    records = {r.name: r for r in step.records}
+    # both SVDs run with U and V (autograd records them): 1632 each, + 4 for the nuclear norm's sum
+    assert (records["linalg_svdvals"].flops, records["linalg_matrix_norm"].flops) == (1632, 1632 + 4)
+    assert records["linalg_svdvals"].backward_flops > 0 and records["linalg_matrix_norm"].backward_flops > 0
+    assert not step.backward["unsupported"]
+    # the step is the plain one: the same loss and update as an eager twin
+    twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    twin_loss = twin(x)
+    twin_loss.backward()
+    twin_optimizer.step()
+    assert torch.equal(loss.detach(), twin_loss.detach()) and torch.equal(model.w, twin.w)

@@ -414,12 +414,13 @@ def pinv_flops(module: Any, out: Any, a: Any, *args: Any, **kwargs: Any) -> Coun
     return Count(2 * macs + other, macs, outputs, 0) if is_float(a) else Count(0, 0, 0, 0)
 
 
-def matrix_norm_count(a: Any, ord: Any, dim: Any = (-2, -1)) -> int:
+def matrix_norm_count(a: Any, ord: Any, dim: Any = (-2, -1), vectors: bool = False) -> int:
     """FLOPs of the matrix norm of ``a`` over the two dims ``dim`` (torch.linalg.matrix_norm):
     'fro' square and add per element, a sqrt per matrix (2mn + 1); 'nuc' the singular values and
     their sum (+ k); 2 / -2 the singular values and their max / min (+ k); 1 / -1 |a| summed over
     the rows (2mn) and the max / min of the n sums; inf / -inf the same over the columns (2mn + m).
-    The elementwise parts count 2 per step on complex data, the singular values 4 times."""
+    The elementwise parts count 2 per step on complex data, the singular values 4 times;
+    ``vectors``: the SVD computes the thin U and V too (autograd records the call)."""
     if not is_float(a):
         return 0
     d0, d1 = (int(d) % a.dim() for d in dim)
@@ -427,7 +428,7 @@ def matrix_norm_count(a: Any, ord: Any, dim: Any = (-2, -1)) -> int:
     batch = numel(a) // (m * n) if m * n else prod(int(s) for i, s in enumerate(a.shape) if i not in (d0, d1))
     elementwise = COMPLEX_OTHER if a.is_complex() else 1
     if ord in ("nuc", 2, -2):
-        return (_svd3(m, n, None) * batch * _factor(a) + 1) // 3 + batch * min(m, n)
+        return (_svd3(m, n, "thin" if vectors else None) * batch * _factor(a) + 1) // 3 + batch * min(m, n)
     if ord in (1, -1):
         return batch * (2 * m * n + n) * elementwise
     if ord in (float("inf"), float("-inf")):
@@ -440,22 +441,24 @@ def matrix_norm_count(a: Any, ord: Any, dim: Any = (-2, -1)) -> int:
 @register(*functions("linalg_matrix_norm"), *aten_ops("linalg_matrix_norm"))
 def matrix_norm_flops(module: Any, out: Any, a: Any, *args: Any, **kwargs: Any) -> int:
     # torch.linalg.matrix_norm(A, ord='fro', dim=(-2, -1), keepdim=False, *, dtype=None)
-    return matrix_norm_count(a, arg(args, kwargs, 0, "ord", "fro"), arg(args, kwargs, 1, "dim", (-2, -1)))
+    return matrix_norm_count(a, arg(args, kwargs, 0, "ord", "fro"), arg(args, kwargs, 1, "dim", (-2, -1)),
+                             _needs_vectors(out))
 
 
 @register(*functions("linalg_cond"), *aten_ops("linalg_cond"))
 def cond_flops(module: Any, out: Any, a: Any, *args: Any, **kwargs: Any) -> int:
-    # torch.linalg.cond(A, p=None): p None, 2, -2: the singular values and one divide per matrix;
-    # other p: the inverse, the p-norms of A and of the inverse, and their product (1)
+    # torch.linalg.cond(A, p=None): p None, 2, -2: the singular values (with the thin U, V when
+    # autograd records the call) and one divide per matrix; other p: the inverse, the p-norms of A
+    # and of the inverse, and their product (1)
     p = arg(args, kwargs, 0, "p", None)
     if not is_float(a):
         return 0
     if p in (None, 2, -2):
-        return _svd_total(a, None) + _batch(a)
+        return _svd_total(a, "thin" if _needs_vectors(out) else None) + _batch(a)
     n = _square(a)
     inverse = _total(3 * _lu(n, n), a) + _batch(a) * n * n * (_per_element(n, True, a.is_complex())
                                                               + _per_element(n, False, a.is_complex()))
-    return inverse + 2 * matrix_norm_count(a, p) + _batch(a)
+    return inverse + 2 * matrix_norm_count(a, p, vectors=_needs_vectors(out)) + _batch(a)
 
 
 @register(*functions("linalg_matrix_rank"), *aten_ops("linalg_matrix_rank"))

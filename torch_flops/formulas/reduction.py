@@ -125,6 +125,11 @@ def _norm_costs(p: Any) -> tuple[int, int]:
     return (3, 1)  # 3I + O: abs, pow p, add per element; pow 1/p per result
 
 
+def _values_need_grad(out: Any) -> bool:
+    # autograd records the call: an SVD inside computes its vectors too (linalg.matrix_norm_count)
+    return isinstance(out, Tensor) and out.requires_grad
+
+
 def _p_norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
     per_input, per_output = _norm_costs(p)
     return _reduction_flops(out, x, per_input, per_output)
@@ -137,7 +142,7 @@ def norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, i
     # matrices over dim (default the last two): linalg.matrix_norm_count
     x, p = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro")
     if p == "nuc":
-        return (matrix_norm_count(x, "nuc", arg(args, kwargs, 2, "dim", None) or (-2, -1)), 0)
+        return (matrix_norm_count(x, "nuc", arg(args, kwargs, 2, "dim", None) or (-2, -1), _values_need_grad(out)), 0)
     return _p_norm_flops(out, x, p)
 
 
@@ -149,7 +154,7 @@ def linalg_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple
     x, order, dim = arg(args, kwargs, 0, "input", kwargs.get("A")), arg(args, kwargs, 1, "ord"), arg(args, kwargs, 2, "dim")
     dims = (dim,) if isinstance(dim, int) else dim
     if (dims is not None and len(dims) == 2) or (dims is None and order is not None and x.dim() == 2):
-        return (matrix_norm_count(x, "fro" if order is None else order, dims or (-2, -1)), 0)
+        return (matrix_norm_count(x, "fro" if order is None else order, dims or (-2, -1), _values_need_grad(out)), 0)
     return _p_norm_flops(out, x, 2 if order is None else order)
 
 
