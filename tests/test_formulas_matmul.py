@@ -251,6 +251,27 @@ def test_einsum_single_operand_permutation_is_free() -> None:
     assert _fn("einsum", torch.einsum("ij->ji", a), "ij->ji", a) == (0, 0)
 
 
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_einsum_with_an_empty_operand_does_no_arithmetic(device: str) -> None:
+    def run(equation: str, *shapes: tuple[int, ...]) -> tuple[int, int]:
+        operands = [torch.zeros(s, device=device) for s in shapes]
+        flops, macs = _fn("einsum", torch.einsum(equation, *operands), equation, *operands)
+        with torch.backends.opt_einsum.flags(enabled=False):
+            assert _counted(torch.einsum, equation, *operands) == 2 * macs  # FlopCounterMode agrees
+        return flops, macs
+
+    # (0, 4) x (4, 2): 0 output rows x 2 columns x 4 terms = 0 MACs (a size-0 i is no size-1 i)
+    assert run("ij,jk->ik", (0, 4), (4, 2)) == (0, 0)
+    assert run("ij,jk->ik", (3, 4), (4, 0)) == (0, 0)  # 3 x 0 outputs
+    assert run("ij,jk->ik", (3, 0), (0, 2)) == (0, 0)  # K = 0: the (3, 2) output is zeros, no product
+    assert run("bij,bjk->bik", (0, 3, 4), (1, 4, 2)) == (0, 0)  # b: 0 against a broadcast 1
+    assert run("i,j->ij", (0,), (3,)) == (0, 0)  # an empty outer product: 0 multiplies
+    # three operands, left to right: (3,0)x(0,2) is nothing, then (3,2)x(2,5) = 3*2*5 = 30 MACs
+    assert run("ij,jk,kl->il", (3, 0), (0, 2), (2, 5)) == (60, 30)
+    # (3,4)x(4,2) = 24 MACs, then (3,2)x(2,0) is empty: 24 MACs
+    assert run("ij,jk,kl->il", (3, 4), (4, 2), (2, 0)) == (48, 24)
+
+
 LETTERS = "abcdef"
 
 

@@ -79,6 +79,13 @@ FUNCTION_CASES: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = [
     (torch.linalg.vector_norm, (), {"ord": 1, "dim": 0}, 48),  # ord 1: 2I
     (torch.linalg.vector_norm, (-math.inf,), {}, 48),  # ord -inf: 2I
     (torch.linalg.vector_norm, (3.0, (1, 2)), {}, 74),  # 3I + O = 72 + 2
+    (torch.norm, ("nuc",), {"dim": (1, 2)}, 222),  # 2 x (singular values of 3 x 4, 108, + their sum, 3)
+    (torch.linalg.norm, (), {}, 49),  # no ord, no dim: the vector 2-norm of all 24 elements, 48 + 1
+    (torch.linalg.norm, (1,), {"dim": 2}, 48),  # a vector norm over one dim: ord 1, 2I
+    (torch.linalg.norm, (), {"dim": (1, 2)}, 50),  # 'fro' of 2 matrices of 3 x 4: 2 x (24 + 1)
+    # the nuclear norm of 2 matrices 3 x 4 (linalg.matrix_norm_count): the singular values,
+    # 4Mk^2 - 4k^3/3 = 144 - 36 = 108, + their sum (3), 2 x 111
+    (torch.linalg.norm, ("nuc", (1, 2)), {}, 222),
     (torch.logsumexp, (1,), {}, 112),  # 4I + 2O = 96 + 2 x 8
     (torch.special.logsumexp, (), {"dim": -1}, 108),  # 96 + 2 x 6
     (torch.median, (), {}, 24),  # I
@@ -96,7 +103,8 @@ FUNCTION_CASES: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = [
 ]
 
 # Keys whose function has a different __name__ from the torch attribute.
-NAME_OF = {torch.linalg.vector_norm: "linalg_vector_norm", torch.special.logsumexp: "special_logsumexp"}
+NAME_OF = {torch.linalg.vector_norm: "linalg_vector_norm", torch.special.logsumexp: "special_logsumexp",
+           torch.linalg.norm: "linalg_norm"}
 
 
 @pytest.mark.parametrize("fn,args,kwargs,expected", FUNCTION_CASES,
@@ -208,6 +216,7 @@ METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
     ("norm", (), {}, 49),  # 48 + 1
     ("norm", (1,), {}, 48),  # 2I
     ("norm", (), {"p": 2, "dim": 1}, 56),  # 48 + 8
+    ("norm", ("nuc", (1, 2)), {}, 222),  # 2 x (singular values of 3 x 4, 108, + their sum, 3)
     ("logsumexp", (0,), {}, 120),  # 96 + 2 x 12
     ("median", (), {}, 24),  # I
     ("nanmedian", (1,), {}, 24),  # I

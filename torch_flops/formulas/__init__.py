@@ -5,8 +5,10 @@ Counting convention (stated once, here)
 Every formula returns ``(flops, macs)`` for one graph node:
 
 * ``macs`` counts the multiply-accumulates of *dot products*: linear layers, the matmul family
-  (mm, bmm, matmul, addmm, baddbmm, einsum), convolutions (transposed and grouped too) and the two
-  matmuls of attention (``Q @ K^T`` and ``P @ V``). Nothing else has MACs.
+  (mm, bmm, matmul, addmm, baddbmm, einsum), convolutions (transposed and grouped too), the two
+  matmuls of attention (``Q @ K^T`` and ``P @ V``) and the fixed matrix products some ops run inside
+  themselves (cdist's matmul path, ``affine_grid``, ``pinv``, ``matrix_exp``). Nothing else has
+  MACs: the factorizations of ``torch.linalg`` are counted in FLOPs (see ``linalg.py``).
 * ``flops = 2 * macs + every other floating point operation of the node``: bias adds,
   elementwise arithmetic, norms, softmax, pooling, reductions and activations. Each formula states
   its per-element cost in a comment where it is defined; a transcendental function (exp, log,

@@ -19,6 +19,7 @@ __all__ = [
     "adaptive_window_total",
     "arg",
     "as_tuple",
+    "broadcast",
     "complex_factor",
     "conv_macs",
     "einsum_macs",
@@ -187,7 +188,10 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
     index that broadcasts (size 1 in one operand, n in the other), which the operand of size n
     sums out before the product (so "ij,jk->ik" with j of sizes 1 and 3 is a sum and a multiply,
     no MACs, as FlopCounterMode sees it on meta tensors). One operand alone has no MACs: a
-    transpose is free, a sum over indices is one add per element. Returns ``(macs, extra_flops)``.
+    transpose is free, a sum over indices is one add per element. A step with an index of size 0
+    in either operand does no arithmetic (its product is empty, or all zeros when the size-0 index
+    is summed), while the steps before and after it still count, as FlopCounterMode counts them:
+    "ij,jk,kl->il" of (3,0), (0,2), (2,5) is 0 + 3*2*5 MACs. Returns ``(macs, extra_flops)``.
     """
     eq = equation.replace(" ", "")
     if "->" in eq:
@@ -226,7 +230,9 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
             elif other[c] == 1 and current[c] > 1:
                 extra += prod(current.values())
                 current = {**current, c: 1}
-        step = {c: max(current.get(c, 1), other.get(c, 1)) for c in (*current, *other)}
+        # an index's size in the product: the larger where one operand broadcasts it (size 1), but 0
+        # where either operand is empty along it (an empty operand makes an empty or all-zero product)
+        step = {c: _joint(current.get(c, 1), other.get(c, 1)) for c in (*current, *other)}
         if any(step[c] > 1 for c in summed):
             macs += prod(step.values())
         else:
@@ -234,6 +240,11 @@ def einsum_macs(equation: str, shapes: Sequence[Sequence[int]]) -> tuple[int, in
             extra += prod(step.values())
         current = {c: n for c, n in step.items() if c in later}
     return macs, extra
+
+
+def _joint(a: int, b: int) -> int:
+    # the size of an index shared by two operands: 0 if either is 0, else the broadcast size
+    return 0 if a == 0 or b == 0 else max(a, b)
 
 
 def _expand_ellipsis(terms: list[str], out: str, shapes: Sequence[Sequence[int]]) -> tuple[list[str], str]:

@@ -694,4 +694,17 @@ def put_flops(module: Any, out: Any, x: Any, index: Any, source: Any, accumulate
     return float_numel(source, x) if bool(accumulate or kwargs.get("accumulate", False)) else 0
 
 
+@register(*aten_ops("_pdist_backward"))
+def pdist_backward_flops(module: Any, out: Any, grad: Any, x: Any, p: float, dist: Any, *args: Any,
+                         **kwargs: Any) -> int:
+    # (grad, self (N, M), p, pdist): per pair and dim, as ATen's kernel: the difference d (1), its
+    # gradient (p=1: sign(d) * g, 2; p=2: d * g / dist, 2; p=inf: sign(d) * g * (|d| == dist), 4;
+    # other p: d * |d|^(p-2) * g / dist^(p-1), abs, pow, 2 multiplies, divide, 5 (dist^(p-1) is
+    # once per pair: not counted)), then added into both rows (2); p=0: the gradient is zeros (0)
+    if not is_float(x) or p == 0:
+        return 0
+    per_dim = 3 + (2 if p in (1, 2) else 4 if p == float("inf") else 5)
+    return numel(dist) * int(x.shape[-1]) * per_dim
+
+
 del _name, _cost

@@ -34,6 +34,7 @@ _UNARY_BINARY = [
     "eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_equal", "less_equal", "not_equal",
     "where", "masked_fill", "hypot", "logaddexp", "xlogy", "copysign", "nan_to_num", "heaviside",
     "isnan", "isinf", "isfinite", "logical_not", "logical_and", "logical_or", "logical_xor", "special_erf",
+    "angle",  # atan2(imag, real) of complex data (one call); real data: a compare with 0 (0 or pi)
 ]
 # operator-module names of the same operations (x * y, x /= y, x % y, ...)
 _OPERATORS = ["imul", "truediv", "itruediv", "floordiv", "ifloordiv", "mod", "imod", "ipow"]
@@ -177,6 +178,15 @@ def _reduce_into(name: str) -> None:
 
 _reduce_into("scatter_reduce")
 _reduce_into("index_reduce")
+
+
+@register(*functions("cross", "linalg_cross"), *methods("cross"), *aten_ops("cross", "linalg_cross"))
+def cross_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
+    # a x b of 3-vectors: each output component is a_j*b_k - a_k*b_j, 2 multiplies + 1 subtract = 3
+    # per output element; complex data: 2 complex multiplies (6 each) + 1 subtract (2) = 14
+    if isinstance(out, Tensor) and out.is_complex():
+        return out.numel() * (2 * COMPLEX_MUL + COMPLEX_ADD)
+    return 3 * float_numel(out, *args)
 
 
 @register(*functions("polar"), *aten_ops("polar"))

@@ -1,6 +1,6 @@
 """Linear layers and the matmul family: linear, bilinear, matmul/@, mm, bmm, mv, dot, addmm,
-baddbmm, addbmm, addmv, einsum, outer, the fp8/int8 matmuls (``_scaled_mm``, ``_int_mm``) and
-grouped matmuls of mixture-of-experts layers. All MACs go through
+baddbmm, addbmm, addmv, einsum, outer and addr, the fp8/int8 matmuls (``_scaled_mm``, ``_int_mm``),
+grouped matmuls of mixture-of-experts layers, and the distances (cdist, pdist, dist). All MACs go through
 ``_shapes.matmul_macs``/``einsum_macs``; with complex operands every MAC is 4 real MACs and every
 add 2 real FLOPs (``_shapes.COMPLEX_*``)."""
 
@@ -15,15 +15,21 @@ from torch_flops.formulas import Count, FlopCount, Name, aten_ops, functions, me
 from torch_flops.formulas._shapes import (
     COMPLEX_ADD,
     COMPLEX_MAC,
+    COMPLEX_MUL,
     arg,
+    broadcast,
     complex_factor,
     einsum_macs,
     first_output,
+    float_numel,
+    is_float,
     matmul_macs,
     numel,
+    prod,
 )
 
-__all__ = ["addmm_flops", "bilinear_flops", "einsum_flops", "grouped_mm_flops", "linear_flops", "matmul_flops"]
+__all__ = ["addmm_flops", "addr_flops", "bilinear_flops", "dist_flops", "einsum_flops", "grouped_mm_flops",
+           "linear_flops", "matmul_flops", "pdist_flops"]
 
 
 @register(*modules("Linear", "LazyLinear"), NonDynamicallyQuantizableLinear, *functions("linear"), *aten_ops("linear"))
@@ -87,7 +93,7 @@ def _operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
     return a, b
 
 
-@register(*functions(*_MATMUL), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL))
+@register(*functions(*_MATMUL, "linalg_matmul"), *methods(*_MATMUL, "__matmul__"), *aten_ops(*_MATMUL, "linalg_matmul"))
 def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # 2*M*K*N per (broadcast) batch: one mul + one add per MAC; see _shapes.matmul_macs
     # (FlopCounterMode counts mv/dot as 0; they are real MACs here.)
@@ -186,10 +192,30 @@ def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs:
     return _dots(2 * macs + extra, macs, outputs)
 
 
+@register(*functions("linalg_vecdot"), *aten_ops("linalg_vecdot"))
+def vecdot_flops(module: Any, out: Any, x: Any, y: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
+    # torch.linalg.vecdot(x, y, *, dim=-1): every output element is the dot product of conj(x) and
+    # y along dim, n MACs (n: their broadcast size there); FlopCounterMode sees a mul and a sum (0)
+    n = broadcast(tuple(x.shape), tuple(y.shape))[int(kwargs.get("dim", -1))]
+    factor = complex_factor(COMPLEX_MAC, x, y)
+    macs = numel(out) * n
+    return _dots(2 * macs * factor, macs * factor, numel(out), 0)
+
+
 @register(*functions("outer", "ger"), *methods("outer", "ger"), *aten_ops("outer", "ger"))
 def outer_flops(module: Any, out: Any, a: Any, b: Any) -> Count | tuple[int, int]:
     # an outer product sums nothing: one multiply per output element, no MACs
     return numel(out), 0
+
+
+@register(*functions("addr"), *methods("addr", "addr_"), *aten_ops("addr"))
+def addr_flops(module: Any, out: Any, x: Any, vec1: Any, vec2: Any, *args: Any, **kwargs: Any) -> int:
+    # beta*input + alpha*outer(vec1, vec2): one multiply per output element (an outer product sums
+    # nothing: no MACs) + the scaled add (_scaled_add); complex data: 6 per multiply, 2 per add
+    n = float_numel(out, vec1)
+    if n and out.is_complex():
+        return n * COMPLEX_MUL + _scaled_add(out, kwargs) * COMPLEX_ADD
+    return n + (_scaled_add(out, kwargs) if n else 0)
 
 
 @register(*aten_ops("_grouped_mm", "_scaled_grouped_mm"), Name("aten", "transformers.grouped_mm_fallback"),
@@ -225,17 +251,39 @@ def euclidean_dist_flops(module: Any, out: Any, x1: Any, x2: Any, *args: Any, **
     return Count(2 * macs + 3 * numel(x1) + 2 * numel(x2) + 2 * outputs, macs, outputs, 0)
 
 
-@register(*aten_ops("_cdist_forward"))
-def cdist_forward_flops(module: Any, out: Any, x1: Any, x2: Any, p: float, *args: Any, **kwargs: Any) -> int:
-    # cdist's direct path: per output and dim, a subtract, then |d| (p=1, inf), d*d (p=2), d != 0
-    # (p=0) or |d|^p (other p: abs and pow, 2) and the sum (or max, p=inf); then the root: sqrt
-    # (p=2) or ^(1/p) (other p), 1 per output. Not dot products: FLOPs only.
-    if not torch.is_floating_point(out):
-        return 0
-    m = int(x1.shape[-1])
-    outputs = numel(out)
+def _p_distances(outputs: int, m: int, p: float) -> int:
+    # per output and dim, a subtract, then |d| (p=1, inf), d*d (p=2), d != 0 (p=0) or |d|^p (other
+    # p: abs and pow, 2) and the sum (or max, p=inf); then the root: sqrt (p=2) or ^(1/p) (other
+    # p), 1 per output. Not dot products: FLOPs only.
     if p in (0, 1, float("inf")):
         return outputs * 3 * m
     if p == 2:
         return outputs * (3 * m + 1)
     return outputs * (4 * m + 1)
+
+
+@register(*aten_ops("_cdist_forward"))
+def cdist_forward_flops(module: Any, out: Any, x1: Any, x2: Any, p: float, *args: Any, **kwargs: Any) -> int:
+    # cdist's direct path: _p_distances of rows of length M, one per output
+    if not torch.is_floating_point(out):
+        return 0
+    return _p_distances(numel(out), int(x1.shape[-1]), p)
+
+
+@register(*functions("pdist"), *aten_ops("pdist", "_pdist_forward"))
+def pdist_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> int:
+    # F.pdist(input (N, M), p=2) / aten._pdist_forward(self, p): the N(N-1)/2 distances between
+    # rows, each _p_distances of rows of length M
+    if not is_float(out):
+        return 0
+    return _p_distances(numel(out), int(x.shape[-1]), float(arg(args, kwargs, 0, "p", 2.0)))
+
+
+@register(*functions("dist"), *methods("dist"), *aten_ops("dist"))
+def dist_flops(module: Any, out: Any, x: Any, other: Any, *args: Any, **kwargs: Any) -> int:
+    # torch.dist(input, other, p=2): the p-norm of input - other, one distance over the M elements
+    # of their broadcast: _p_distances with one output
+    if not is_float(out):
+        return 0
+    m = prod(broadcast(tuple(x.shape), tuple(getattr(other, "shape", ()))))
+    return _p_distances(1, m, float(arg(args, kwargs, 0, "p", 2)))

@@ -21,6 +21,7 @@ import torch
 
 from torch_flops.formulas import aten_ops, functions, methods, register
 from torch_flops.formulas._shapes import COMPLEX_OTHER, arg, complex_factor, first_output, float_numel, is_float, numel
+from torch_flops.formulas.linalg import matrix_norm_count
 
 __all__: list[str] = []
 
@@ -117,13 +118,16 @@ def _norm_costs(p: Any) -> tuple[int, int]:
     """``(per_input, per_output)`` of a p-norm reduction."""
     if p is None or p == "fro" or p == 2:
         return (2, 1)  # 2I + O: square, add per element; sqrt per result
-    if p == "nuc":
-        return (2, 1)  # an SVD has no closed-form count: counted as 'fro' (a lower bound)
     if p == 1 or p == math.inf or p == -math.inf:
         return (2, 0)  # 2I: abs, add (or max / min) per element
     if p == 0:
         return (2, 0)  # 2I: compare with 0, add per element
     return (3, 1)  # 3I + O: abs, pow p, add per element; pow 1/p per result
+
+
+def _values_need_grad(out: Any) -> bool:
+    # autograd records the call: an SVD inside computes its vectors too (linalg.matrix_norm_count)
+    return isinstance(out, Tensor) and out.requires_grad
 
 
 def _p_norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
@@ -133,9 +137,25 @@ def _p_norm_flops(out: Any, x: Any, p: Any) -> tuple[int, int]:
 
 @register(*functions("norm"), *methods("norm"), *aten_ops("norm"))
 def norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-    # torch.norm(input, p='fro', ...) / input.norm(p='fro', ...): p = 2 / 'fro' (default): 2I + O
-    # (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O
-    return _p_norm_flops(out, arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro"))
+    # torch.norm(input, p='fro', dim=None, ...) / input.norm(p='fro', ...): p = 2 / 'fro' (default):
+    # 2I + O (square, add; sqrt); p = 1, inf: 2I; other p: 3I + O; 'nuc': the nuclear norm of the
+    # matrices over dim (default the last two): linalg.matrix_norm_count
+    x, p = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "p", "fro")
+    if p == "nuc":
+        return (matrix_norm_count(x, "nuc", arg(args, kwargs, 2, "dim", None) or (-2, -1), _values_need_grad(out)), 0)
+    return _p_norm_flops(out, x, p)
+
+
+@register(*functions("linalg_norm"), *aten_ops("linalg_norm"))
+def linalg_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.linalg.norm(A, ord=None, dim=None, keepdim=False, *, dtype=None): a matrix norm
+    # (linalg.matrix_norm_count) over a 2-tuple dim, or over a 2-D A with an ord and no dim; else a
+    # vector norm of order ord (default 2) over dim (default: all of A)
+    x, order, dim = arg(args, kwargs, 0, "input", kwargs.get("A")), arg(args, kwargs, 1, "ord"), arg(args, kwargs, 2, "dim")
+    dims = (dim,) if isinstance(dim, int) else dim
+    if (dims is not None and len(dims) == 2) or (dims is None and order is not None and x.dim() == 2):
+        return (matrix_norm_count(x, "fro" if order is None else order, dims or (-2, -1), _values_need_grad(out)), 0)
+    return _p_norm_flops(out, x, 2 if order is None else order)
 
 
 @register(*functions("linalg_vector_norm"), *aten_ops("linalg_vector_norm"))

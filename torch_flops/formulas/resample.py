@@ -9,10 +9,10 @@ from typing import Any
 
 from torch import nn
 
-from torch_flops.formulas import aten_ops, functions, register, zero_flops
+from torch_flops.formulas import Count, aten_ops, functions, register, zero_flops
 from torch_flops.formulas._shapes import adaptive_window_total, arg, first_output, float_numel, is_float, numel, prod
 
-__all__ = ["grid_sample_flops", "grid_sampler_flops", "interpolate_flops"]
+__all__ = ["affine_grid_flops", "grid_sample_flops", "grid_sampler_flops", "interpolate_flops"]
 
 _PER_OUTPUT = {"nearest": 0, "nearest-exact": 0, "linear": 3, "bilinear": 9, "trilinear": 21, "bicubic": 35}
 
@@ -92,3 +92,24 @@ def grid_sampler_flops(module: Any, out: Any, x: Any, grid: Any, *args: Any, **k
     mode = _GRID_MODES.get(int(arg(args, kwargs, 0, "interpolation_mode", 0)), "bilinear")
     padding = _GRID_PADDINGS.get(int(arg(args, kwargs, 1, "padding_mode", 0)), "zeros")
     return _grid_sample(first_output(out), x, grid, mode, padding)
+
+
+# ---------------------------------------------------------------------------------------------
+# affine_grid: the sampling grid of an affine transform, theta (N, 2, 3) -> (N, H, W, 2) (3-D:
+# (N, 3, 4) -> (N, D, H, W, 3)). ATen builds a base grid of normalised coordinates [x, y, 1] (or
+# [x, y, z, 1]), one row per output point, and multiplies it by theta^T in one batched matmul:
+# (N, H*W, 3) x (N, 3, 2). Every output element is a dot product of length theta.shape[-1]: that
+# many MACs each. The base grid's coordinates (a linspace per size: O(H + W + D) values) are not
+# counted, as values computed once per row are not in norm.py. FlopCounterMode does not see the
+# matmul inside the op (it counts 0): mm_macs 0.
+# ---------------------------------------------------------------------------------------------
+
+@register(*functions("affine_grid", "affine_grid_generator"),
+          *aten_ops("affine_grid_generator", "cudnn_affine_grid_generator"))
+def affine_grid_flops(module: Any, out: Any, theta: Any, *args: Any, **kwargs: Any) -> Count:
+    # numel(out) outputs x theta.shape[-1] MACs (3 in 2-D, 4 in 3-D); 2 FLOPs a MAC
+    if not is_float(out):
+        return Count(0, 0, 0, 0)
+    outputs = numel(out)
+    macs = outputs * int(theta.shape[-1])
+    return Count(2 * macs, macs, outputs, 0)

@@ -54,7 +54,7 @@ _VIEWS = [
     "movedim", "moveaxis", "expand", "expand_as", "broadcast_to", "flatten", "unflatten", "squeeze",
     "unsqueeze", "narrow", "select", "unfold", "as_strided", "diagonal", "split", "split_with_sizes",
     "chunk", "tensor_split", "unbind", "view_as_real", "view_as_complex", "real", "imag", "contiguous",
-    "detach", "alias",
+    "detach", "alias", "adjoint",
 ]
 _COPIES = [
     "clone", "repeat", "repeat_interleave", "tile", "flip", "fliplr", "flipud", "roll", "rot90", "tril",
@@ -62,6 +62,9 @@ _COPIES = [
     "scatter", "index_copy", "index_fill", "masked_scatter", "cat", "concat", "concatenate", "stack",
     "hstack", "vstack", "dstack", "column_stack", "pad", "one_hot", "pixel_shuffle", "pixel_unshuffle",
     "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "argwhere",
+    # packing a padded batch of sequences (nn.utils.rnn) and back, and unpacking an LU factorization
+    # into P, L and U: copies (the permutation is integer work)
+    "_pack_padded_sequence", "_pad_packed_sequence", "lu_unpack",
 ]
 _CREATION = [
     "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like",
@@ -82,7 +85,7 @@ _METHOD_ONLY = [
     "data_ptr", "untyped_storage",
 ]
 _NOT_METHODS = ("cat", "stack", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "pad",
-                "one_hot", "embedding", "meshgrid")
+                "one_hot", "embedding", "meshgrid", "_pack_padded_sequence", "_pad_packed_sequence", "lu_unpack")
 
 #: Creation ops read no tensor data (``zeros_like`` reads only its argument's shape): they write
 #: their output (plan.Traffic.CREATE); those that return views of their inputs move nothing.
@@ -121,6 +124,10 @@ ATEN_ZERO_OPS: list[str] = [
     "swapaxes", "swapdims", "broadcast_to", "broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d",
     "_reshape_alias",
     "_empty_affine_quantized",
+    "_pack_padded_sequence", "_pad_packed_sequence", "lu_unpack",  # copies (see _COPIES)
+    "diag_embed",  # a copy of a vector into a matrix's diagonal (det's gradient runs it)
+    "real", "imag",  # views of a complex tensor's components (export graphs keep them)
+    "mT", "mH", "adjoint", "linalg_diagonal",  # views (transposes, a diagonal) export graphs keep
     "reshape_as",  # a view (or a copy where strides forbid one)
     # random fills and permutations: creation, as rand/randn are (dropout's mask multiply and
     # rescale are its own ops, counted)
@@ -133,7 +140,8 @@ ATEN_ZERO_OPS: list[str] = [
     "_add_batch_dim", "_remove_batch_dim", "_make_dual", "_unpack_dual", "_wrap_for_grad", "_unwrap_for_grad",
 ]
 
-register(*functions(*ZERO_FUNCTIONS), *methods(*ZERO_METHODS), *ZERO_MODULES, *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
+register(*functions(*ZERO_FUNCTIONS, "linalg_diagonal"), *methods(*ZERO_METHODS), *ZERO_MODULES,
+         *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
 
 
 def _graph_plumbing() -> list[Any]:
