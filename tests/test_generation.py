@@ -464,10 +464,10 @@ def test_decode_step_prediction_on_h100_by_hand() -> None:
     assert pred.decode_ms[0] == pytest.approx(45504 / 3.35e12 * 1e3, rel=1e-12)
     assert pred.decode_memory_bound_share == 1.0 and pred.batch_size == 1
     assert pred.decode_tokens_per_s == pytest.approx(1e3 / pred.tpot_ms)  # type: ignore[operator]
-    # the largest batch at context 1000: (80e9 bytes - 32768 bytes of weights) / (512 B per token x 1000)
-    assert pred.max_batch == (80 * 10**9 - 32768) // (512 * 1000) == 156249
+    # the largest batch at context 1000: (80 GiB - 32768 bytes of weights) / (512 B per token x 1000)
+    assert pred.max_batch == (80 * 2**30 - 32768) // (512 * 1000) == 167772
     assert max_batch(100, 200, 1.0, 1) == 0 and max_batch(100, 0, None, 1) is None
-    assert "largest batch 156249" in pred.text()
+    assert "largest batch 167772" in pred.text()
 
 
 def test_errors_before_anything_runs_and_exceptions_as_themselves() -> None:
@@ -531,8 +531,9 @@ def test_meta_sweep_decode_grows_with_context(hf: Any, tmp_path: Path) -> None:
         assert all(a.decode_flops < b.decode_flops for a, b in itertools.pairwise(points))
         assert all(a.tpot_ms < b.tpot_ms for a, b in itertools.pairwise(points))
         for p in points:
-            # KV at prompt + generated: 2 x 2 layers x 2 KV heads x 16 head_dim x tokens x batch x 2 bytes (bf16)
-            assert p.kv_cache_bytes == 256 * (p.prompt + p.generated) * batch
+            # KV at the end, prompt + generated - 1 tokens (the last one is never fed back):
+            # 2 x 2 layers x 2 KV heads x 16 head_dim x tokens x batch x 2 bytes (bf16)
+            assert p.kv_cache_bytes == 256 * (p.prompt + p.generated - 1) * batch
     # one decode step against FlopCounterMode over the same call on meta: a cache of 35 tokens, batch 2
     with torch.device("meta"):
         model = hf.LlamaForCausalLM(config).to(torch.bfloat16).eval()
@@ -577,8 +578,8 @@ def test_meta_sweep_of_a_plain_module() -> None:
     # the two attention matmuls 2 x 2*32*(L + 1); two layers: prompt 5 (L + 1 = 7) 18176, prompt 9 (11) 19200
     flops = [sweep.decode[(1, p + 1)].with_convention("flop_counter").total_flops for p in (5, 9)]
     assert flops == [2 * (8192 + 128 * 7), 2 * (8192 + 128 * 11)] == [18176, 19200]
-    # 512 bytes per token (as measured above), at prompt + generated tokens
-    assert [p.kv_cache_bytes for p in sweep.points] == [512 * 9, 512 * 13]
+    # 512 bytes per token (as measured above), at the end: prompt + generated - 1 tokens, 8 and 12
+    assert [p.kv_cache_bytes for p in sweep.points] == [512 * 8, 512 * 12]
 
 
 # --------------------------------------------------------------------------- drop-in and command line

@@ -60,9 +60,10 @@ def test_dense_peaks(name: str, dtype: Any, dense: float) -> None:
     assert hardware.get(name).peak_flops(dtype) == dense
 
 
-@pytest.mark.parametrize(("name", "bandwidth", "memory"), [
-    ("h100-sxm", 3.35e12, 80e9), ("h200", 4.8e12, 141e9), ("a100-sxm-80gb", 2.039e12, 80e9),
-    ("a100-pcie-40gb", 1.555e12, 40e9), ("l4", 300e9, 24e9), ("mi300x", 5.3e12, 192e9), ("v100-sxm", 900e9, 32e9),
+@pytest.mark.parametrize(("name", "bandwidth", "memory"), [  # a memory's GB: 2^30 bytes (JEDEC)
+    ("h100-sxm", 3.35e12, 80 << 30), ("h200", 4.8e12, 141 << 30), ("a100-sxm-80gb", 2.039e12, 80 << 30),
+    ("a100-pcie-40gb", 1.555e12, 40 << 30), ("l4", 300e9, 24 << 30), ("mi300x", 5.3e12, 192 << 30),
+    ("v100-sxm", 900e9, 32 << 30),
 ])
 def test_memory_figures(name: str, bandwidth: float, memory: float) -> None:
     spec = hardware.get(name)

@@ -367,7 +367,8 @@ class GenerationProfile:
     def predict(self, hardware: str | HardwareSpec, context_length: int | None = None) -> GenerationPrediction:
         """Each step's measured graph on ``hardware``'s roofline (see the module docstring);
         ``context_length``: the context the largest batch that fits is found for (default: the
-        generation's own, prompt + new tokens)."""
+        generation's own at its end, what the cache then holds: prompt + new tokens - 1, the last
+        token generated being never fed back)."""
         spec = get_hardware(hardware)
         if context_length is not None and (isinstance(context_length, bool) or not isinstance(context_length, int)
                                            or context_length < 1):

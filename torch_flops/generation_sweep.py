@@ -13,9 +13,10 @@ Per point ``(B, P, G)``:
   mean step (exactly, for even ``G``);
 * ``TTFT`` = the prefill's roofline time, ``TPOT`` = the decode step's, ``tokens/s`` =
   ``B x G / (TTFT + (G - 1) x TPOT)``, decode tokens/s = ``B / TPOT``;
-* memory: weights, KV cache at the final context ``P + G`` (the measured cache's bytes per token,
-  times ``B x (P + G)``), and the larger of the two calls' peak activations; ``fits`` when their
-  sum is within the part's memory.
+* memory: weights, KV cache at the end, ``P + G - 1`` tokens (the last token generated is never fed
+  back: the measured cache's bytes per token, times ``B x (P + G - 1)``, as
+  ``GenerationProfile.predict`` prices a generation's own), and the larger of the two calls' peak
+  activations; ``fits`` when their sum is within the part's memory.
 
 A transformers causal LM (a config, or a model built on meta) needs nothing more. Any other model
 on meta takes ``inputs(batch, tokens_in, cache_length) -> kwargs`` (its meta inputs for a call
@@ -65,7 +66,7 @@ class SweepPoint:
     tpot_ms: float
     decode_memory_bound_share: float
     weights_bytes: int
-    kv_cache_bytes: int | None  #: at the final context, prompt + generated
+    kv_cache_bytes: int | None  #: at the end: prompt + generated - 1 tokens (the cache after the last step)
     activation_bytes: int | None
     memory_bytes: int  #: the part's
 
@@ -309,7 +310,7 @@ def _sweep(model_or_config: Any, batches: tuple[int, ...], prompts: tuple[int, .
                 kv_total = None
                 if state is not None:
                     held = state.tokens or (length + 1)
-                    kv_total = round(state.total_bytes / held * (p + g)) if state.max_length is None else \
+                    kv_total = round(state.total_bytes / held * (p + g - 1)) if state.max_length is None else \
                         state.total_bytes
                 activations = [m for m in (pre.max_memory, dec.max_memory) if m is not None]
                 points.append(SweepPoint(

@@ -149,7 +149,10 @@ class HardwareSpec:
                 "sources": dict(self.sources)}
 
 
-T, TB, _GB = 1e12, 1e12, 10**9  # TFLOP/s, TB/s, and the vendors' GB of memory (10^9 bytes)
+# TFLOP/s and TB/s are decimal; a memory's "GB" (80GB HBM3, 24GB GDDR6) is 2^30 bytes, JEDEC's unit
+# for memory capacity (JESD100B.01, "giga (G) as a prefix to units of semiconductor storage capacity":
+# 2^30): an "80GB" H100 reports 81559 MiB in nvidia-smi (79.6 GiB usable), not 80e9 bytes (74.5 GiB)
+T, TB, _GB = 1e12, 1e12, 2**30
 
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (https://www.nvidia.com/en-us/data-center/h100/); dense = half the " \
         "'with sparsity' tf32/bf16/fp16/fp8/int8 figures"
