@@ -512,3 +512,19 @@ def test_a_missing_attribute_and_a_proxy_word_in_the_forward_s_own_message() -> 
             TorchFLOPsByFX(Missing(), tracer=tracer).propagate(torch.randn(2))
         with pytest.raises(ValueError, match="Proxy server unreachable"):
             TorchFLOPsByFX(Says(), tracer=tracer).propagate(torch.randn(2))
+
+
+def test_a_module_name_fx_cannot_write_into_its_code_is_a_tracing_error() -> None:
+    class Quoted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.add_module('a"b', nn.Linear(4, 4))  # fx's generated code would hold getattr(self, "a"b")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return getattr(self, 'a"b')(x)
+
+    with pytest.raises(TracingError, match="could not write the code"):
+        TorchFLOPsByFX(Quoted(), tracer="fx")
+    counter = TorchFLOPsByFX(Quoted())  # the default front end runs it as it is
+    counter.propagate(torch.randn(2, 4))
+    assert counter.total_flops == 2 * 2 * 4 * 4 + 2 * 4  # 64 MAC flops + 8 bias adds

@@ -406,7 +406,9 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
     except Exception as e:  # fx raises TraceError, TypeError, NotImplementedError, ...
         where = _innermost_module(tracer)
         if (_models_own(e) or _raised_in_forward(e, traced=True)) and not _raised_by_fx(e) \
-                and not _ABOUT_A_PROXY.search(str(e)):  # (torch's check of a traced value: while_loop's)
+                and not _ABOUT_A_PROXY.search(str(e)) and not isinstance(e, SyntaxError):
+            # (not torch's check of a traced value, while_loop's; nor fx's generated code, which a
+            # module name with quotes in it breaks)
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
                         f"{f' (inside {where})' if where else ''}")
             raise
@@ -428,7 +430,11 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
             ", e.g. self.count += 1 on a buffer): a torch.fx graph cannot replay an assignment, so it would run a "
             "different program (they were left as they were). Profile it with the default front end "
             "(tracer='auto'), which runs the model as it is")
-    return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+    try:
+        return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
+    except SyntaxError as e:  # fx's generated code (a module or attribute name it cannot write)
+        raise TracingError(f"torch.fx could not write the code of {type(model).__name__}'s graph: {e}\n"
+                           f"{_FX_HINTS}") from e
 
 
 _HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
