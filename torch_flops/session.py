@@ -1248,13 +1248,16 @@ def _keep_dynamo_out() -> None:
     global _DYNAMO_KEPT_OUT
     if _DYNAMO_KEPT_OUT:
         return
-    eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
-    skip = eval_frame._FrameAction.SKIP
-    strategy = eval_frame._FrameExecStrategy(skip, skip)
-    for function in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__, _pre_hook, _post_hook,
-                     _run_higher_order):
-        eval_frame.set_code_exec_strategy(function.__code__, strategy)
     _DYNAMO_KEPT_OUT = True
+    try:  # (torch's private C API: a torch without it runs cond as before, failing in Dynamo)
+        eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
+        skip = eval_frame._FrameAction.SKIP
+        strategy = eval_frame._FrameExecStrategy(skip, skip)
+        for function in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__, _pre_hook, _post_hook,
+                         _run_higher_order):
+            eval_frame.set_code_exec_strategy(function.__code__, strategy)
+    except (AttributeError, TypeError, RuntimeError):
+        pass
 
 
 def _run_higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
