@@ -985,7 +985,7 @@ class _Hub:
         self._suspended: tuple[bool, bool] | None = None  # the modes taken off their stacks while a node runs
         self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
         self.quiet = 0  #: > 0 while a recording does its own work: no recording sees those calls
-        self.ran_higher_order = False  #: a torch.cond / while_loop ran under the modes (_run_higher_order)
+        self.ran_higher_order = False  #: a torch.cond / while_loop ran under the modes (_higher_order)
         self.taken = 0  #: > 0 inside a torch function some recordings took whole (several recordings only)
         self._positions: tuple[int | None, int | None] = (None, None)  # where modes_off took the modes from
 
@@ -1204,19 +1204,6 @@ class _DispatchMode(TorchDispatchMode):
         return hub.op(func, args, kwargs or {})
 
 
-def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A higher-order operator (``torch.cond``, ``while_loop``, ...) reaching the dispatch mode: it
-    runs what its eager (CPU/CUDA) kernel runs, with ``mode`` back on its stack for the body, so the
-    ops of the branch taken / of every iteration are recorded as the model's, in order. ``cond``'s
-    kernel is written out (it refuses to run under any mode): the branch ``pred`` picks, on
-    ``operands``.
-
-    In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
-    its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
-    compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
-    return _run_higher_order(mode, func, args, kwargs)
-
-
 _DYNAMO_KEPT_OUT = False
 
 
@@ -1254,13 +1241,22 @@ def _keep_dynamo_out() -> None:
         skip = eval_frame._FrameAction.SKIP
         strategy = eval_frame._FrameExecStrategy(skip, skip)
         for function in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__, _pre_hook, _post_hook,
-                         _run_higher_order):
+                         _higher_order):
             eval_frame.set_code_exec_strategy(function.__code__, strategy)
     except (AttributeError, TypeError, RuntimeError):
         pass
 
 
-def _run_higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A higher-order operator (``torch.cond``, ``while_loop``, ...) reaching the dispatch mode: it
+    runs what its eager (CPU/CUDA) kernel runs, with ``mode`` back on its stack for the body, so the
+    ops of the branch taken / of every iteration are recorded as the model's, in order. ``cond``'s
+    kernel is written out (it refuses to run under any mode): the branch ``pred`` picks, on
+    ``operands``.
+
+    In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
+    its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
+    compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
     if torch.is_grad_enabled() and any(r._counter is not None for r in mode.hub.recordings):
         # eager torch.cond lifts the parameters its branches close over into operands (through
         # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
