@@ -16,6 +16,19 @@ from torch_flops import TorchFLOPsByFX, TracingError, UnsupportedOpError
 from torch_flops.session import installed
 
 
+_SIDE_CALLS: list[str] = []
+
+
+def _side(x: torch.Tensor) -> torch.Tensor:
+    """A user's function (kept whole by fx) whose module's name starts with "torch"."""
+    _SIDE_CALLS.append(x.device.type)
+    return x * 2
+
+
+_side.__module__ = "torchhelpers"
+torch.fx.wrap("_side")
+
+
 class _Cond(nn.Module):
     """``torch.cond`` on the input's sign: ``relu(a(x))`` or ``a(x) * 2``, then ``b``."""
 
@@ -158,3 +171,111 @@ def test_calls_without_a_formula_count_their_aten_ops_in_every_front_end() -> No
             assert (tensordot.flops, tensordot.macs) == (2 * 2 * 12 * 5, 2 * 12 * 5)  # 120 MACs
     assert totals["fx"] == totals["export"] == totals["eager"]
     assert totals["eager"][2] == 2 * 2 * 12 * 5  # FlopCounterMode: the mm alone
+
+
+def test_a_refused_backward_through_cond_leaves_the_plain_step_working() -> None:
+    torch.manual_seed(0)
+    model, x = _Cond(), _x(1.0)
+    with pytest.raises(UnsupportedOpError):
+        TorchFLOPsByFX(model).propagate(x, loss_fn=lambda out: out.sum())
+    model(x).sum().backward()  # torch's compiled wrapper of cond, left failing by the refused call, was dropped
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_composite_op_inside_a_cond_branch_counts_as_outside() -> None:
+    # inside a branch the ops run below autograd, where a composite op (rfft, cdist, x.T) reaches the
+    # recording undecomposed: its parts are recorded, as outside a cond
+    class Plain(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cdist(x, x.T.T).sum() + torch.fft.rfft(x).abs().sum()
+
+    class InCond(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cond(x.sum() > 0, lambda t: Plain()(t), lambda t: Plain()(t), (x,))
+
+    x = _x(1.0)
+    with torch.no_grad():
+        plain, in_cond = TorchFLOPsByFX(Plain()), TorchFLOPsByFX(InCond())
+        plain.propagate(x)
+        in_cond.propagate(x)
+    assert not [r.target for r in in_cond.records if r.status.value == "unsupported"]
+    assert in_cond.total_flops == plain.total_flops + 16 + 1  # + the predicate: x.sum() 16, > 0 1
+
+
+def test_other_higher_order_operators_are_refused_and_the_model_still_runs() -> None:
+    scan = pytest.importorskip("torch._higher_order_ops.scan").scan
+
+    class Cumulative(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return scan(lambda carry, row: (carry + row, carry * 2), torch.zeros(8), x)[1]
+
+    model, x = Cumulative(), _x(1.0)
+    expected = model(x)
+    with pytest.raises(UnsupportedOpError, match="higher-order operator 'scan'"):
+        TorchFLOPsByFX(model).propagate(x)
+    assert torch.equal(model(x), expected)
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
+
+
+def test_the_aten_count_of_a_captured_call_touches_nothing_real() -> None:
+    class Cache:
+        def __init__(self) -> None:
+            self.items: list[torch.Tensor] = []
+
+        def update(self, k: torch.Tensor) -> torch.Tensor:
+            self.items.append(k)
+            return torch.cat(self.items)
+
+    class Uses(nn.Module):
+        def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+            order = torch.randperm(x.size(0))  # no tensor argument: it would draw from the real generator
+            return cache.update(x[order]).sum()  # a method of an object that is no tensor
+
+    x = _x(1.0)
+    torch.manual_seed(1)
+    expected = Uses()(x, Cache())
+    rng = torch.get_rng_state()
+    cache = Cache()
+    torch.manual_seed(1)
+    out = TorchFLOPsByFX(Uses(), tracer="fx").propagate(x, cache)
+    assert torch.equal(out, expected) and torch.equal(torch.get_rng_state(), rng)
+    assert len(cache.items) == 1 and cache.items[0].device.type == "cpu"  # updated once, as eager does
+
+
+def test_a_user_function_whose_module_starts_with_torch_is_never_run_twice() -> None:
+    class Uses(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _side(x) + 1
+
+    counter = TorchFLOPsByFX(Uses(), tracer="fx")
+    _SIDE_CALLS.clear()
+    counter.propagate(_x(1.0))
+    assert _SIDE_CALLS == ["cpu"]
+    assert [r.target for r in counter.records if r.status.value == "unsupported"] == ["torchhelpers._side"]
+
+
+class _Normed(nn.Module):
+    """A BatchNorm (its running statistics move when it runs), then calls without a formula."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        return torch.tensordot(y, y, dims=([1], [1])).sum() + torch.cdist(y, y).sum()
+
+
+def test_strict_refuses_a_captured_call_without_a_formula_before_anything_runs() -> None:
+    model = _Normed()
+    with pytest.raises(UnsupportedOpError, match=r"strict=True: 2 node\(s\) have no FLOPs formula"):
+        TorchFLOPsByFX(model, tracer="fx", strict=True).propagate(torch.randn(3, 4))
+    assert int(model.norm.num_batches_tracked) == 0  # nothing ran
+
+
+def test_ignore_ops_applies_to_the_aten_ops_of_a_captured_call() -> None:
+    a, b = torch.randn(2, 3, 4), torch.randn(3, 4, 5)
+    for tracer in ("eager", "fx", "export"):
+        counter = TorchFLOPsByFX(_Calls(), tracer=tracer, ignore_ops=["mm"])
+        counter.propagate(a, b)
+        assert counter.profile.with_convention("flop_counter").total_flops == 0  # the mm alone, ignored

@@ -378,7 +378,7 @@ class GraphFront:
         if graph not in self._runners:  # once per graph: the plan, its interpreter, the model's storages
             gm = graph.graph_module
             storages = LiveTensors.storage_keys([*gm.parameters(), *gm.buffers()])
-            plan = make_plan(graph, self.settings.table, self.settings.ignored)
+            plan = make_plan(graph, self.settings.table, self.settings.ignored, through_aten=not self.settings.strict)
             self._runners[graph] = (GraphRunner(plan), storages)
         return self._runners[graph]
 

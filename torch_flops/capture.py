@@ -559,9 +559,11 @@ class _FxGuard:
 
 
 def _autocast_state() -> tuple[Any, ...]:
-    """Whether autocast is on, and in which dtype, for the CPU and CUDA (what an autocast region
-    changes; fx records none of it)."""
-    return tuple((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda"))
+    """Whether autocast is on, and in which dtype when it is, for the CPU and CUDA (what an autocast
+    region changes; fx records none of it; a region with ``enabled=False`` in autocast's absence
+    changes nothing that runs)."""
+    return tuple((True, torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else (False, None)
+                 for device in ("cpu", "cuda"))
 
 
 #: the model's state the fx trace watches (all but containers changed in place: export alone refuses those)

@@ -253,8 +253,12 @@ class Plan:
             raise UnsupportedOpError(f"strict=True: {len(missing)} node(s) have no FLOPs formula: {listed}{more}")
 
 
-def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[str] = ()) -> Plan:
-    """Decide, for every node of a captured graph, which formula counts it (or why none does)."""
+def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[str] = (),
+              through_aten: bool = True) -> Plan:
+    """Decide, for every node of a captured graph, which formula counts it (or why none does).
+    ``through_aten``: a torch call without a formula of its own is counted by its aten ops
+    (:func:`_through_aten_ops`; off under ``strict=True``, which refuses such a node before
+    anything runs)."""
     gm = graph.graph_module
     ignored = set(ignore_ops)
     nodes = list(gm.graph.nodes)
@@ -267,26 +271,30 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         op = plan_op(node.op, node.target, module, graph.locations[node], table, ignored, node.args, node.kwargs,
                      is_value=_is_node)
-        if op.kind is NodeKind.UNSUPPORTED:
-            op = _through_aten_ops(op, node, module, table)
+        if op.kind is NodeKind.UNSUPPORTED and through_aten:
+            op = _through_aten_ops(op, node, module, table, ignored)
         plans.append(node_plan(op, node, i, graph.locations[node], inputs[i], needed[i], frees[i], _flat_args(node)))
     return Plan(graph=graph, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
 
 
-def _through_aten_ops(op: OpPlan, node: fx.Node, module: nn.Module | None, table: FormulaTable) -> OpPlan:
-    """A captured graph's call without a formula (a torch function, a Tensor method, a torch.nn
-    module without parameters or buffers kept as a leaf, a composite aten op export keeps): counted
-    as the eager front end counts it, by the aten ops it runs (:func:`through_aten_ops`); ``torch.cond``
-    by the branch its predicate picks. The others (a user's own function or module, while_loop)
-    stay unsupported."""
+def _through_aten_ops(op: OpPlan, node: fx.Node, module: nn.Module | None, table: FormulaTable,
+                      ignored: set[str]) -> OpPlan:
+    """A captured graph's call of torch's without a formula (a torch function, a Tensor method, a
+    torch.nn module without parameters or buffers kept as a leaf, a composite aten op export
+    keeps): counted as the eager front end counts it, by the aten ops it runs
+    (:func:`through_aten_ops`, which refuses at run time a call on no tensor or on an object that
+    is not one); ``torch.cond`` by the branch its predicate picks. The others (a user's own function
+    or module, while_loop) stay unsupported."""
     target = node.target
     if target is torch.ops.higher_order.cond:  # the branch its predicate picks, as the kernel runs it
         def cond(_: Any, pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> Any:
             return (true_fn if pred else false_fn)(*operands)
-        return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, cond, real=0))
+        return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, cond, op.key, ignored, real=0))
     if isinstance(target, torch._ops.HigherOrderOperator):  # (while_loop: its iterations follow from values)
         return op
-    if node.op == "call_function" and (getattr(target, "__module__", None) or "").startswith("torch"):
+    if target is torch.nn.functional.multi_head_attention_forward:
+        return op  # (its attention's kernel, and count, is the real device's: on meta, the math path)
+    if node.op == "call_function" and _torchs_own(target):
         def call(_: Any, *args: Any, **kwargs: Any) -> Any:  # (torch's own: a user's function is never run twice)
             return target(*args, **kwargs)  # type: ignore[operator]
     elif node.op == "call_method":
@@ -298,7 +306,15 @@ def _through_aten_ops(op: OpPlan, node: fx.Node, module: nn.Module | None, table
             return type(module).forward(module, *args, **kwargs)  # (its forward alone: no hooks run twice)
     else:
         return op
-    return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, call))
+    return op._replace(kind=NodeKind.COUNTED, formula=through_aten_ops(table, call, op.key, ignored,
+                                                                      method=node.op == "call_method"))
+
+
+def _torchs_own(function: Any) -> bool:
+    """Whether ``function`` is torch's (its module ``torch`` or ``torch.*``: not ``torchvision`` nor
+    a user's ``torchhelpers``), or an aten op."""
+    module = getattr(function, "__module__", None) or ""
+    return module == "torch" or module.startswith("torch.") or isinstance(function, torch._ops.OpOverload)
 
 
 def node_plan(op: OpPlan, node: fx.Node | RecordedNode, position: int, location: NodeLocation, inputs: tuple[int, ...],

@@ -88,6 +88,7 @@ __all__ = ["OptimizerUpdate", "Recording", "Step", "Steps", "installed"]
 FORWARD, LOSS, OPTIMIZER = "forward", "loss", "optimizer"
 _SELF = object()  # "inside a node": the profiler's own bookkeeping, or a paused recording
 _COND = torch.ops.higher_order.cond
+_WHILE_LOOP = torch.ops.higher_order.while_loop
 #: forward-mode AD (torch.func.jvp, jacfwd, hessian; forward_ad.dual_level) computes each op's tangent
 #: as more aten ops inside the op's call: while a dual level is open (``_current_level`` >= 0) no
 #: module or function is kept whole, so the dispatch mode records the tangents' ops too
@@ -1199,30 +1200,57 @@ class _DispatchMode(TorchDispatchMode):
         if in_backward():  # run by autograd (maybe in its own thread): a backward op
             return hub.backward_op(func, args, kwargs or {})
         single = hub.single
+        if _COMPOSITE.get(func) is not False and _composite(func):
+            # a composite op reaching the mode as itself (below autograd: in a torch.cond branch,
+            # under inference_mode) without a formula: its parts are recorded, as autograd's
+            # dispatch would have decomposed it
+            recording = single if single is not None else next(iter(hub.recordings), None)
+            if recording is not None and recording._table.resolve_aten(func) is None:
+                with self:
+                    out = func.decompose(*args, **(kwargs or {}))
+                if out is not NotImplemented:
+                    return out
         if single is not None:
             return single.op(func, args, kwargs or {})
         return hub.op(func, args, kwargs or {})
+
+
+#: aten op -> whether it is CompositeImplicitAutograd (decomposes into other ops above autograd)
+_COMPOSITE: dict[Any, bool] = {}
+
+
+def _composite(func: Any) -> bool:
+    found = _COMPOSITE.get(func)
+    if found is None:
+        try:
+            found = bool(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"))
+        except (AttributeError, RuntimeError):
+            found = False
+        _COMPOSITE[func] = found
+    return found
 
 
 _DYNAMO_KEPT_OUT = False
 
 
 def _forget_higher_order_compiles() -> None:
-    """After a recording in which ``torch.cond``/``while_loop`` ran: torch runs them eagerly through
-    a ``torch.compile`` of a small wrapper function, whose Dynamo cache, made while a dispatch mode
-    was on, fails every later plain call of the model (torch's own behaviour after any dispatch
-    mode, FlopCounterMode's too). The wrappers' caches are dropped, so the next plain call
-    compiles them afresh, as the first one did."""
+    """After a recording in which a higher-order operator ran (``torch.cond``, ``while_loop``, or
+    one refused, such as ``scan``): torch runs them eagerly through a ``torch.compile`` of a small
+    function nested in the operator's Python function, whose Dynamo cache, made while a dispatch
+    mode was on, fails every later plain call of the model (torch's own behaviour after any dispatch
+    mode, FlopCounterMode's too). The caches of those nested functions are dropped, so the next
+    plain call compiles them afresh, as the first one did."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     reset_code = getattr(eval_frame, "reset_code", None)
     if reset_code is None:
         return
-    for name in ("cond", "while_loop", "invoke_subgraph"):
-        module = sys.modules.get(f"torch._higher_order_ops.{name}")
-        for function in list(vars(module).values()) if module is not None else ():
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch._higher_order_ops.") or module is None:
+            continue
+        for function in list(vars(module).values()):
             code = getattr(function, "__code__", None)
             for constant in code.co_consts if isinstance(code, types.CodeType) else ():
-                if isinstance(constant, types.CodeType) and constant.co_name.endswith("_wrapper"):
+                if isinstance(constant, types.CodeType):  # (cond's _cond_op_wrapper, scan's run_flattened_scan)
                     reset_code(constant)
 
 
@@ -1257,6 +1285,10 @@ def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs:
     In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
     its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
     compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
+    mode.hub.ran_higher_order = True  # (torch's compiled wrapper of it is forgotten after, refused or not)
+    if func is not _COND and func is not _WHILE_LOOP:
+        raise UnsupportedOpError(f"torch_flops cannot record the higher-order operator {func.name()!r} (torch.cond and "
+                                 "while_loop are recorded): its eager kernel refuses to run under a profiler's mode")
     if torch.is_grad_enabled() and any(r._counter is not None for r in mode.hub.recordings):
         # eager torch.cond lifts the parameters its branches close over into operands (through
         # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
@@ -1266,18 +1298,13 @@ def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs:
             "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
             "so the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
             "TrainingProfiler), or under torch.no_grad()")
-    mode.hub.ran_higher_order = True
     if func is _COND:
         pred, true_fn, false_fn, operands = args
         branch = true_fn if pred else false_fn  # (pred read with the mode off, as the kernel reads it)
         with mode:
             return branch(*operands)
-    kernel = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
-    if kernel is None:
-        raise UnsupportedOpError(f"torch_flops cannot run the higher-order operator {func.name()!r} while "
-                                 "recording: it has no eager kernel to follow (torch.cond and while_loop have)")
-    with mode:
-        return kernel(*args, **kwargs)
+    with mode:  # while_loop's eager kernel: its condition and body, iteration by iteration
+        return func.py_kernels[DispatchKey.CompositeExplicitAutograd](*args, **kwargs)
 
 
 class _FunctionMode(TorchFunctionMode):

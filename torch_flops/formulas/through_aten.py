@@ -13,7 +13,7 @@ meta (it reads tensor values), raises: its node stays unsupported, the message n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_flops.formulas.evaluate import evaluate
 from torch_flops.formulas.table import Count, Formula, FormulaTable, zero_flops
 
-__all__ = ["through_aten_ops"]
+__all__ = ["NoAtenCount", "through_aten_ops"]
 
 #: aten ops that only ask for metadata (FlopCounterMode passes them by too)
 _METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel",
@@ -31,24 +31,40 @@ _METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offse
                        "is_non_overlapping_and_dense", "storage_offset", "layout", "device"})
 
 
-def through_aten_ops(table: FormulaTable, call: Callable[..., Any], real: int | None = None) -> Formula:
+def through_aten_ops(table: FormulaTable, call: Callable[..., Any], key: str, ignored: Iterable[str] = (),
+                     real: int | None = None, method: bool = False) -> Formula:
     """A formula ``f(module, out, *args, **kwargs)`` counting ``call(module, *args, **kwargs)`` by
-    its aten ops on meta (see the module docstring). ``call`` runs the node's own target; ``real``:
-    the position of an argument passed as it is (``torch.cond``'s predicate, read to pick the branch
-    that ran)."""
+    its aten ops on meta (see the module docstring). ``call`` runs the node's own target; ``key``:
+    what the table was searched for (for messages); ``ignored``: ``ignore_ops`` (an aten op named
+    there counts 0, as in the eager run); ``real``: the position of an argument passed as it is
+    (``torch.cond``'s predicate, read to pick the branch that ran); ``method``: ``call`` calls a
+    method of its first argument, which must then be a tensor.
+
+    Nothing real is touched: a call with no tensor among its arguments (``torch.randperm(n)``,
+    which would draw from the real generator) or a method of an object that is not a tensor (a
+    cache's ``update``) is not run, and the CPU random state is put back after the call."""
+    ignored = frozenset(ignored)
 
     def counted_through_aten_ops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
+        tensors = [t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if not tensors or (method and not (args and isinstance(args[0], torch.Tensor))):
+            raise NoAtenCount(f"no formula for {key!r}, and it does not run on tensors alone")
         meta_args, meta_kwargs = _pytree.tree_map_only(torch.Tensor, _meta_like, (args, kwargs))
         if real is not None:
             meta_args = (*meta_args[:real], args[real], *meta_args[real + 1:])
-        counter = _AtenCounter(table)
-        with torch.no_grad(), counter:
+        counter = _AtenCounter(table, ignored)
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), counter:
             call(module, *meta_args, **meta_kwargs)
         if counter.missing:
-            raise NotImplementedError(f"it runs {', '.join(sorted(counter.missing))}, without a formula")
+            raise NoAtenCount(f"no formula for {key!r}, nor for {', '.join(sorted(counter.missing))} it runs")
         return counter.count()
 
+    counted_through_aten_ops.__qualname__ = f"through the aten ops of {key!r}"
     return counted_through_aten_ops
+
+
+class NoAtenCount(NotImplementedError):
+    """A call :func:`through_aten_ops` does not count (its message says why)."""
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
@@ -61,9 +77,10 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 class _AtenCounter(TorchDispatchMode):
     """Sums the aten formulas of the ops run under it (their four counts: see :class:`Count`)."""
 
-    def __init__(self, table: FormulaTable) -> None:
+    def __init__(self, table: FormulaTable, ignored: frozenset[str]) -> None:
         super().__init__()
         self._table = table
+        self._ignored = ignored
         self.flops = self.macs = 0
         self.dots: int | None = 0
         self.mm = 0
@@ -74,7 +91,7 @@ class _AtenCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func._opname if hasattr(func, "_opname") else str(func)
-        if name in _METADATA:
+        if name in _METADATA or name in self._ignored or f"aten.{name}" in self._ignored:
             return out
         formula = self._table.resolve_aten(func)
         if formula is None:
