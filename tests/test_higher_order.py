@@ -15,7 +15,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from torch_flops import TorchFLOPsByFX, TracingError, UnsupportedOpError
 from torch_flops.session import installed
 
-
 _SIDE_CALLS: list[str] = []
 
 
