@@ -323,11 +323,43 @@ def test_reading_changes_no_state() -> None:
     assert len(opt.state) == 0
 
 
-def test_sparse_gradient_raises() -> None:
+def test_a_sparse_gradient_counts_the_rows_it_touches() -> None:
     emb = nn.Embedding(5, 2, sparse=True)
-    emb(torch.tensor([1, 2])).sum().backward()
-    with pytest.raises(ValueError, match="sparse"):
-        optimizer_step_flops(optim.SGD(emb.parameters(), lr=0.1))
+    emb(torch.tensor([1, 2, 1])).sum().backward()  # 3 looked-up rows (one twice) of 2 values each
+    [(_, flops)] = optimizer_step_flops(optim.SGD(emb.parameters(), lr=0.1))
+    assert flops == 2 * 3 * 2  # p - lr * g on 6 values: a multiply and an add each
+
+
+def test_a_sparse_gradient_step_runs_as_without_the_profiler() -> None:
+    from torch_flops import TrainingProfiler
+
+    class Bag(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 4, sparse=True)
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, i: torch.Tensor) -> torch.Tensor:
+            return self.lin(self.emb(i))
+
+    torch.manual_seed(0)
+    model, i = Bag(), torch.tensor([1, 2, 3])
+    twin = Bag()
+    twin.load_state_dict(model.state_dict())
+    for m, profiled in ((twin, False), (model, True)):
+        opt = optim.SGD(m.parameters(), lr=0.1)
+        profiler = TrainingProfiler(m, opt) if profiled else None
+        if profiler is not None:
+            profiler.start_profile()
+        m(i).sum().backward()
+        opt.step()
+        if profiler is not None:
+            profiler.stop_profile()
+            [profile] = profiler.profiles
+            # SGD: 2 per value: the Linear's 8 + 2 and the 3 looked-up rows x 4 of the embedding
+            assert sum(r.flops or 0 for r in profile.records if r.op == "optimizer_step") == 2 * (10 + 12)
+            profiler.end_profile()
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), twin.parameters()))
 
 
 def test_not_an_optimizer() -> None:

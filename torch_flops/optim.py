@@ -31,7 +31,8 @@ Counting rules (the convention of :mod:`torch_flops.formulas`, applied to an upd
 * Complex parameters count as twice their real elements: torch updates them through
   ``torch.view_as_real`` and every scale is a real number.
 * Parameters whose ``.grad`` is ``None`` are skipped (the step does not touch them; frozen
-  parameters have none). A sparse gradient raises ``ValueError``: only dense updates are counted.
+  parameters have none). A sparse COO gradient (``nn.Embedding(sparse=True)``) counts the formula on
+  the values it holds (the rows the update touches); another layout raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -124,12 +125,16 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
             grad = param.grad
             if grad is None:
                 continue
-            if grad.layout != torch.strided:
-                raise ValueError(f"param_groups[{g}]['params'][{i}] has a {grad.layout} gradient: only dense "
-                                 f"gradients are counted")
             state = optimizer.state.get(param, {})  # .get: the state is a defaultdict, never add to it
             counted = param
-            if type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
+            if grad.layout == torch.sparse_coo:  # (nn.Embedding(sparse=True)): the update touches the
+                # values the gradient holds, the rows it looked up: the formula on that many elements (an
+                # optimizer refusing sparse gradients, Adam, raises its own error as it steps)
+                counted = torch.empty(grad._values().shape, dtype=param.dtype, device="meta")
+            elif grad.layout != torch.strided:
+                raise ValueError(f"param_groups[{g}]['params'][{i}] has a {grad.layout} gradient: only dense "
+                                 f"and sparse COO gradients are counted")
+            elif type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
                 counted, state = local_value(param), {k: local_value(v) for k, v in state.items()}
             flops = formula(group, counted, state)
             try:
