@@ -110,8 +110,9 @@ def test_meta_sweep_of_a_zoo_decoder() -> None:
     # generated 4 -> the decode step at context 8 + (4 - 2) // 2 + 1 = 10; generated 12 -> 8 + 5 + 1 = 14
     assert sorted(decode) == [(1, 10), (1, 14), (2, 10), (2, 14)]
     assert decode[(1, 14)] > decode[(1, 10)] and decode[(2, 14)] > decode[(2, 10)]
-    # the KV cache at the final context 8 + 12 = 20 tokens: 2 x 2 layers x 2 KV heads x 16 x 20 x batch x 4 bytes
-    assert [p.kv_cache_bytes for p in sweep.points if p.generated == 12] == [2 * 2 * 2 * 16 * 20 * b * 4
+    # the KV cache at the end, 8 + 12 - 1 = 19 tokens (the last one is never fed back):
+    # 2 x 2 layers x 2 KV heads x 16 x 19 x batch x 4 bytes
+    assert [p.kv_cache_bytes for p in sweep.points if p.generated == 12] == [2 * 2 * 2 * 16 * 19 * b * 4
                                                                             for b in (1, 2)]
 
 
