@@ -344,6 +344,8 @@ def test_cli_list_hardware() -> None:
     rows = {line.split()[0]: line.split() for line in text.splitlines()[2:] if line and not line.startswith("dense")}
     assert set(rows) == set(hardware.names())
     assert rows["h100-sxm"][4] == "989.5"  # the bf16 column, dense
+    header = text.splitlines()[0].split()
+    assert rows["h100-sxm"][header.index("GiB")] == "80"  # its "80GB": 80 x 2^30 bytes, shown in GiB
 
 
 def test_cli_hardware_roofline_and_plot(tmp_path: Path) -> None:

@@ -878,12 +878,13 @@ def hardware_text(specs: Sequence[HardwareSpec]) -> str:
     """The hardware table: each spec's dense peaks (TFLOP/s), memory bandwidth and size."""
     keys = [k for k in hardware.DTYPES if any(k in spec.peak for spec in specs)]
     short = {"float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-    headers = ["name", *(short.get(k, k) for k in keys), "TB/s", "GB", "description"]
+    headers = ["name", *(short.get(k, k) for k in keys), "TB/s", "GiB", "description"]
     rows = [[spec.name, *(f"{spec.peak[k] / 1e12:g}" if k in spec.peak else "-" for k in keys),
-             f"{spec.memory_bandwidth / 1e12:g}", f"{spec.memory_bytes / 1e9:g}", spec.description] for spec in specs]
+             f"{spec.memory_bandwidth / 1e12:g}", f"{spec.memory_bytes / 2**30:g}", spec.description] for spec in specs]
     return tabulate(rows, headers=headers, disable_numparse=True) + (
-        "\ndense peak TFLOP/s per dtype (no 2:4 sparsity; int8 in TOP/s), memory bandwidth (TB/s) and size "
-        "(GB); each figure's source: torch_flops.hardware.get(name).sources")
+        "\ndense peak TFLOP/s per dtype (no 2:4 sparsity; int8 in TOP/s), memory bandwidth (TB/s, 10^12 bytes/s) "
+        "and size (GiB, 2^30 bytes: a vendor's \"80GB\" of memory); each figure's source: "
+        "torch_flops.hardware.get(name).sources")
 
 
 def roofline_text(roofline: Roofline, top: int = 10) -> str:
