@@ -156,6 +156,7 @@ def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None
     (["unet", "--repeat", "0"], 2, "--repeat must be >= 1"),
     (["unet", "--meta", "--chrome-trace", "t.json"], 2, "a chrome trace needs measured times"),
     (["unet", "--input-shape", ""], 2, "bad --input-shape ''"),
+    (["unet", "--input-shape", "99999999999999999999,8"], 2, "a size must be below 2^63"),
     (["unet", "--output", "/no/such/dir/out.json"], 2, "--output: cannot write '/no/such/dir/out.json': no such directory"),
     (["unet", "--chrome-trace", "."], 2, "--chrome-trace: cannot write '.': it is a directory"),
     (["./no/such/model.py"], 1, "no such file: ./no/such/model.py"),

@@ -165,6 +165,16 @@ def test_figures_of_the_wrong_type_name_the_field(kwargs: dict[str, Any], messag
     assert HardwareSpec(**fields).memory_bytes == 80_000_000_000
 
 
+@pytest.mark.parametrize("kwargs", [{"memory_bytes": 10**400}, {"memory_bandwidth": 10**400},
+                                    {"peak": {"float32": 10**400}}])
+def test_an_integer_too_large_for_a_float_names_the_field(kwargs: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {"name": "x", "description": "d", "peak": {"float32": 1e12}, "memory_bandwidth": 1e11,
+                              "memory_bytes": 1 << 30, "sources": {"peak": "a", "memory_bandwidth": "b"}}
+    fields.update(kwargs)
+    with pytest.raises(ValueError, match=r"x: .* must be finite, got an integer of 401 digits"):
+        HardwareSpec(**fields)
+
+
 def test_unknown_names_list_the_table() -> None:
     with pytest.raises(ValueError, match="unknown hardware 'h1000'.*h100-sxm"):
         hardware.get("h1000")

@@ -96,7 +96,8 @@ def test_the_plain_call_works_as_before_after_profiling_a_cond() -> None:
     torch.manual_seed(0)
     model, x = _Cond(), _x(1.0)
     twin = copy.deepcopy(model)
-    TorchFLOPsByFX(model).propagate(x)
+    with torch.no_grad():
+        TorchFLOPsByFX(model).propagate(x)
     out = model(x)
     out.sum().backward()
     twin(x).sum().backward()
@@ -104,13 +105,15 @@ def test_the_plain_call_works_as_before_after_profiling_a_cond() -> None:
                for p, q in zip(model.parameters(), twin.parameters()))
 
 
-def test_a_backward_through_cond_is_refused() -> None:
+@pytest.mark.parametrize("how", ["forward", "loss_fn"])
+def test_a_cond_autograd_records_is_refused(how: str) -> None:
     # under a dispatch mode torch runs cond without the gradients of a's parameters (closed over by
-    # the branches): a step would differ from the plain one
+    # the branches): the output would not be the plain call's, so a cond that autograd records is
+    # refused, in grad mode
     torch.manual_seed(0)
     model, x = _Cond(), _x(1.0)
-    with pytest.raises(UnsupportedOpError, match="backward through 'cond'"):
-        TorchFLOPsByFX(model).propagate(x, loss_fn=lambda out: out.sum())
+    with pytest.raises(UnsupportedOpError, match="while autograd records"):
+        TorchFLOPsByFX(model).propagate(x, **({"loss_fn": lambda out: out.sum()} if how == "loss_fn" else {}))
     assert all(p.grad is None for p in model.parameters())
     assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}
 
@@ -170,6 +173,26 @@ def test_calls_without_a_formula_count_their_aten_ops_in_every_front_end() -> No
             assert (tensordot.flops, tensordot.macs) == (2 * 2 * 12 * 5, 2 * 12 * 5)  # 120 MACs
     assert totals["fx"] == totals["export"] == totals["eager"]
     assert totals["eager"][2] == 2 * 2 * 12 * 5  # FlopCounterMode: the mm alone
+
+
+def test_a_cond_branch_raising_while_recorded_leaves_other_cond_models_working() -> None:
+    class Raises(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            def fails(z: torch.Tensor) -> torch.Tensor:
+                raise ValueError("the branch's own error")
+
+            y = self.l(x)
+            return torch.cond(y.sum() > -1e9, fails, lambda z: z.cos(), (y,))
+
+    with pytest.raises(ValueError, match="the branch's own error"):
+        TorchFLOPsByFX(Raises()).propagate(_x(1.0))  # (refused or raising inside torch's autograd of cond)
+    model, x = _Cond(), _x(1.0)
+    model(x).sum().backward()  # torch's compiled cond internals, left failing by that call, were dropped
+    assert all(p.grad is not None for p in model.parameters())
 
 
 def test_a_refused_backward_through_cond_leaves_the_plain_step_working() -> None:

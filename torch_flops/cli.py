@@ -680,6 +680,8 @@ def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int,
     if not dims or any(d <= 0 for d in dims) or (length is not None and len(dims) != length):
         what = f"{length} " if length else ""
         raise CLIError(f"bad {option} {text!r}: expected {what}comma-separated positive integers like {example}", 2)
+    if any(d >= 2**63 for d in dims):  # (torch sizes are 64-bit)
+        raise CLIError(f"bad {option} {text!r}: a size must be below 2^63", 2)
     return dims
 
 

@@ -96,6 +96,11 @@ class HardwareSpec:
                             ("memory_bandwidth", self.memory_bandwidth), ("memory_bytes", self.memory_bytes)]:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{self.name}: {what} must be a number, got {type(value).__name__} {value!r}")
+            try:
+                float(value)
+            except OverflowError:
+                raise ValueError(f"{self.name}: {what} must be finite, got an integer of {len(str(value))} digits") \
+                    from None
         if not self.peak or any(not (0 < v < math.inf) for v in self.peak.values()):
             raise ValueError(f"{self.name}: every peak must be a positive, finite FLOP/s figure")
         if not 0 < self.memory_bandwidth < math.inf:

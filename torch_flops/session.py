@@ -62,6 +62,7 @@ from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 from torch.nn.modules import module as module_hooks
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.backward import (
@@ -986,7 +987,6 @@ class _Hub:
         self._suspended: tuple[bool, bool] | None = None  # the modes taken off their stacks while a node runs
         self.suspend_dispatch = functools.partial(self.suspend, False)  #: while a function node runs
         self.quiet = 0  #: > 0 while a recording does its own work: no recording sees those calls
-        self.ran_higher_order = False  #: a torch.cond / while_loop ran under the modes (_higher_order)
         self.taken = 0  #: > 0 inside a torch function some recordings took whole (several recordings only)
         self._positions: tuple[int | None, int | None] = (None, None)  # where modes_off took the modes from
 
@@ -1029,8 +1029,7 @@ class _Hub:
             # its modes are freed now, not left as a cycle for a later garbage collection
             self.suspend_dispatch = None  # type: ignore[assignment]
             self.dispatch_mode = self.function_mode = None  # type: ignore[assignment]
-            if self.ran_higher_order:
-                _forget_higher_order_compiles()
+            _forget_higher_order_compiles()
 
     # --- all modes off while a recording steps aside (Recording.stepped_aside)
     def modes_off(self) -> None:
@@ -1233,25 +1232,53 @@ def _composite(func: Any) -> bool:
 _DYNAMO_KEPT_OUT = False
 
 
+def _records_gradients(args: Any, recordings: Sequence[Recording]) -> bool:
+    """Whether autograd records a higher-order operator's call: an operand needing a gradient (the
+    call then reaches the mode from inside torch's autograd function, with grad mode off), or grad
+    mode on with parameters of a recorded model needing gradients (its functions may close over them)."""
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in _pytree.tree_leaves(args)):
+        return True
+    return torch.is_grad_enabled() and any(p.requires_grad for r in recordings for p in r.model.parameters())
+
+
 def _forget_higher_order_compiles() -> None:
-    """After a recording in which a higher-order operator ran (``torch.cond``, ``while_loop``, or
-    one refused, such as ``scan``): torch runs them eagerly through a ``torch.compile`` of a small
-    function nested in the operator's Python function, whose Dynamo cache, made while a dispatch
-    mode was on, fails every later plain call of the model (torch's own behaviour after any dispatch
-    mode, FlopCounterMode's too). The caches of those nested functions are dropped, so the next
-    plain call compiles them afresh, as the first one did."""
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    reset_code = getattr(eval_frame, "reset_code", None)
+    """After every recording, once torch's higher-order operators are loaded: torch runs
+    ``torch.cond``, ``while_loop``, ``scan`` eagerly through a ``torch.compile`` of small functions
+    nested in the operator's Python function, whose Dynamo caches, made while a dispatch mode was on
+    (a cond recorded, refused, or raising inside its autograd before it reached the mode), fail
+    every later plain call of the model (torch's own behaviour after any dispatch mode,
+    FlopCounterMode's too). Those caches are dropped (about 0.03 ms), so the next plain call
+    compiles them afresh, as the first one did."""
+    if "torch._higher_order_ops.cond" not in sys.modules:
+        return
+    reset_code = getattr(sys.modules.get("torch._dynamo.eval_frame"), "reset_code", None)
     if reset_code is None:
         return
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("torch._higher_order_ops.") or module is None:
-            continue
-        for function in list(vars(module).values()):
-            code = getattr(function, "__code__", None)
-            for constant in code.co_consts if isinstance(code, types.CodeType) else ():
-                if isinstance(constant, types.CodeType):  # (cond's _cond_op_wrapper, scan's run_flattened_scan)
-                    reset_code(constant)
+    for code in _higher_order_codes():
+        reset_code(code)
+
+
+_HOP_CODES: tuple[int, list[types.CodeType]] = (-1, [])
+
+
+def _higher_order_codes() -> list[types.CodeType]:
+    """The code objects nested in the functions of torch's loaded ``torch._higher_order_ops``
+    modules (cond's ``_cond_op_wrapper``, scan's ``run_flattened_scan``), found again only when
+    modules were imported since."""
+    global _HOP_CODES
+    loaded = len(sys.modules)
+    if _HOP_CODES[0] != loaded:
+        codes = []
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("torch._higher_order_ops.") or module is None:
+                continue
+            for function in list(vars(module).values()):
+                code = getattr(function, "__code__", None)
+                for constant in code.co_consts if isinstance(code, types.CodeType) else ():
+                    if isinstance(constant, types.CodeType):
+                        codes.append(constant)
+        _HOP_CODES = (loaded, codes)
+    return _HOP_CODES[1]
 
 
 def _keep_dynamo_out() -> None:
@@ -1285,19 +1312,18 @@ def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs:
     In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
     its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
     compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
-    mode.hub.ran_higher_order = True  # (torch's compiled wrapper of it is forgotten after, refused or not)
+    if _records_gradients(args, mode.hub.recordings):
+        # eager torch.cond lifts the parameters its branches close over into operands (through
+        # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
+        # torch runs it without that, and an operand's gradient fails in torch's own backward
+        raise UnsupportedOpError(
+            f"torch_flops cannot record {func.name()!r} (torch.cond, while_loop) while autograd records: under a "
+            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
+            "and its output's backward fails, so the program would differ from the plain one. Profile it under "
+            "torch.no_grad() (or torch.inference_mode())")
     if func is not _COND and func is not _WHILE_LOOP:
         raise UnsupportedOpError(f"torch_flops cannot record the higher-order operator {func.name()!r} (torch.cond and "
                                  "while_loop are recorded): its eager kernel refuses to run under a profiler's mode")
-    if torch.is_grad_enabled() and any(r._counter is not None for r in mode.hub.recordings):
-        # eager torch.cond lifts the parameters its branches close over into operands (through
-        # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
-        # torch runs it without that, and they would get none
-        raise UnsupportedOpError(
-            f"torch_flops cannot record a backward through {func.name()!r} (torch.cond, while_loop): under a "
-            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
-            "so the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
-            "TrainingProfiler), or under torch.no_grad()")
     if func is _COND:
         pred, true_fn, false_fn, operands = args
         branch = true_fn if pred else false_fn  # (pred read with the mode off, as the kernel reads it)
