@@ -51,7 +51,7 @@ def attended(model: nn.Module, call: Callable[[], Any]) -> tuple[Any, list[int]]
     seen: list[int] = []
 
     def pre(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # (transformers >= 5.24 names it cache)
         ids = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
         seen.append((0 if cache is None else int(cache.get_seq_length())) + int(ids.shape[-1]))
 

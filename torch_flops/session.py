@@ -62,7 +62,6 @@ from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 from torch.nn.modules import module as module_hooks
 from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.backward import (
@@ -1232,30 +1231,26 @@ def _composite(func: Any) -> bool:
 _DYNAMO_KEPT_OUT = False
 
 
-def _records_gradients(args: Any, recordings: Sequence[Recording]) -> bool:
-    """Whether autograd records a higher-order operator's call: an operand needing a gradient (the
-    call then reaches the mode from inside torch's autograd function, with grad mode off), or grad
-    mode on with parameters of a recorded model needing gradients (its functions may close over them)."""
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in _pytree.tree_leaves(args)):
-        return True
-    return torch.is_grad_enabled() and any(p.requires_grad for r in recordings for p in r.model.parameters())
-
-
 def _forget_higher_order_compiles() -> None:
     """After every recording, once torch's higher-order operators are loaded: torch runs
     ``torch.cond``, ``while_loop``, ``scan`` eagerly through a ``torch.compile`` of small functions
-    nested in the operator's Python function, whose Dynamo caches, made while a dispatch mode was on
-    (a cond recorded, refused, or raising inside its autograd before it reached the mode), fail
-    every later plain call of the model (torch's own behaviour after any dispatch mode,
-    FlopCounterMode's too). Those caches are dropped (about 0.03 ms), so the next plain call
-    compiles them afresh, as the first one did."""
+    nested in the operator's Python function; a call made while a dispatch mode was on (a cond
+    recorded, refused, or raising inside torch's autograd of cond before it reached the mode) leaves
+    Dynamo's frame strategy of those functions at "skip", and every later plain call of the model
+    fails (torch's own behaviour after any dispatch mode, FlopCounterMode's too). Their strategy is
+    set back to the default (a flag per code object, about 0.03 ms in all: nothing compiled is
+    freed, so another thread running them is safe), and the next plain call compiles them as the
+    first one did."""
     if "torch._higher_order_ops.cond" not in sys.modules:
         return
-    reset_code = getattr(sys.modules.get("torch._dynamo.eval_frame"), "reset_code", None)
-    if reset_code is None:
-        return
-    for code in _higher_order_codes():
-        reset_code(code)
+    try:
+        eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
+        default = eval_frame._FrameAction.DEFAULT
+        strategy = eval_frame._FrameExecStrategy(default, default)
+        for code in _higher_order_codes():
+            eval_frame.set_code_exec_strategy(code, strategy)
+    except (AttributeError, TypeError, RuntimeError):  # (torch's private C API: a torch without it)
+        pass
 
 
 _HOP_CODES: tuple[int, list[types.CodeType]] = (-1, [])
@@ -1312,18 +1307,18 @@ def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs:
     In eager, torch runs these operators inside a ``torch.compile(fullgraph=True)`` call that skips
     its frame when a dispatch mode is on; the frames called from it (this profiler's) would still be
     compiled, and fail: Dynamo is kept out of them (:func:`_keep_dynamo_out`)."""
-    if _records_gradients(args, mode.hub.recordings):
-        # eager torch.cond lifts the parameters its branches close over into operands (through
-        # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
-        # torch runs it without that, and an operand's gradient fails in torch's own backward
-        raise UnsupportedOpError(
-            f"torch_flops cannot record {func.name()!r} (torch.cond, while_loop) while autograd records: under a "
-            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
-            "and its output's backward fails, so the program would differ from the plain one. Profile it under "
-            "torch.no_grad() (or torch.inference_mode())")
     if func is not _COND and func is not _WHILE_LOOP:
         raise UnsupportedOpError(f"torch_flops cannot record the higher-order operator {func.name()!r} (torch.cond and "
                                  "while_loop are recorded): its eager kernel refuses to run under a profiler's mode")
+    if torch.is_grad_enabled() and any(r._counter is not None for r in mode.hub.recordings):
+        # eager torch.cond lifts the parameters its branches close over into operands (through
+        # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
+        # torch runs it without that, and they would get none
+        raise UnsupportedOpError(
+            f"torch_flops cannot record a backward through {func.name()!r} (torch.cond, while_loop): under a "
+            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
+            "so the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
+            "TrainingProfiler), or under torch.no_grad()")
     if func is _COND:
         pred, true_fn, false_fn, operands = args
         branch = true_fn if pred else false_fn  # (pred read with the mode off, as the kernel reads it)
