@@ -1198,7 +1198,7 @@ class _DispatchMode(TorchDispatchMode):
         if in_backward():  # run by autograd (maybe in its own thread): a backward op
             return hub.backward_op(func, args, kwargs or {})
         single = hub.single
-        if _COMPOSITE.get(func) is not False and _composite(func):
+        if _COMPOSITE.get(func) is not False and _composite(func):  # (cached: one lookup for most ops)
             # a composite op reaching the mode as itself (below autograd: in a torch.cond branch,
             # under inference_mode) without a formula: its parts are recorded, as autograd's
             # dispatch would have decomposed it
@@ -1241,15 +1241,21 @@ def _forget_higher_order_compiles() -> None:
     set back to the default (a flag per code object, about 0.03 ms in all: nothing compiled is
     freed, so another thread running them is safe), and the next plain call compiles them as the
     first one did."""
-    if "torch._higher_order_ops.cond" not in sys.modules:
-        return
+    if "torch._higher_order_ops.cond" in sys.modules:
+        _set_frame_action(_higher_order_codes(), "DEFAULT")
+
+
+def _set_frame_action(codes: Iterable[types.CodeType], action: str) -> None:
+    """Dynamo's frame strategy of each of ``codes``, and of the frames they call: ``action``
+    (``"SKIP"``: never compiled; ``"DEFAULT"``: as Dynamo decides). Through torch's private C API,
+    which needs no import of Dynamo; a torch without it is left as it is."""
     try:
         eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
-        default = eval_frame._FrameAction.DEFAULT
-        strategy = eval_frame._FrameExecStrategy(default, default)
-        for code in _higher_order_codes():
+        chosen = getattr(eval_frame._FrameAction, action)
+        strategy = eval_frame._FrameExecStrategy(chosen, chosen)
+        for code in codes:
             eval_frame.set_code_exec_strategy(code, strategy)
-    except (AttributeError, TypeError, RuntimeError):  # (torch's private C API: a torch without it)
+    except (AttributeError, TypeError, RuntimeError):
         pass
 
 
@@ -1286,15 +1292,8 @@ def _keep_dynamo_out() -> None:
     if _DYNAMO_KEPT_OUT:
         return
     _DYNAMO_KEPT_OUT = True
-    try:  # (torch's private C API: a torch without it runs cond as before, failing in Dynamo)
-        eval_frame: Any = torch._C._dynamo.eval_frame  # type: ignore[attr-defined]
-        skip = eval_frame._FrameAction.SKIP
-        strategy = eval_frame._FrameExecStrategy(skip, skip)
-        for function in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__, _pre_hook, _post_hook,
-                         _higher_order):
-            eval_frame.set_code_exec_strategy(function.__code__, strategy)
-    except (AttributeError, TypeError, RuntimeError):
-        pass
+    _set_frame_action((f.__code__ for f in (_DispatchMode.__torch_dispatch__, _FunctionMode.__torch_function__,
+                                            _pre_hook, _post_hook, _higher_order)), "SKIP")
 
 
 def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
