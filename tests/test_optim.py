@@ -18,6 +18,7 @@ from torch_flops.optim import (
     OPTIMIZER_FLOPs_MAPPING,
     UnsupportedOptimizerError,
     adam_flops,
+    optimizer_step_counts,
     optimizer_step_flops,
     register_optimizer,
 )
@@ -430,3 +431,130 @@ def test_formula_must_return_an_int() -> None:
             optimizer_step_flops(_OwnStep(model.parameters()))
     finally:
         OPTIMIZER_FLOPs_MAPPING.pop(_OwnStep, None)
+
+
+# -------------------------------------------------------------------------------- Muon and SparseAdam
+def _addmm_reference(args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> int:
+    # beta*input + alpha*(a @ b): 2*M*N*K for the product; per output element one add, and one
+    # multiply for each scale that is not 1 (the op's own arithmetic, independent of torch_flops)
+    beta, alpha = float(kwargs.get("beta", 1)), float(kwargs.get("alpha", 1))
+    product = 2 * out.numel() * args[1].shape[-1]
+    return product + out.numel() * ((1 + (beta != 1) + (alpha != 1)) if beta != 0 else int(alpha != 1))
+
+
+class _MuonCounter(_StepCounter):
+    """The reference counter of the real step, with the ops of Muon's Newton-Schulz iteration."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.macs = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        packet = func.overloadpacket
+        if packet is aten.addmm:
+            out = func(*args, **kwargs)
+            self.flops += _addmm_reference(args, kwargs, out)
+            self.macs += out.numel() * args[1].shape[-1]
+            return out
+        if packet in (aten._to_copy, aten.t, aten.permute, aten.transpose):  # the bf16 copy; views
+            return func(*args, **kwargs)
+        if packet is aten.mul_ and not isinstance(args[1], torch.Tensor) and float(args[1]) == 1.0:
+            return func(*args, **kwargs)  # p *= 1 - lr*wd at wd = 0: a scale of exactly 1 is free (the rule)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if packet in (aten.mm, aten.bmm):
+            self.macs += out.numel() * args[0].shape[-1]
+        return out
+
+
+MUON = [({}, (6, 4)), ({}, (3, 5)), ({"nesterov": False, "weight_decay": 0.0}, (4, 4)),
+        ({"adjust_lr_fn": "match_rms_adamw", "ns_steps": 2, "ns_coefficients": (1.0, 0.0, 1.0)}, (5, 2))]
+
+
+@pytest.mark.skipif(not hasattr(optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
+@pytest.mark.parametrize(("kwargs", "shape"), MUON, ids=[str(s) for _, s in MUON])
+def test_muon_matches_the_ops_of_the_real_step(kwargs: dict[str, Any], shape: tuple[int, int]) -> None:
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.randn(*shape))
+    opt = optim.Muon([p], lr=0.02, **kwargs)
+    for _ in range(2):  # the momentum buffer is made at the first step
+        p.grad = torch.randn_like(p)
+        [(_, flops, macs)] = optimizer_step_counts(opt)
+        with _MuonCounter() as counter:
+            opt.step()
+        assert (flops, macs) == (counter.flops, counter.macs)
+
+
+@pytest.mark.skipif(not hasattr(optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
+def test_muon_by_hand() -> None:
+    p = nn.Parameter(torch.zeros(4, 2))
+    p.grad = torch.ones(4, 2)
+    [(_, flops, macs)] = optimizer_step_counts(optim.Muon([p], lr=0.02))
+    # 4x2 works as 2x4 (m=2, n=4), 5 steps of: X@X.T 2*2*4 = 16 MACs, A@A 2*2*2 = 8, B@X 2*2*4 = 16:
+    # 40 MACs a step, 200 in all. Scaled adds (coefficients a=3.4445, b=-4.775, c=2.0315, none 1):
+    # B: 3 per element of 2x2 = 12, X: 2 per element of 2x4 = 16; 28 a step, 140 in all.
+    # Element-wise on N=8: lerp 3 + nesterov lerp 3 + norm 2N+1 + divide 1 + decay 1 (lr*wd = 0.002)
+    # + p - lr'*O 2 (lr' = 0.02 * sqrt(4/2), not 1): 8 * (3+3+1+1+2) + 17 = 97.
+    assert macs == 200
+    assert flops == 2 * 200 + 140 + 97
+
+
+@pytest.mark.skipif(not hasattr(optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
+def test_muon_step_under_the_training_profiler_equals_flop_counter_mode() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from torch_flops import TrainingProfiler
+
+    def run(profiled: bool) -> tuple[nn.Module, Any]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 5, bias=False), nn.Tanh(), nn.Linear(5, 3, bias=False))
+        opt = optim.Muon(model.parameters(), lr=0.05)
+        profiler = TrainingProfiler(model, opt) if profiled else None
+        if profiler is not None:
+            profiler.start_profile()
+        model(torch.randn(4, 6)).square().sum().backward()
+        with FlopCounterMode(display=False) as fcm:
+            opt.step()
+        if profiler is None:
+            return model, fcm.get_total_flops()
+        profiler.stop_profile()
+        [profile] = profiler.profiles
+        profiler.end_profile()
+        return model, profile
+
+    twin, fcm_flops = run(False)
+    model, profile = run(True)
+    # FlopCounterMode counts only the Newton-Schulz matrix products: 2 x their MACs
+    optimizer = [r for r in profile.with_convention("flop_counter").records if r.phase == "optimizer"]
+    assert len(optimizer) == 2 and sum(r.flops for r in optimizer) == fcm_flops > 0
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), twin.parameters()))
+
+
+def test_sparse_adam_by_hand_and_as_without_the_profiler() -> None:
+    from torch_flops import TrainingProfiler
+
+    def run(profiled: bool) -> tuple[nn.Module, int | None]:
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 4, sparse=True)
+        opt = optim.SparseAdam(emb.parameters(), lr=0.1)
+        profiler = TrainingProfiler(emb, opt) if profiled else None
+        flops = None
+        for _ in range(2):
+            if profiler is not None:
+                profiler.start_profile()
+            opt.zero_grad()
+            emb(torch.tensor([1, 3, 3])).square().sum().backward()
+            opt.step()
+            if profiler is not None:
+                profiler.stop_profile()
+                flops = sum(r.flops or 0 for r in profiler.profiles[-1].records if r.phase == "optimizer")
+        if profiler is not None:
+            profiler.end_profile()
+        return emb, flops
+
+    twin, _ = run(False)
+    emb, flops = run(True)
+    # the gradient holds 3 looked-up rows of 4 values (coalesced by the step to 2 rows); counted on
+    # the 12 values it holds (the rule of every sparse gradient), 14 per value: 168
+    assert flops == 12 * 14
+    assert torch.equal(emb.weight, twin.weight)

@@ -49,7 +49,7 @@ from torch_flops.generation import GenerationPrediction, GenerationProfile, Gene
 from torch_flops.generation_sweep import GenerationSweep, SweepPoint, sweep_generation
 from torch_flops.hardware import HardwareSpec
 from torch_flops.measure import Timer
-from torch_flops.optim import OPTIMIZER_FLOPs_MAPPING, optimizer_step_flops, register_optimizer
+from torch_flops.optim import OPTIMIZER_FLOPs_MAPPING, optimizer_step_counts, optimizer_step_flops, register_optimizer
 from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.roofline import Roofline, RooflineRow, roofline
 from torch_flops.training import TrainingProfiler, utilization
@@ -97,6 +97,7 @@ __all__ = [
     "flop_count_table",
     "get_model_profile",
     "hardware",
+    "optimizer_step_counts",
     "optimizer_step_flops",
     "parameter_count",
     "parameter_count_table",

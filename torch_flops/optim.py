@@ -37,6 +37,7 @@ Counting rules (the convention of :mod:`torch_flops.formulas`, applied to an upd
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -60,7 +61,9 @@ __all__ = [
     "adamw_flops",
     "asgd_flops",
     "formula_for",
+    "muon_flops",
     "nadam_flops",
+    "optimizer_step_counts",
     "optimizer_step_flops",
     "radam_flops",
     "register_optimizer",
@@ -70,10 +73,11 @@ __all__ = [
 ]
 
 
-#: ``formula(group, param, state) -> FLOPs`` of the next step for one parameter. ``group`` is the
-#: parameter's group (hyper-parameters), ``state`` its optimizer state (empty before the first
-#: step). A formula reads them and must not change them.
-OptimizerFormula = Callable[[dict[str, Any], Tensor, Mapping[str, Any]], int]
+#: ``formula(group, param, state) -> FLOPs`` of the next step for one parameter, or ``(FLOPs, MACs)``
+#: when the update multiplies matrices (Muon's Newton-Schulz iteration; the MACs are in the FLOPs,
+#: 2 each). ``group`` is the parameter's group (hyper-parameters), ``state`` its optimizer state
+#: (empty before the first step). A formula reads them and must not change them.
+OptimizerFormula = Callable[[dict[str, Any], Tensor, Mapping[str, Any]], "int | tuple[int, int]"]
 FormulaT = TypeVar("FormulaT", bound=OptimizerFormula)
 
 #: Optimizer class -> formula. Extend it with :func:`register_optimizer`.
@@ -116,10 +120,17 @@ def formula_for(cls: type[Optimizer]) -> OptimizerFormula:
 def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
     """``(param, flops)`` of the next ``optimizer.step()`` for every parameter with a gradient, in
     ``param_groups`` order. Reads hyper-parameters and state only; runs and changes nothing."""
+    return [(param, flops) for param, flops, _ in optimizer_step_counts(optimizer)]
+
+
+def optimizer_step_counts(optimizer: Optimizer) -> list[tuple[Tensor, int, int]]:
+    """``(param, flops, macs)`` of the next ``optimizer.step()`` for every parameter with a gradient
+    (:func:`optimizer_step_flops` with the MACs of the update's matrix products: 0 for an
+    element-wise rule)."""
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     formula = formula_for(type(optimizer))
-    counts: list[tuple[Tensor, int]] = []
+    counts: list[tuple[Tensor, int, int]] = []
     for g, group in enumerate(optimizer.param_groups):
         for i, param in enumerate(group["params"]):
             grad = param.grad
@@ -136,13 +147,19 @@ def optimizer_step_flops(optimizer: Optimizer) -> list[tuple[Tensor, int]]:
                                  f"and sparse COO gradients are counted")
             elif type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
                 counted, state = local_value(param), {k: local_value(v) for k, v in state.items()}
-            flops = formula(group, counted, state)
-            try:
-                counts.append((param, operator.index(flops)))
-            except TypeError:
-                raise TypeError(f"optimizer formula {getattr(formula, '__name__', formula)!r} returned "
-                                f"{flops!r}, not an int") from None
+            counts.append((param, *_flops_and_macs(formula, formula(group, counted, state))))
     return counts
+
+
+def _flops_and_macs(formula: Any, value: Any) -> tuple[int, int]:
+    """A formula's answer, ``flops`` or ``(flops, macs)``, as two ints."""
+    try:
+        if isinstance(value, tuple) and len(value) == 2:
+            return operator.index(value[0]), operator.index(value[1])
+        return operator.index(value), 0
+    except TypeError:
+        raise TypeError(f"optimizer formula {getattr(formula, '__name__', formula)!r} returned {value!r}, not "
+                        f"an int (FLOPs) or a pair of ints (FLOPs, MACs)") from None
 
 
 def update_traffic(optimizer: Optimizer, param: Tensor) -> tuple[int, int]:
@@ -344,3 +361,57 @@ def adafactor_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, An
 
 if hasattr(torch.optim, "Adafactor"):  # torch >= 2.5
     register_optimizer(torch.optim.Adafactor)(adafactor_flops)
+
+
+@register_optimizer(torch.optim.SparseAdam)
+def sparse_adam_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -> int:
+    # https://pytorch.org/docs/stable/generated/torch.optim.SparseAdam.html; ``param`` stands for the
+    # values of the (coalesced) sparse gradient, the rows the update touches (see optimizer_step_counts).
+    # Per value: maximize 1; m += (g - m)*(1-b1) 3; v += (g*g - v)*(1-b2) 4; m's and v's new values
+    # again (one add each, the dense re-addition torch's loop does) 2; sqrt(v) + eps 2;
+    # p + (-step_size) * m/denom 3  (14 by default)
+    return (_maximize(group) + 3 + 4 + 2 + 2 + 3) * _elements(param)
+
+
+def _muon_matrix(group: Mapping[str, Any], rows: int, cols: int) -> tuple[int, int]:
+    """(FLOPs, MACs) of Muon's Newton-Schulz orthogonalisation of a ``rows x cols`` update
+    (torch.optim._muon._zeropower_via_newtonschulz): it works on the wide orientation, ``m x n``
+    with ``m = min(rows, cols)``; per step ``A = X @ X.T`` (m*m*n MACs), ``B = b*A + c*(A @ A)``
+    (m^3 MACs, addmm's scaled add per element: 1 + [b != 1] + [c != 1]) and ``X = a*X + B @ X``
+    (m*m*n MACs, scaled add 1 + [a != 1])."""
+    m, n = min(rows, cols), max(rows, cols)
+    a, b, c = (float(v) for v in group.get("ns_coefficients", (3.4445, -4.7750, 2.0315)))
+    steps = int(group.get("ns_steps", 5))
+    macs = steps * (m * m * n + m * m * m + m * m * n)
+    # addmm's ``beta*input + alpha*product``: no add when beta is 0 (just the scale, when alpha != 1)
+    gram_add = (1 + (b != 1) + (c != 1)) if b != 0 else int(c != 1)
+    update_add = (1 + (a != 1)) if a != 0 else 0
+    return 2 * macs + steps * (m * m * gram_add + m * n * update_add), macs
+
+
+def _muon_lr(group: Mapping[str, Any], rows: int, cols: int) -> float:
+    """Muon's learning rate adjusted to the shape (torch.optim._muon._adjust_lr)."""
+    lr, how = float(group["lr"]), group.get("adjust_lr_fn")
+    if how is None or how == "original":
+        return lr * math.sqrt(max(1.0, rows / cols))
+    if how == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr
+
+
+if hasattr(torch.optim, "Muon"):  # torch >= 2.9
+
+    @register_optimizer(torch.optim.Muon)
+    def muon_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -> tuple[int, int]:
+        # https://pytorch.org/docs/stable/generated/torch.optim.Muon.html (Jordan 2024,
+        # kellerjordan.github.io/posts/muon), per element of a 2-D parameter: b.lerp_(g, 1-mu) 3;
+        # nesterov g.lerp(b, mu) 3; the update's 2-norm 2N+1 and its division by it N (the clamp of the
+        # norm is scalar work, left out); Newton-Schulz (_muon_matrix); p *= 1 - lr*wd 1 unless lr*wd
+        # is 0; p + (-adjusted lr) * O 1+s. MACs: the Newton-Schulz matrix products only
+        n = param.numel()
+        rows, cols = (param.shape[0], param.shape[1]) if param.dim() == 2 else (n, 1)
+        flops, macs = _muon_matrix(group, rows, cols)
+        lr, wd = float(group["lr"]), float(group.get("weight_decay", 0))
+        flops += 3 * n + (3 * n if group.get("nesterov", True) else 0) + (2 * n + 1) + n
+        flops += (n if lr * wd != 0 else 0) + (1 + _scale(_muon_lr(group, rows, cols))) * n
+        return flops, macs

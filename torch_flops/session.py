@@ -78,7 +78,7 @@ from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
 from torch_flops.measure import MemoryProbe, Timer, batch_size_of, tensors_of
 from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
-from torch_flops.optim import optimizer_step_flops, update_traffic
+from torch_flops.optim import optimizer_step_counts, update_traffic
 from torch_flops.paths import module_chain
 from torch_flops.progress import Progress
 from torch_flops.recorder import EagerGraph, GraphMemo, op_name, readable
@@ -153,6 +153,7 @@ class OptimizerUpdate:
     flops: int
     bytes_read: int
     bytes_written: int
+    macs: int = 0  #: the update's matrix products (Muon's Newton-Schulz iteration); 0 element-wise
 
 
 @dataclass
@@ -869,7 +870,7 @@ class Recording:
         # args: (the optimizer, *step's own arguments) as the step wrapper passes them
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is None:
-            self._counts = optimizer_step_flops(optimizer)
+            self._counts = optimizer_step_counts(optimizer)
             return None
         # step(closure): the closure's forward and backward are the step's own; the update's FLOPs
         # are counted once it has made the gradients (the optimizer calls it before updating)
@@ -882,7 +883,7 @@ class Recording:
             finally:
                 self._in_closure = False
                 self._open, self._in_optimizer = _SELF, True
-                self._counts = optimizer_step_flops(optimizer)
+                self._counts = optimizer_step_counts(optimizer)
 
         return args[:1] + args[2:], {**{k: v for k, v in kwargs.items() if k != "closure"},
                                      "closure": recorded_closure}
@@ -893,8 +894,8 @@ class Recording:
         end = self._tick()
         self.timer.finish()
         self._optimizer_ms = self.timer.elapsed_ms(self._optimizer_start, end)
-        self._updates = [OptimizerUpdate(param, flops, *update_traffic(optimizer, param))
-                         for param, flops in self._counts]
+        self._updates = [OptimizerUpdate(param, flops, *update_traffic(optimizer, param), macs=macs)
+                         for param, flops, macs in self._counts]
         self._open = None
         self._in_optimizer = False
         self._end_step()

@@ -300,7 +300,7 @@ def optimizer_records(step: Step, optimizer: torch.optim.Optimizer | None, start
         records.append(NodeRecord(
             index=start + k, name=f"{name.lower()}_{attribute.replace('.', '_')}", op="optimizer_step",
             target=f"{name}.step", module_path=path, module_type=index.types.get(path, ""), flops=update.flops,
-            macs=0, status=Status.COUNTED, time_ms=None if step_ms is None else step_ms * update.flops / total,
+            macs=update.macs, status=Status.COUNTED, time_ms=None if step_ms is None else step_ms * update.flops / total,
             mem_before=None, mem_after=None, mem_delta=None, output_shape=tuple(param.shape),
             module_stack=module_chain((path,)), phase="optimizer", dtype=str(param.dtype).removeprefix("torch."),
             bytes_read=update.bytes_read, bytes_written=update.bytes_written))
