@@ -5,8 +5,10 @@ in time) and checks the numbers it wrote; the per-rank MACs are derived by hand 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -15,7 +17,9 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
+from torch_flops import TorchFLOPsByFX
 from torch_flops.cli import main
 from torch_flops.distributed import comm_bytes, merge_profiles, rank_path
 
@@ -177,3 +181,14 @@ def test_comm_bytes_of_a_group_of_one() -> None:
     # no group larger than one rank: nothing moves (and no process group is needed to say so)
     assert comm_bytes(torch.ops._c10d_functional.all_reduce.default, (torch.ones(4), "sum", "unused"),
                       {}, torch.ones(4)) == 0
+
+
+@pytest.mark.parametrize("world", ["2", 2.5, None, [2], True, 0])
+def test_merge_refuses_a_world_size_that_is_no_rank_count(world: Any) -> None:
+    # a damaged document is refused as a bad rank is, not merged as if it had no world_size
+    counter = TorchFLOPsByFX(nn.Linear(2, 2))
+    counter.propagate(torch.randn(1, 2))
+    good = dataclasses.replace(counter.profile, settings={"rank": 0, "world_size": 2})
+    bad = dataclasses.replace(counter.profile, settings={"rank": 1, "world_size": world})
+    with pytest.raises(ValueError, match=rf"profile 1 has settings.world_size {re.escape(repr(world))}, not a rank count"):
+        merge_profiles([good, bad])

@@ -498,6 +498,26 @@ def test_a_transformer_encoder_model_runs_its_fused_kernel_under_the_profiler(ma
     assert not model._forward_hooks and not model._forward_pre_hooks
 
 
+def test_a_transformer_encoder_layer_model_on_meta_runs_its_modules_as_torch_does() -> None:
+    # torch's fast path has no meta kernels: on meta the layer runs self_attn, linear1 and linear2 as
+    # modules, and FlopCounterMode attributes them so; kept whole, everything landed on the root
+    with torch.device("meta"):
+        model = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    x = torch.empty(2, 5, 16, device="meta")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as reference:
+            model(x)
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(x)
+    expected = {k.removeprefix("TransformerEncoderLayer").lstrip("."): sum(v.values())
+                for k, v in reference.get_flop_counts().items() if k != "Global"}
+    # self_attn: in-projection 2*10*16*48 + scores and values 2 * 2*2*5*5*8 + out-projection 2*10*16*16
+    # = 15360 + 3200 + 5120 = 23680; linear1 and linear2 2*10*16*32 = 10240 each
+    assert expected == {"": 44160, "self_attn": 23680, "linear1": 10240, "linear2": 10240}
+    got = {k: s.flops for k, s in counter.profile.with_convention("flop_counter").by_module().items() if s.flops}
+    assert got == expected
+
+
 def test_sdpa_under_cpu_autocast_with_mixed_dtypes_follows_the_kernel_that_runs() -> None:
     # q, k float32 (as after a float32 rotary embedding), v bfloat16 (from a Linear under autocast):
     # as the call reaches Python the kernel chooser picks the math path for mixed dtypes, but

@@ -1112,7 +1112,12 @@ def _chooses_its_kernels(root: nn.Module) -> bool:
     if isinstance(root, nn.MultiheadAttention):
         return True
     if isinstance(root, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
-        return not root.training and not (torch.is_grad_enabled() and any(p.requires_grad for p in root.parameters()))
+        params = list(root.parameters())
+        # the fast path also needs its tensors on a device it has kernels for (torch's check names
+        # cpu, cuda and the private-use backend): on meta the layer runs its unfused ops
+        fast_devices = ("cpu", "cuda", torch._C._get_privateuse1_backend_name())
+        return (not root.training and not (torch.is_grad_enabled() and any(p.requires_grad for p in params))
+                and all(p.device.type in fast_devices for p in params))
     return False
 
 

@@ -121,7 +121,13 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
         ranks.append(rank)
     if len(set(ranks)) != len(ranks):
         raise ValueError(f"two profiles of the same rank: ranks {ranks}")
-    worlds = {int(w) for p in loaded if isinstance(w := p.settings.get("world_size"), int)}
+    worlds = set()
+    for i, p in enumerate(loaded):
+        if "world_size" in p.settings:  # (a profile recorded without a process group has none)
+            w = p.settings["world_size"]
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                raise ValueError(f"profile {i} has settings.world_size {w!r}, not a rank count")
+            worlds.add(w)
     if len(worlds) > 1:
         raise ValueError(f"the profiles come from runs of different sizes: world_size {sorted(worlds)}")
     world = next(iter(worlds), None)
