@@ -128,6 +128,35 @@ def test_gru_on_cpu_matches_flop_counter_mode() -> None:
     assert p.with_convention("flop_counter").total_flops == _fcm(lambda: model(x)) > 0
 
 
+@pytest.mark.parametrize("cls", [nn.GRU, nn.LSTM, nn.RNN])
+def test_a_recurrent_layer_as_the_model_is_the_one_node_it_is_inside_a_model(cls) -> None:
+    # its forward calls torch's fused op through torch._VF, which no function mode sees: as the model it
+    # was recorded as that kernel's aten ops; now one node, counted as inside any model, and a training
+    # step leaves the same parameters, with forward + backward = FlopCounterMode's in its convention
+    torch.manual_seed(0)
+    layer, x = cls(4, 6, batch_first=True), torch.randn(2, 3, 4)
+    twin = cls(4, 6, batch_first=True)
+    twin.load_state_dict(layer.state_dict())
+    inside = torch_flops.profile(nn.Sequential(layer), x)
+    alone = torch_flops.profile(layer, x)
+    assert [r.target for r in alone.records if r.op == "call_module"] == [cls.__name__]
+    assert (alone.total_flops, alone.total_macs) == (inside.total_flops, inside.total_macs) > (0, 0)
+    opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (layer, twin))
+    profiler = torch_flops.TrainingProfiler(layer, opt)
+    profiler.start_profile()
+    layer(x)[0].sum().backward()
+    opt.step()
+    profiler.stop_profile()
+    [step] = profiler.profiles
+    profiler.end_profile()
+    with FlopCounterMode(display=False) as reference:
+        twin(x)[0].sum().backward()
+    opt2.step()
+    counted = step.with_convention("flop_counter")
+    assert counted.total_flops + counted.total_backward_flops == reference.get_total_flops()
+    assert all(torch.equal(a, b) for a, b in zip(layer.parameters(), twin.parameters()))
+
+
 # ------------------------------------------------------------------ SDPA per device
 def test_sdpa_flop_counter_convention_follows_the_device() -> None:
     q = torch.randn(1, 4, 8, 16)

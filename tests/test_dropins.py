@@ -438,3 +438,55 @@ def test_flop_count_str_as_fvcore() -> None:
                         "    #params: 0.17K, #flops: 0.32K", "  )", ")"]
     with pytest.raises(TypeError, match="FlopCountAnalysis"):
         torch_flops.flop_count_str(model)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- fault round 29: fvcore 0.1.5's numbers
+@pytest.mark.parametrize(("make", "op"), [(lambda: torch.nn.GRU(4, 6, batch_first=True), "aten::gru"),
+                                          (lambda: torch.nn.LSTM(4, 6, batch_first=True), "aten::lstm"),
+                                          (lambda: torch.nn.RNN(4, 6, batch_first=True), "aten::rnn_tanh"),
+                                          (lambda: torch.nn.RNN(4, 6, nonlinearity="relu"), "aten::rnn_relu")])
+def test_fvcore_recurrent_layers_are_the_one_op_its_trace_shows(make: object, op: str) -> None:
+    # fvcore 0.1.5 traces an RNN layer as one op it has no handle for: 0, that op unsupported once, as the
+    # model itself or inside one (where the Linear(6, 2) over 2 x 3 positions counts 6 x 6 x 2 = 72)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4)
+    layer = make()  # type: ignore[operator]
+    alone = FlopCountAnalysis(layer, x)
+    assert alone.total() == 0 and dict(alone.unsupported_ops()) == {op: 1}
+    assert ActivationCountAnalysis(layer, x).total() == 0
+    model = torch.nn.Module()
+    model.rnn, model.fc = layer, torch.nn.Linear(6, 2)
+    model.forward = lambda v: model.fc(model.rnn(v)[0])  # type: ignore[method-assign]
+    inside = FlopCountAnalysis(model, x)
+    assert inside.total() == 72 and dict(inside.unsupported_ops()) == {op: 1}
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_fvcore_activations_name_a_2d_upsample_as_its_trace_does(mode: str) -> None:
+    # fvcore 0.1.5: an nn.Upsample model shows aten::upsample_nearest2d / upsample_bilinear2d, unsupported
+    # in ActivationCountAnalysis (counted in FlopCountAnalysis: 1 or 4 per output element of 72)
+    x = torch.randn(1, 2, 3, 3)
+    model = torch.nn.Upsample(scale_factor=2, mode=mode)
+    assert dict(ActivationCountAnalysis(model, x).unsupported_ops()) == {f"aten::upsample_{mode}2d": 1}
+    assert dict(FlopCountAnalysis(model, x).by_operator()) == {f"upsample_{mode}2d": 72 * (1 if mode == "nearest" else 4)}
+
+
+def test_fvcore_table_with_an_uncalled_module_aligns_as_fvcore() -> None:
+    # fvcore 0.1.5's table: an uncalled module's cells hold its row's indent, which tabulate reads as text, so
+    # the activations column of plain numbers is aligned left (the parameters column stays right)
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.unused = torch.nn.Linear(8, 8), torch.nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)
+
+    model, x = M(), torch.randn(2, 8)
+    table = flop_count_table(FlopCountAnalysis(model, x), activations=ActivationCountAnalysis(model, x),
+                             show_param_shapes=False)
+    assert table.splitlines() == ["| module   |   #parameters | #flops   | #activations   |",
+                                  "|:---------|--------------:|:---------|:---------------|",
+                                  "| model    |            78 | 0.128K   | 16             |",
+                                  "| fc       |            72 | 0.128K   | 16             |",
+                                  "| unused   |             6 |          |                |"]

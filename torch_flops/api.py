@@ -321,6 +321,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
             return f"aten::upsample_{mode}{dims}d"
         if cls in _MODULE_OPS:
             return _MODULE_OPS[cls]
+        if isinstance(module, nn.RNN):  # TorchScript's op for nn.RNN names its nonlinearity
+            return f"aten::rnn_{module.nonlinearity}"
         if cls == "ReLU" and module is not None:
             return "aten::relu_" if getattr(module, "inplace", False) else "aten::relu"
         return "aten::" + fvcore_rules.snake(cls)
@@ -646,9 +648,13 @@ class ActivationCountAnalysis(FlopCountAnalysis):
     _split_formula = 1
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
-        # no fvcore FLOP rules here, but the handles set_op_handle was given
+        # no fvcore FLOP rules here, but the handles set_op_handle was given; and fvcore's upsample rule,
+        # whose count per output element (1 nearest, 4 bilinear) names the op an interpolate call shows
+        # (_fvcore_op): an unsupported op here, counted 0 whatever its FLOPs
         custom: dict[Any, Formula | None] = {cls: formulas[self._split_formula]
                                              for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}
+        for keys, formula in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"]:
+            custom.update(dict.fromkeys(keys, formula))
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
@@ -724,7 +730,9 @@ def flop_count_table(flops: FlopCountAnalysis, max_depth: int = 3, activations: 
             return [str(shapes[name]) if show_param_shapes else "", *("" for _ in counts)]
         row = [_fvcore_size(values[name][0]) if name in params else ""]
         for i, stat in enumerate(values[name][1:]):
-            row.append("" if name in uncalled[i] else _fvcore_size(stat))
+            # an uncalled module's cell is blank; fvcore's holds the row's indent (a space or more: never
+            # the root), which tabulate reads as text, so the column is aligned left as fvcore's is
+            row.append(" " if name in uncalled[i] else _fvcore_size(stat))
         return row
 
     def forward(name: str) -> str:

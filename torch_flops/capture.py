@@ -1111,6 +1111,10 @@ def _chooses_its_kernels(root: nn.Module) -> bool:
     encoder's nested-tensor path); in training they run their unfused ops, recorded one by one."""
     if isinstance(root, nn.MultiheadAttention):
         return True
+    if isinstance(root, nn.RNNBase):
+        # (its forward calls torch's fused RNN op through torch._VF, which no function mode sees: as the
+        # model it would be recorded as the kernel's aten ops, not as the one node it is in any model)
+        return True
     if isinstance(root, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
         params = list(root.parameters())
         # the fast path also needs its tensors on a device it has kernels for (torch's check names
