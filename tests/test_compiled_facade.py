@@ -419,3 +419,31 @@ def test_training_profiler_over_compiled_gpt2() -> None:
     assert _same_state(profiled, plain)
     assert all(p.settings["compiled_call"]["compiled_in_timed_calls"] == 0 for p in profiled.prof.profiles)
     assert _nothing_installed()
+
+
+def test_under_inference_mode_the_profiler_s_extra_calls_compile_no_graph_of_their_own() -> None:
+    # under torch.inference_mode() a plain clone is an inference tensor, whose dispatch keys differ from
+    # the caller's ordinary tensor: the input copies of the warm-up, timed and shadow calls compiled one
+    # graph and the real call another (the user's model kept a graph plain calls never make)
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), torch.randn(3, 8)
+    twin = copy.deepcopy(model)
+
+    def plain() -> Any:
+        compiled = torch.compile(twin, backend="eager")
+        with torch.inference_mode():
+            return [compiled(x) for _ in range(3)]
+
+    def profiled() -> Any:
+        compiled = torch.compile(model, backend="eager")
+        with torch.inference_mode():
+            counter = TorchFLOPsByFX(compiled, warmup=1, repeat=2)
+            out = counter.propagate(x)
+            return [out, compiled(x), counter.profile]
+
+    expected, plain_stats, _ = _run(plain)
+    got, stats, _ = _run(profiled)
+    assert _counters(stats) == _counters(plain_stats) and plain_stats.unique_graphs == 1
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    # 3 x 16 outputs x 8 MACs + 3 x 4 x 16: 384 + 192 = 576 MACs; FLOPs 2 x 576 + the biases 48 + 12 + ReLU 48
+    assert got[2].total_flops == 2 * 576 + 48 + 12 + 48

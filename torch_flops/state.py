@@ -40,12 +40,14 @@ def training_flags_restored(modules: Sequence[nn.Module]) -> Iterator[None]:
 
 
 def copy_inputs(value: Any) -> Any:
-    """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``), so
-    that an extra run's in-place updates of its inputs stay its own."""
+    """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``, an
+    inference tensor or not), so that an extra run's in-place updates of its inputs stay its own."""
     def copy(leaf: Any) -> Any:
         if not isinstance(leaf, torch.Tensor):
             return leaf
-        with torch.no_grad():
+        # an inference tensor iff the original is one (under inference_mode a plain clone is one: a
+        # compiled model guards on the difference, and the real call then compiled another graph)
+        with torch.no_grad(), torch.inference_mode(leaf.is_inference()):
             clone = leaf.clone()
         # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
         # ends at it instead of going on into the caller's graph)
