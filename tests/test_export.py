@@ -4,13 +4,14 @@ errors users see. Plain torch models only (transformers models are in test_hf.py
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import Status, TorchFLOPsByFX, TracerFallbackWarning, TracingError, zoo
+from torch_flops import Status, TorchFLOPsByFX, TracerFallbackWarning, TracingError, UnsupportedOpWarning, zoo
 
 
 class DataDependent(nn.Module):
@@ -225,3 +226,87 @@ def test_tracer_export_on_a_model_fx_can_trace_gives_the_same_totals() -> None:
         out_b = b.propagate(x)
     assert torch.equal(out_a, out_b)
     assert (a.total_flops, a.total_macs) == (b.total_flops, b.total_macs)
+
+
+# ------------------------------------------------------------------ modules kept whole (fault round 29)
+class _Block(nn.Module):
+    """Linear(6, 6) then BatchNorm1d(6) (in training its num_batches_tracked.add_(1), an in-place update
+    of its own buffer), scaled; a dict output, or a tensor when ``extra`` is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l, self.bn = nn.Linear(6, 6), nn.BatchNorm1d(6)
+
+    def forward(self, x: torch.Tensor, scale: float = 2.0, extra: torch.Tensor | None = None) -> Any:
+        y = self.bn(self.l(x)) * scale
+        return {"y": y, "pair": [y, x]} if extra is None else y + extra
+
+
+class _Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), _Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.b(self.a(x), scale=3.0)
+        return self.b(d["y"], scale=3.0)["pair"][0] + d["pair"][1]
+
+
+def _block_formula(module: nn.Module, out: Any, *args: Any, **kwargs: Any) -> int:
+    return 1000
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_export_keeps_a_registered_module_class_whole_as_fx_and_eager_do(train: bool) -> None:
+    # a formula registered for a class keeps each of its calls one node in every front end: export
+    # traced through it and counted its aten ops. Both calls of b count 1000; a 3 x 6 x 6 = 108 MACs,
+    # + 18 bias adds: 234; the final add 18: 2252 in all, as the default front end counts
+    x = torch.randn(3, 6)
+    counts = {}
+    for tracer in ("auto", "export"):
+        torch.manual_seed(0)
+        model, twin = _Twice().train(train), _Twice().train(train)
+        twin.load_state_dict(model.state_dict())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning: nothing traced through
+            counter = TorchFLOPsByFX(model, tracer=tracer, custom_formulas={_Block: _block_formula})
+            out = counter.propagate(x)
+        assert torch.equal(out, twin(x))
+        # the module ran itself: its buffers (running statistics, num_batches_tracked) as the plain call left them
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+        blocks = [(r.name, r.module_path, r.flops) for r in counter.records if r.op == "call_module" and r.target == "_Block"]
+        assert blocks == [("b", "b", 1000), ("b_1", "b", 1000)]
+        counts[tracer] = counter.profile.total_flops
+    assert counts == {"auto": 2252, "export": 2252}
+
+
+def test_export_keeps_leaf_module_paths_and_ignored_classes_whole() -> None:
+    x = torch.randn(3, 6)
+    counter = TorchFLOPsByFX(_Twice(), tracer="export", leaf_modules=["b"], ignore_ops=["Linear"])
+    with pytest.warns(UnsupportedOpWarning, match="no FLOPs formula for _Block"):  # a leaf without a formula
+        counter.propagate(x)
+    assert [r.name for r in counter.records if r.target == "_Block"] == ["b", "b_1"]
+    ignored = TorchFLOPsByFX(_Twice(), tracer="export", ignore_ops=["_Block"])
+    ignored.propagate(x)
+    assert [(r.name, r.status) for r in ignored.records if r.target == "_Block"] == \
+        [("b", Status.IGNORED), ("b_1", Status.IGNORED)]
+
+
+def test_export_traces_through_a_module_it_cannot_keep_whole_and_says_so() -> None:
+    # called with two argument structures, torch.export keeps no call signature for it: its aten ops are
+    # counted (the Linear 2 x (108 MACs + 18) = 468, BatchNorm and scale), with a warning naming it
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = _Block().eval()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.b(x)["y"], extra=x)
+
+    model, x = Two(), torch.randn(3, 6)
+    with pytest.warns(UnsupportedOpWarning, match=r"traces through .*b \(_Block\): torch.export could not keep"):
+        counter = TorchFLOPsByFX(model, tracer="export", custom_formulas={_Block: _block_formula})
+        out = counter.propagate(x)
+    assert torch.equal(out, model(x))
+    assert not [r for r in counter.records if r.target == "_Block"]
+    assert sum(r.flops for r in counter.records if r.target == "aten.linear") == 468

@@ -343,7 +343,8 @@ class GraphFront:
         if capture is not None and capture.accepts(args, kwargs):
             return capture
         progress.step("capturing (torch.export)")
-        capture = capture_export(self.model, args, kwargs, fx_error=self.fx_error, counts_only=self.counts_only)
+        capture = capture_export(self.model, args, kwargs, fx_error=self.fx_error, counts_only=self.counts_only,
+                                 options=self.settings.capture)
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "

@@ -33,7 +33,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
 
-from torch_flops.errors import TracerFallbackWarning, TracingError, add_note
+from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import storage_key
 from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
@@ -887,7 +887,8 @@ class _ExportWrapper(nn.Module):
 
 
 def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                   fx_error: TracingError | None = None, counts_only: bool = False) -> Capture:
+                   fx_error: TracingError | None = None, counts_only: bool = False,
+                   options: CaptureOptions | None = None) -> Capture:
     """``torch.export.export(model, args, kwargs, strict=False)`` as one runnable graph,
     specialised to these inputs' shapes and to the grad mode it is captured under.
 
@@ -901,12 +902,16 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     When ``fx_error`` is given (``tracer='auto'`` after symbolic tracing failed), a failure names both causes.
     ``counts_only`` (the meta fallback of ``tracer='auto'``, where the model cannot run at all and the
     graph is wanted for its counts): such changes are named in a warning instead, the model still left
-    as it was.
+    as it was. ``options``: the modules kept whole (``leaf_modules``, classes with a formula of the
+    user's, classes named in ``ignore_ops``) are one ``call_module`` node each, as fx keeps them
+    (see :func:`_keep_whole`).
     """
     if isinstance(model, torch.jit.ScriptModule):
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
+    whole = _whole_paths(model, options) if options is not None else []
+    not_whole: dict[str, str] = {}  # path -> why the graph traces through it
     dropped: list[str] = []
     assigned: list[tuple[str, str]] = []  # (name, what) the forward changed in the model while traced
     wrapper = _ExportWrapper(model, dropped, assigned)
@@ -914,7 +919,20 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     saved = _export_state(model, keep_data=True)
     try:
         with TRACE_GATE.tracing(), _quiet_torch_logs(), _partial_graph_dropped():
-            program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
+            try:
+                # the calls of the modules kept whole keep their signatures (inputs and outputs by
+                # node), to be made one node each below
+                program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False,
+                                              preserve_module_call_signature=tuple(f"{_EXPORT_ROOT}.{p}" for p in whole))
+            except Exception as e:
+                if not whole:
+                    raise
+                # (torch.export refuses a module called with two different argument structures): traced
+                # through, said below; a forward that fails fails again here, as itself
+                not_whole.update(dict.fromkeys(whole, f"torch.export could not keep its calls' signatures: "
+                                                      f"{type(e).__name__}: {_first_line(e)}"))
+                saved.restore()
+                program = torch.export.export(wrapper, tuple(args), dict(kwargs), strict=False)
     except Exception as e:
         if _models_own(e) or _raised_in_forward(e):
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.export traced it "
@@ -954,6 +972,15 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             "it was). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     gm = program.module()
     _inline_grad_regions(gm, grad_mode)
+    if whole and not not_whole:
+        _drop_tracepoints(gm)
+        not_whole = _keep_whole(program, gm, model, whole)
+    if not_whole:
+        listed = "; ".join(f"{p or type(model).__name__} ({type(model.get_submodule(p)).__name__}): {why}"
+                           for p, why in list(not_whole.items())[:3])
+        warnings.warn(f"torch_flops: the torch.export graph traces through module(s) kept whole elsewhere, so their "
+                      f"aten ops are counted, not the module's formula: {listed}. The default front end "
+                      "(tracer='auto') or tracer='fx' keeps them whole.", UnsupportedOpWarning, stacklevel=6)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
                           tuple(n.meta.get("val") for n in placeholders))
@@ -961,6 +988,144 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     return Capture(graphs=(graph,), front_end="export", module_types=index.types, module_params=index.params,
                    dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs),
                    snapshot=Snapshot(index))
+
+
+def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
+    """The paths of the model's modules that fx keeps whole (``leaf_modules``, classes with a formula
+    of the user's or named in ``ignore_ops``), the outermost of nested ones; never the root."""
+    paths: list[str] = []
+    for path, module in model.named_modules():
+        if not path or any(path.startswith(p + ".") for p in paths):
+            continue
+        if (isinstance(module, options.leaf_types) or path in options.leaf_paths
+                or type(module).__name__ in options.leaf_names):
+            paths.append(path)
+    return paths
+
+
+def _drop_tracepoints(gm: fx.GraphModule) -> None:
+    """Take out the module-boundary marks torch.export leaves inside the subgraphs of higher-order
+    ops (a kept module called in a ``no_grad`` region): each passes its arguments through."""
+    for module in gm.modules():
+        if not isinstance(module, fx.GraphModule):
+            continue
+        graph = module.graph
+        marks = [n for n in graph.nodes if n.op == "call_function"
+                 and getattr(n.target, "__name__", "") == "_export_tracepoint"]
+        for mark in marks:
+            for user in list(mark.users):
+                if user.target is operator.getitem and isinstance(user.args[1], int):
+                    user.replace_all_uses_with(mark.args[user.args[1]])  # type: ignore[arg-type]
+                    graph.erase_node(user)
+            if not mark.users:
+                graph.erase_node(mark)
+        if marks:
+            module.recompile()
+
+
+def _keep_whole(program: Any, gm: fx.GraphModule, model: nn.Module, paths: list[str]) -> dict[str, str]:
+    """Make each call of a module at ``paths`` one ``call_module`` node of ``gm``, as fx records it:
+    the call's arguments and results are the nodes torch.export kept in its module call graph
+    (``preserve_module_call_signature``); the call's own nodes (``nn_module_stack``) go. The module
+    itself runs then, so its formula counts it, as the default front end does. Returns the paths
+    that stay traced through, with why."""
+    failed: dict[str, str] = {}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    wanted = {f"{_EXPORT_ROOT}.{p}": p for p in paths}
+    for entry in program.module_call_graph:
+        fqn = entry.fqn
+        path = wanted.get(fqn.split("@")[0])
+        if path is None or path in failed:
+            continue
+        why = _call_as_one_node(gm, nodes, entry, fqn, path, model.get_submodule(path))
+        if why is not None:
+            failed[path] = why
+    return failed
+
+
+def _call_as_one_node(gm: fx.GraphModule, nodes: dict[str, fx.Node], entry: Any, fqn: str, path: str,
+                      module: nn.Module) -> str | None:
+    """One call of ``module`` (its module call graph ``entry``) made one node; None, or why not (the
+    graph then left as it was)."""
+    from torch.export.graph_signature import ConstantArgument, SymIntArgument, TensorArgument
+
+    signature = entry.signature
+    if signature is None:
+        return "no signature recorded"
+    if not signature.inputs and not signature.outputs and signature.in_spec.num_leaves:
+        return "a call inside a torch.no_grad()/enable_grad() region, where torch.export keeps no signature"
+    key = f"L__self__{fqn}"
+    inside = [n for n in gm.graph.nodes if key in (n.meta.get("nn_module_stack") or {})]
+    if not inside:
+        return "its call has no nodes"
+    inside_set = set(inside)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, ConstantArgument):
+            return arg.value
+        if isinstance(arg, (TensorArgument, SymIntArgument)) and arg.name in nodes:
+            node = nodes[arg.name]
+            if node in inside_set or order[node] > order[inside[0]]:
+                raise LookupError(f"argument {arg.name!r} is made inside the call")
+            return node
+        raise LookupError(f"an argument of kind {type(arg).__name__} ({getattr(arg, 'name', '')!r})")
+
+    try:
+        call_args, call_kwargs = _pytree.tree_unflatten([value(a) for a in signature.inputs], signature.in_spec)
+        outputs = [nodes[a.name] if isinstance(a, TensorArgument) and a.name in nodes else None
+                   for a in signature.outputs]
+        accesses = _pytree.tree_flatten_with_path(_pytree.tree_unflatten(list(range(len(outputs))),
+                                                                          signature.out_spec))[0]
+    except Exception as e:  # noqa: BLE001  (a signature this cannot read: the graph stays as it is)
+        return str(e) if isinstance(e, LookupError) else f"{type(e).__name__}: {_first_line(e)}"
+    if any(o is None for o in outputs):
+        return "an output that is not a tensor"
+    if any(not isinstance(k, (_pytree.SequenceKey, _pytree.MappingKey)) for keys, _ in accesses for k in keys):
+        return "an output structure other than tuples, lists and dicts"
+    # every value of the call used after it must be one of its outputs, or one of its module's buffers
+    # it updated in place (num_batches_tracked.add_(1)): read after the call, the module's own buffer
+    # holds that value, as the module updates it when it runs
+    own = f"{_EXPORT_ROOT}.{path}."
+    buffers: dict[fx.Node, fx.Node] = {}
+    for n in inside:
+        if any(u not in inside_set for u in n.users) and n not in outputs:
+            first = n.args[0] if n.args else None
+            schema = getattr(n.target, "_schema", None)
+            if (isinstance(first, fx.Node) and first.op == "get_attr" and str(first.target).startswith(own)
+                    and schema is not None and schema.is_mutable):
+                buffers[n] = first
+            else:
+                return f"node {n.name!r} of the call is used after it, and is not one of its outputs"
+    parent, _, name = f"{_EXPORT_ROOT}.{path}".rpartition(".")
+    setattr(gm.get_submodule(parent), name, module)  # the model's own module (its parameters are the graph's)
+    stack = inside[0].meta.get("nn_module_stack") or {}
+    outer = dict(list(stack.items())[:list(stack).index(key)])
+    with gm.graph.inserting_before(inside[0]):
+        call = gm.graph.call_module(f"{_EXPORT_ROOT}.{path}", tuple(call_args), dict(call_kwargs))
+        call.meta["nn_module_stack"] = outer
+        if hasattr(call, "_rename"):  # named as fx names it ("b", not "model_b")
+            call._rename(path.replace(".", "_"))
+        for keys, i in accesses:
+            node = call
+            for k in keys:
+                item = k.idx if isinstance(k, _pytree.SequenceKey) else k.key  # type: ignore[attr-defined]
+                node = gm.graph.call_function(operator.getitem, (node, item))
+                node.meta["nn_module_stack"] = outer
+            out = outputs[i]
+            if out in inside_set:
+                out.replace_all_uses_with(node, delete_user_cb=lambda user: user not in inside_set)
+                nodes[out.name] = node  # (a later call's signature names the value by its old node)
+    for n, buffer in buffers.items():
+        n.replace_all_uses_with(buffer, delete_user_cb=lambda user: user not in inside_set)
+    reads = {a for n in inside for a in n.all_input_nodes if a.op == "get_attr"}
+    for n in reversed(inside):
+        gm.graph.erase_node(n)
+    for n in reads:
+        if not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return None
 
 
 def _export_state(model: nn.Module, keep_data: bool = False) -> ModelSnapshot:
@@ -1244,7 +1409,7 @@ def _locations(gm: fx.GraphModule, module_types: Mapping[str, str], prefix: str 
         stack = node.meta.get("nn_module_stack") or {}
         paths = [_clean_path(v[0] if isinstance(v, tuple) else k, prefix) for k, v in stack.items()]
         if node.op == "call_module":
-            paths.append(str(node.target))
+            paths.append(_clean_path(str(node.target), prefix))
         paths = [p for p in paths if p]
         path = paths[-1] if paths else ""
         if node.op == "call_module":
