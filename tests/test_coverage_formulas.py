@@ -256,3 +256,26 @@ def test_custom_formulas_override_and_remove() -> None:
         torch_flops.TorchFLOPsByFX(model, custom_formulas={nn.Linear: 3})
     with pytest.raises(TypeError, match="custom_formulas"):
         torch_flops.TorchFLOPsByFX(model, custom_formulas=[nn.Linear])
+
+
+def test_the_tensors_of_a_tuple_inside_a_node_s_output_are_read_through_getitems() -> None:
+    # an LSTM returns (output, (h, c)); a model returning it whole read h and c as constants of the graph
+    # (get_attr _tensor_constant0/1): they are the LSTM node's, through getitem [1] then [0] and [1]
+    class Seq(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(4, 6)
+
+        def forward(self, x: torch.Tensor) -> object:
+            return self.rnn(x)
+
+    model, x = Seq(), torch.randn(3, 2, 4)
+    counter = torch_flops.TorchFLOPsByFX(model)
+    out = counter.propagate(x)
+    assert not [r for r in counter.records if r.op == "get_attr" and r.name.startswith("_tensor_constant")]
+    graph = counter.capture.graphs[0].graph_module.graph
+    reads = {str(n.args[1]) + ":" + str(n.args[0].args[1] if n.args[0].op == "call_function" else "")
+             for n in graph.nodes if n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node)}
+    assert {"0:", "1:", "0:1", "1:1"} <= reads  # output[0], output[1], output[1][0], output[1][1]
+    expected = model(x)
+    assert torch.equal(out[0], expected[0]) and torch.equal(out[1][0], expected[1][0])

@@ -103,7 +103,10 @@ class EagerGraph(NodeMeasurer):
         self._memo = GraphMemo() if memo is None else memo  #: the last graph built: shared like ``planned``
         self._refs: list[NodeRef] = self._memo.refs  #: NodeRef(i) per position, shared (see GraphMemo)
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
-        self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | None]] = {}
+        self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | tuple[int, int] | None]] = {}
+        #: (node, index) -> a tuple or list inside node's tuple output that holds tensors (an LSTM's
+        #: ``(h, c)``): read through two getitems when one of its tensors is used (held until finish)
+        self._nested: dict[tuple[int, int], Any] = {}
         #: the addresses (storage keys) of the storages recorded, each held by a weak reference until
         #: finish (see _keep_addresses); released when the graph is dropped unfinished too
         self._addresses: set[int] = set()
@@ -272,6 +275,11 @@ class EagerGraph(NodeMeasurer):
             for k, item in enumerate(value):
                 if isinstance(item, torch.Tensor):
                     self._values[id(item)] = (weakref.ref(item), i, k)
+                elif isinstance(item, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in item):
+                    self._nested[(i, k)] = item
+                    for k2, t in enumerate(item):
+                        if isinstance(t, torch.Tensor):
+                            self._values[id(t)] = (weakref.ref(t), i, (k, k2))
 
     def _flat(self, args: tuple[Any, ...], inputs: list[int]) -> tuple[Any, ...]:
         """:meth:`_arg` of a tuple of arguments (most nodes: tensors and plain values)."""
@@ -319,12 +327,16 @@ class EagerGraph(NodeMeasurer):
         self._values[id(t)] = (weakref.ref(t), found, None)
         return found
 
-    def _getitem(self, i: int, k: int, item: torch.Tensor) -> int:
-        found = self._getitems.get((i, k))
+    def _getitem(self, i: int, k: int | tuple[int, int], item: Any) -> int:
+        if type(k) is tuple:  # an item of a tuple inside the output: through the inner tuple's getitem
+            outer, k = k
+            i = self._getitem(i, outer, self._nested[(i, outer)])
+        found = self._getitems.get((i, k))  # type: ignore[arg-type]
         if found is None:
-            found = self._getitems[(i, k)] = self._quiet(
+            found = self._getitems[(i, k)] = self._quiet(  # type: ignore[index]
                 "call_function", operator.getitem, self._entries[i][2], (self._refs[i], k), item, "getitem", (i,))
-            self._values[id(item)] = (weakref.ref(item), found, None)
+            if isinstance(item, torch.Tensor):
+                self._values[id(item)] = (weakref.ref(item), found, None)
         return found
 
     def made(self, t: torch.Tensor) -> bool:
@@ -338,7 +350,7 @@ class EagerGraph(NodeMeasurer):
         adding nodes needs (each value's node, by the tensor's id) let go."""
         self.split_seen()
         self._seen = []
-        self._values, self._getitems, self._attr_nodes = {}, {}, {}
+        self._values, self._getitems, self._attr_nodes, self._nested = {}, {}, {}, {}
         self._release()
 
     def program(self) -> list[Any]:
