@@ -310,3 +310,13 @@ def test_export_traces_through_a_module_it_cannot_keep_whole_and_says_so() -> No
     assert torch.equal(out, model(x))
     assert not [r for r in counter.records if r.target == "_Block"]
     assert sum(r.flops for r in counter.records if r.target == "aten.linear") == 468
+
+
+def test_a_wrong_input_shape_is_one_clear_error_without_torch_s_traceback_on_stderr(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    # FakeTensor logged the refused meta kernel's whole traceback at ERROR level before the TracingError
+    model = nn.Sequential(nn.Linear(4, 3))
+    with pytest.raises(RuntimeError, match=r"could not trace Sequential with inputs \(\(2, 5\) float32\).*"
+                                           r"same reduction dim, but got \[2, 5\] X \[4, 3\]"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(2, 5))
+    assert "Traceback" not in capfd.readouterr().err

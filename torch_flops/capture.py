@@ -691,12 +691,17 @@ TRACE_GATE = TraceGate()
 @contextlib.contextmanager
 def _quiet_torch_logs() -> Iterator[None]:
     """torch.export logs warnings of its own to stderr ("Unable to find user code..."): errors only
-    while it traces (what went wrong reaches the user as a TracingError); levels restored after."""
+    while it traces (what went wrong reaches the user as a TracingError), and not FakeTensor's
+    traceback of a refused op; levels restored after."""
     loggers = [logging.getLogger(name) for name in ("torch", "torch._export", "torch.export", "torch._dynamo",
                                                     "torch.fx.experimental.symbolic_shapes")]
+    # and the traceback FakeTensor logs at ERROR when an op's meta kernel refuses its shapes (a wrong
+    # input): the same error reaches the user as the TracingError's cause
+    fake = logging.getLogger("torch._subclasses.fake_tensor")
+    loggers.append(fake)
     levels = [logger.level for logger in loggers]
     for logger in loggers:
-        logger.setLevel(max(logger.level, logging.ERROR))
+        logger.setLevel(max(logger.level, logging.CRITICAL if logger is fake else logging.ERROR))
     try:
         yield
     finally:
