@@ -333,3 +333,66 @@ def test_a_wrong_input_shape_is_one_clear_error_without_torch_s_traceback_logged
     finally:
         logger.removeHandler(seen)
     assert not [r for r in seen.records if r.levelno >= logging.ERROR]
+
+
+class _Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l(x).relu()
+
+
+def test_export_keeps_shared_and_nested_kept_modules_whole_as_auto_does() -> None:
+    # one module under two names (two calls: 2 x 1000) and a kept module registered inside another but
+    # called by the model itself (b, b.inner, b2: 3 x 1000, + the add of 2 x 4 = 8)
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = _Small()
+            self.c = self.b
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(self.b(x))
+
+    class Nested(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b, self.b2 = _Small(), _Small()
+            self.b.inner = _Small()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b2(self.b(x) + self.b.inner(x))
+
+    formulas = {_Small: lambda module, out, *args, **kwargs: 1000}
+    for make, total, names in ((Shared, 2000, ["b", "b_1"]), (Nested, 3008, ["b", "b_inner", "b2"])):
+        for tracer in ("auto", "export"):
+            torch.manual_seed(0)
+            counter = TorchFLOPsByFX(make(), tracer=tracer, custom_formulas=formulas)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                counter.propagate(torch.randn(2, 4))
+            assert counter.profile.total_flops == total
+            assert [r.name for r in counter.records if r.target == "_Small"] == names
+
+
+def test_export_traces_through_a_kept_module_with_hooks_and_keeps_the_output() -> None:
+    # torch.export traces a hook around the call, outside its signature: run whole, the module would
+    # run its pre-hook a second time (the output was l(x + 2), not l(x + 1))
+    class Hooked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = _Small()
+            self.b.register_forward_pre_hook(lambda module, args: (args[0] + 1,))
+            self.b.register_forward_hook(lambda module, args, out: out * 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(x)
+
+    torch.manual_seed(0)
+    model, x = Hooked(), torch.randn(2, 4)
+    counter = TorchFLOPsByFX(model, tracer="export", leaf_modules=[_Small])
+    with pytest.warns(UnsupportedOpWarning, match=r"b \(_Small\): it has hooks"):
+        out = counter.propagate(x)
+    assert torch.equal(out, model(x))

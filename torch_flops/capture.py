@@ -997,15 +997,20 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
 
 def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
     """The paths of the model's modules that fx keeps whole (``leaf_modules``, classes with a formula
-    of the user's or named in ``ignore_ops``), the outermost of nested ones; never the root."""
-    paths: list[str] = []
-    for path, module in model.named_modules():
-        if not path or any(path.startswith(p + ".") for p in paths):
-            continue
-        if (isinstance(module, options.leaf_types) or path in options.leaf_paths
-                or type(module).__name__ in options.leaf_names):
-            paths.append(path)
-    return paths
+    of the user's or named in ``ignore_ops``): every name of a shared one, nested ones too (a call
+    inside a kept call goes with it; one the model makes itself is kept on its own); never the root."""
+    return [path for path, module in model.named_modules(remove_duplicate=False)
+            if path and (isinstance(module, options.leaf_types) or path in options.leaf_paths
+                         or type(module).__name__ in options.leaf_names)]
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    """Forward or backward hooks on ``module``, or global module hooks: torch.export traces what a
+    hook does around the call (outside its signature), so the module cannot run as one node."""
+    from torch.nn.modules import module as nn_module
+
+    return bool(module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
+                or module._backward_pre_hooks or nn_module._has_any_global_hook())
 
 
 def _drop_tracepoints(gm: fx.GraphModule) -> None:
@@ -1037,14 +1042,26 @@ def _keep_whole(program: Any, gm: fx.GraphModule, model: nn.Module, paths: list[
     failed: dict[str, str] = {}
     nodes = {n.name: n for n in gm.graph.nodes}
     wanted = {f"{_EXPORT_ROOT}.{p}": p for p in paths}
+    kept: list[str] = []  # the calls made one node so far
+    first = {id(m): p for p, m in model.named_modules()}  # a shared module's node: under its first name
     for entry in program.module_call_graph:
         fqn = entry.fqn
         path = wanted.get(fqn.split("@")[0])
         if path is None or path in failed:
             continue
-        why = _call_as_one_node(gm, nodes, entry, fqn, path, model.get_submodule(path))
+        key = f"L__self__{fqn}"
+        if not any(key in (n.meta.get("nn_module_stack") or {}) for n in gm.graph.nodes) and any(
+                fqn.startswith(k + ".") for k in kept):
+            continue  # a call inside a call already made one node: it went with it
+        module = model.get_submodule(path)
+        if _has_hooks(module):
+            failed[path] = "it has hooks (torch.export traces them around the call)"
+            continue
+        why = _call_as_one_node(gm, nodes, entry, fqn, first.get(id(module), path), module)
         if why is not None:
             failed[path] = why
+        else:
+            kept.append(fqn)
     return failed
 
 

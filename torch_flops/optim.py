@@ -137,18 +137,30 @@ def optimizer_step_counts(optimizer: Optimizer) -> list[tuple[Tensor, int, int]]
             if grad is None:
                 continue
             state = optimizer.state.get(param, {})  # .get: the state is a defaultdict, never add to it
-            counted = param
+            counted, merged = param, 0
             if grad.layout == torch.sparse_coo:  # (nn.Embedding(sparse=True)): the update touches the
                 # values the gradient holds, the rows it looked up: the formula on that many elements (an
                 # optimizer refusing sparse gradients, Adam, raises its own error as it steps)
-                counted = torch.empty(grad._values().shape, dtype=param.dtype, device="meta")
+                values = grad._values()
+                if isinstance(optimizer, _COALESCING) and not grad.is_coalesced():
+                    # its step coalesces first: one add per value summed into a row looked up before,
+                    # then the formula on the rows left
+                    kept = grad.coalesce()._values()
+                    merged, values = (values.numel() - kept.numel()) * (2 if values.is_complex() else 1), kept
+                counted = torch.empty(values.shape, dtype=param.dtype, device="meta")
             elif grad.layout != torch.strided:
                 raise ValueError(f"param_groups[{g}]['params'][{i}] has a {grad.layout} gradient: only dense "
                                  f"and sparse COO gradients are counted")
             elif type(param).__name__ == "DTensor":  # sharded (FSDP2, tensor parallel): this rank's shard
                 counted, state = local_value(param), {k: local_value(v) for k, v in state.items()}
-            counts.append((param, *_flops_and_macs(formula, formula(group, counted, state))))
+            flops, macs = _flops_and_macs(formula, formula(group, counted, state))
+            counts.append((param, flops + merged, macs))
     return counts
+
+
+#: optimizers whose step coalesces a sparse gradient before its per-value work (SparseAdam: its update
+#: is not linear in the gradient, so a row looked up twice must be one value)
+_COALESCING: tuple[type[Optimizer], ...] = (torch.optim.SparseAdam,)
 
 
 def _flops_and_macs(formula: Any, value: Any) -> tuple[int, int]:
@@ -366,7 +378,8 @@ if hasattr(torch.optim, "Adafactor"):  # torch >= 2.5
 @register_optimizer(torch.optim.SparseAdam)
 def sparse_adam_flops(group: dict[str, Any], param: Tensor, state: Mapping[str, Any]) -> int:
     # https://pytorch.org/docs/stable/generated/torch.optim.SparseAdam.html; ``param`` stands for the
-    # values of the (coalesced) sparse gradient, the rows the update touches (see optimizer_step_counts).
+    # values of the coalesced sparse gradient, the rows the update touches (optimizer_step_counts adds
+    # the coalescing's sums).
     # Per value: maximize 1; m += (g - m)*(1-b1) 3; v += (g*g - v)*(1-b2) 4; m's and v's new values
     # again (one add each, the dense re-addition torch's loop does) 2; sqrt(v) + eps 2;
     # p + (-step_size) * m/denom 3  (14 by default)

@@ -866,11 +866,12 @@ class Recording:
             self._label(OPTIMIZER)
         self._in_optimizer = True
         self._open = _SELF  # paused: the update is counted per parameter, not op by op
-        self._optimizer_start = self._tick()
         # args: (the optimizer, *step's own arguments) as the step wrapper passes them
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        if closure is None:
+        if closure is None:  # counted before the step's clock starts (it reads the gradients, it is no step work)
             self._counts = optimizer_step_counts(optimizer)
+        self._optimizer_start = self._tick()
+        if closure is None:
             return None
         # step(closure): the closure's forward and backward are the step's own; the update's FLOPs
         # are counted once it has made the gradients (the optimizer calls it before updating)
