@@ -721,3 +721,57 @@ def test_a_vmapped_matrix_vector_product_counts_as_the_mm_it_runs() -> None:
     # FlopCounterMode: mm 2 x 192 + bmm 2 x 32 = 448 (mv and dot alone it counts 0)
     assert mode.get_total_flops() == 448
     assert counter.profile.with_convention("flop_counter").total_flops == 448
+
+
+# ------------------------------------------------------------------ fault round 31: the profiler's own calls
+class _Strict(torch.Tensor):
+    """A subclass allowing only the functions it implements (a common pattern): in a plain call it
+    sees the model's calls only."""
+
+    allowed = frozenset({"linear", "gelu", "__get__", "__repr__", "equal"})
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", str(func))
+        if name not in cls.allowed:
+            raise NotImplementedError(f"_Strict does not support {name}")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_the_profiler_s_own_tensor_calls_reach_no_user_function_mode_or_subclass() -> None:
+    from collections import Counter
+
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: Counter[str] = Counter()
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.calls[getattr(func, "__name__", str(func))] += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 2)), torch.randn(3, 4)
+    with Count() as plain:
+        model(x)
+    with Count() as profiled:
+        TorchFLOPsByFX(model).propagate(x)
+    assert profiled.calls == plain.calls == {"linear": 2, "gelu": 1}  # (numel, untyped_storage, dim: the profiler's)
+    out = TorchFLOPsByFX(model).propagate(x.as_subclass(_Strict))  # raised NotImplementedError: dim
+    assert torch.equal(out, model(x.as_subclass(_Strict)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Count() as plain_step:  # an optimizer step's: the profiler's reads of the update's bytes are not the user's
+        model(x).sum().backward()
+        opt.step()
+    from torch_flops import TrainingProfiler
+
+    profiler = TrainingProfiler(model, opt)
+    with Count() as profiled_step:
+        profiler.start_profile()
+        model(x).sum().backward()
+        opt.step()
+        profiler.stop_profile()
+    profiler.end_profile()
+    assert profiled_step.calls - plain_step.calls == Counter()

@@ -35,7 +35,7 @@ from torch.utils import _pytree
 
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note
 from torch_flops.formulas import FormulaTable
-from torch_flops.measure import storage_key
+from torch_flops.measure import functions_off, storage_key
 from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
 from torch_flops.paths import module_chain
 
@@ -1322,6 +1322,7 @@ class ModelIndex:
     kernels by what is installed around it (:func:`_chooses_its_kernels`). A lazy module whose parameters do not exist
     yet is refused here (``ValueError``)."""
 
+    @functions_off
     def __init__(self, model: nn.Module, table: FormulaTable | None = None, leaf_types: tuple[type, ...] = (),
                  leaf_paths: Iterable[str] = (), leaf_names: Iterable[str] = ()) -> None:
         paths, names = set(leaf_paths), set(leaf_names)

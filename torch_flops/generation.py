@@ -69,7 +69,7 @@ from torch_flops.kvcache import (
     kv_cache_shape,
     read_cache,
 )
-from torch_flops.measure import Timer, input_device, make_memory_probe, make_timer, storage_key
+from torch_flops.measure import Timer, functions_off, input_device, make_memory_probe, make_timer, storage_key
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import roofline
 from torch_flops.session import Recording, Step, Steps
@@ -579,6 +579,7 @@ class _CallLog:
         self._handles = []
         self.cache = None
 
+    @functions_off
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if threading.get_ident() != self.thread:
             return
@@ -593,6 +594,7 @@ class _CallLog:
             self.allocated.append(self._read_allocated())
         self.starts.append(time.perf_counter())
 
+    @functions_off
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         if threading.get_ident() != self.thread:
             return
@@ -698,6 +700,7 @@ class _Session:
         timing = None if device.type == "meta" else self.log.timing(t0, t_end, profiled=True)
         return output, recording.steps, timing
 
+    @functions_off
     def _step_done(self, step: Step) -> None:
         """Right after the model's call returned: read the cache it left (the profiler's own calls,
         unrecorded), and let go of the output (the logits of every step need not stay alive)."""
@@ -763,6 +766,7 @@ def _sequences(output: Any) -> torch.Tensor | None:
     return seqs if isinstance(seqs, torch.Tensor) else None
 
 
+@functions_off
 def _model_dtype(model: nn.Module) -> torch.dtype | None:
     return next((t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()), None)
 

@@ -23,11 +23,12 @@ each node's value holds.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -263,6 +264,22 @@ def cuda_memory_reader(mem_func_name: str, index: int) -> Callable[[], int]:
     return read
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def functions_off(fn: F) -> F:
+    """``fn`` run with torch functions off: the profiler's own reads of tensors (sizes, storages,
+    devices) reach no ``TorchFunctionMode`` of the user's and no subclass's ``__torch_function__``,
+    which in the plain call would see only the model's calls (about 0.2 us a call)."""
+    @functools.wraps(fn)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        with torch._C.DisableTorchFunction():
+            return fn(*args, **kwargs)
+
+    return plain  # type: ignore[return-value]
+
+
+@functions_off
 def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
     """Where a run happens: the first input tensor's device, else the model's, else the CPU."""
     for t in tensors_of(inputs):
@@ -272,6 +289,7 @@ def input_device(inputs: Any, model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+@functions_off
 def batch_size_of(value: Any) -> int | None:
     """The first dimension of the first tensor in ``value`` that has one (a strided nested
     tensor, which has no sizes to read: its number of components); None without one."""
@@ -298,6 +316,7 @@ def tensor_nbytes(t: Tensor) -> int:
     return sum(p.nbytes for p in parts)
 
 
+@functions_off
 def storage_key(t: Tensor) -> tuple[int, int]:
     """(identity of the storage behind ``t``, its size in bytes): views share one key."""
     try:

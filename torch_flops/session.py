@@ -76,7 +76,7 @@ from torch_flops.capture import ModelIndex, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
-from torch_flops.measure import MemoryProbe, Timer, batch_size_of, tensors_of
+from torch_flops.measure import MemoryProbe, Timer, batch_size_of, functions_off, tensors_of
 from torch_flops.measuring import GraphRun, Measurements, add_note, describe_inputs
 from torch_flops.optim import optimizer_step_counts, update_traffic
 from torch_flops.paths import module_chain
@@ -750,7 +750,7 @@ class Recording:
                 self._open = None
             self._failed = None
             after = read() if read is not None else None
-            self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after, in_handler=True)
+            self._add(op, fx_target, None, phase, args, kwargs, out, start, end, before, after)
         finally:
             if resume is not None:
                 resume(token)
@@ -787,10 +787,8 @@ class Recording:
         return any(graph.made(t) or id(t) in attrs or id(t) in grads for t in tensors_of(args))
 
     def _add(self, op: str, target: Any, module: nn.Module | None, phase: str, args: tuple[Any, ...],
-             kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None,
-             in_handler: bool = False) -> None:
-        """Record a node that ran (``in_handler``: from inside the function mode's own handler, where
-        torch has taken that mode off already)."""
+             kwargs: dict[str, Any], out: Any, start: Any, end: Any, before: int | None, after: int | None) -> None:
+        """Record a node that ran."""
         graph = self._graph
         assert graph is not None
         hub, outer, self._open = self._hub, self._open, _SELF  # the profiler's own tensor calls are no nodes
@@ -799,12 +797,10 @@ class Recording:
         try:
             if phase == OPTIMIZER and not self._in_optimizer:
                 self._pending.append(graph.n)
-            if in_handler:
+            # with torch functions off: neither a mode below ours (the user's: inside our handler, torch has
+            # taken only ours off) nor a subclass's __torch_function__ sees the profiler's own tensor calls
+            with torch._C.DisableTorchFunction():
                 graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
-            else:
-                with torch._C.DisableTorchFunction():
-                    graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before,
-                              after)
         finally:
             if hub is not None:
                 hub.quiet -= 1
@@ -859,6 +855,7 @@ class Recording:
         self._saved_keys = self._saved_keys | keys
 
     # ------------------------------------------------------------------ the optimizer
+    @functions_off
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if threading.get_ident() != self._thread or self._graph is None:
             return None
@@ -889,6 +886,7 @@ class Recording:
         return args[:1] + args[2:], {**{k: v for k, v in kwargs.items() if k != "closure"},
                                      "closure": recorded_closure}
 
+    @functions_off
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if threading.get_ident() != self._thread or not self._in_optimizer:
             return
