@@ -1216,41 +1216,55 @@ def _is_state(value: Any) -> bool:
 def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:
     """torch.export wraps each region of the forward run under another grad mode (``with
     torch.no_grad():``, ``@torch.no_grad()``) in a ``wrap_with_set_grad_enabled`` higher-order op
-    calling a submodule. Each is put back in line, between ``torch._C._set_grad_enabled(mode)`` and
-    ``torch._C._set_grad_enabled(ambient)`` (the grad mode the graph was captured under), so that every
-    node is counted and runs under the grad mode the forward gave it: an in-place update of a
-    parameter under no_grad stays out of autograd, as in the eager call."""
-    hop = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
-    if hop is None:
-        return
+    calling a submodule, and each ``torch.autocast`` region in a ``wrap_with_autocast`` one. Each is
+    put back in line, so that every node is counted and runs as the forward ran it: a grad-mode
+    region between ``torch._C._set_grad_enabled(mode)`` and ``torch._C._set_grad_enabled(ambient)``
+    (the grad mode the graph was captured under; an in-place update of a parameter under no_grad stays
+    out of autograd, as in the eager call), an autocast region between ``_enter_autocast(device, dtype,
+    enabled, cache)`` and ``_exit_autocast`` (its ops cast as autocast casts them in the eager call)."""
+    grad_hop = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    autocast_hop = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+    hops = {hop for hop in (grad_hop, autocast_hop) if hop is not None}
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not hop:
+        if node.op != "call_function" or node.target not in hops:
             continue
-        enabled, body_node, *operands = node.args
+        if node.target is grad_hop:
+            enabled, body_node, *operands = node.args
+            inner_ambient = bool(enabled)
+        else:  # wrap_with_autocast(device_type, dtype, enabled, cache_enabled, body, *operands)
+            device_type, dtype, on, cache, body_node, *operands = node.args
+            autocast_args = (device_type, dtype, on, cache)
+            inner_ambient = ambient
         body = gm.get_submodule(str(body_node.target))
         assert isinstance(body, fx.GraphModule)
-        _inline_grad_regions(body, bool(enabled))  # nested regions first
+        _inline_grad_regions(body, inner_ambient)  # nested regions first
         env: dict[fx.Node, Any] = {}
         results: Any = ()
         placeholders = iter(operands)
         with graph.inserting_before(node):
-            graph.call_function(torch._C._set_grad_enabled, (bool(enabled),))
+            if node.target is grad_hop:
+                graph.call_function(torch._C._set_grad_enabled, (inner_ambient,))
+            else:
+                entered = graph.call_function(torch.amp.autocast_mode._enter_autocast, autocast_args)
             for inner in body.graph.nodes:
                 if inner.op == "placeholder":
                     env[inner] = next(placeholders)
                 elif inner.op == "output":
                     results = fx.map_arg(inner.args[0], env.__getitem__)
                 elif inner.op == "get_attr":
-                    raise TracingError(f"torch.export's grad-mode region {body_node.target} reads {inner.target} "
+                    raise TracingError(f"torch.export's region {body_node.target} reads {inner.target} "
                                        "of its own: torch_flops cannot put it in line")
                 else:
                     env[inner] = graph.node_copy(inner, env.__getitem__)
-            graph.call_function(torch._C._set_grad_enabled, (ambient,))
+            if node.target is grad_hop:
+                graph.call_function(torch._C._set_grad_enabled, (ambient,))
+            else:
+                graph.call_function(torch.amp.autocast_mode._exit_autocast, (entered,))
         for user in list(node.users):
             if user.op != "call_function" or user.target is not operator.getitem:
-                raise TracingError(f"torch.export's grad-mode region {body_node.target} is used by "
+                raise TracingError(f"torch.export's region {body_node.target} is used by "
                                    f"{user.format_node()}: torch_flops cannot put it in line")
             user.replace_all_uses_with(results[user.args[1]])
             graph.erase_node(user)
