@@ -421,3 +421,42 @@ def test_export_runs_an_autocast_region_of_the_forward_in_line_as_eager_does() -
     assert torch.equal(out, model(x)) and not torch.is_autocast_enabled("cpu")
     assert counter.profile.total_flops == 840
     assert [r.dtype for r in counter.records if r.target == "aten.linear"] == ["bfloat16", "float32"]
+
+
+def test_export_makes_a_tensor_in_the_dtype_the_forward_made_it_in() -> None:
+    # the forward switches torch's default dtype around a factory call: torch.export's node names no
+    # dtype, and the graph made it float32 (the default of the call that runs it): the output was float32
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_default_dtype(torch.float64)
+            try:
+                return x + torch.arange(4.0)
+            finally:
+                torch.set_default_dtype(torch.float32)
+
+    x = torch.randn(2, 4)
+    out = TorchFLOPsByFX(M(), tracer="export").propagate(x)
+    assert out.dtype == torch.float64 and torch.equal(out, M()(x))
+
+
+def test_export_refuses_forward_mode_ad_it_would_count_the_primal_of() -> None:
+    # jvp's tangent work happens inside the ops on dual tensors: the graph counted 48 of FlopCounterMode's 144
+    from torch.func import jvp
+
+    class JV(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(3, 4)
+
+        def forward(self, x: torch.Tensor, t: torch.Tensor) -> Any:
+            return jvp(lambda i: self.l(i).relu(), (x,), (t,))
+
+    with pytest.raises(TracingError, match=r"forward-mode AD .*tracer='auto'"):
+        TorchFLOPsByFX(JV(), tracer="export").propagate(torch.randn(2, 3), torch.randn(2, 3))
+
+
+def test_export_names_a_strided_nested_input_in_its_error() -> None:
+    # the message read the input's shape, which a strided nested tensor has not: torch's internal error instead
+    nested = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)])
+    with pytest.raises(TracingError, match=r"could not trace Linear with inputs \(nested float32\)"):
+        TorchFLOPsByFX(nn.Linear(4, 2), tracer="export").propagate(nested)

@@ -977,6 +977,14 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             "it was). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     gm = program.module()
     _inline_grad_regions(gm, grad_mode)
+    _pin_default_dtypes(gm)
+    if any(n.op == "call_function" and getattr(n.target, "__name__", "") == "_enter_dual_level" for n in gm.graph.nodes):
+        message = (f"{type(model).__name__}'s forward runs forward-mode AD (torch.func.jvp, jacfwd, a forward_ad "
+                   "dual level): the torch.export graph's ops on dual tensors count the primal's work only, not "
+                   "the tangents'. Profile it with the default front end (tracer='auto'), which counts both")
+        if not counts_only:
+            raise TracingError(message)
+        warnings.warn(f"torch_flops: {message}.", TracerFallbackWarning, stacklevel=6)
     if whole and not not_whole:
         _drop_tracepoints(gm)
         not_whole = _keep_whole(program, gm, model, whole)
@@ -1211,6 +1219,27 @@ def _is_state(value: Any) -> bool:
     """A plain attribute whose change a graph would not replay: a tensor, a module or a number (a
     counter, a flag), e.g. ``self.weight = w / sigma`` in a hook, ``self.calls += 1``."""
     return isinstance(value, (torch.Tensor, nn.Module, int, float))
+
+
+def _pin_default_dtypes(gm: fx.GraphModule) -> None:
+    """A tensor the forward made with torch's default dtype while it had changed it
+    (``torch.set_default_dtype(torch.float64)`` and back): torch.export's node names no dtype and
+    would make it in the default of the call that runs the graph. Such a node gets the dtype it
+    was traced with, as the forward made it."""
+    default = torch.get_default_dtype()
+    changed = False
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        schema = getattr(node.target, "_schema", None)
+        if (node.op != "call_function" or schema is None or not isinstance(val, torch.Tensor)
+                or not val.dtype.is_floating_point or val.dtype == default or node.kwargs.get("dtype") is not None
+                or not any(a.name == "dtype" and a.kwarg_only for a in schema.arguments)
+                or node.all_input_nodes):  # (made from tensors: their dtype decides)
+            continue
+        node.kwargs = {**node.kwargs, "dtype": val.dtype}
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:
@@ -1496,6 +1525,8 @@ def _first_line(e: BaseException) -> str:
 def _describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     def one(v: Any) -> str:
         if isinstance(v, torch.Tensor):
+            if v.is_nested:  # (a strided nested tensor has no sizes to read)
+                return f"nested {str(v.dtype).replace('torch.', '')}"
             return f"{tuple(v.shape)} {str(v.dtype).replace('torch.', '')}"
         return type(v).__name__
     parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
