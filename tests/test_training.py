@@ -366,3 +366,50 @@ def test_a_step_measures_what_the_forward_saved_as_propagate_does() -> None:
     # the same forward saves the same tensors for its backward; so the same peak of live memory
     assert step.total_saved_bytes == reference.total_saved_bytes > 0
     assert step.max_memory == reference.max_memory
+
+
+def test_a_gradient_penalty_is_loss_work_inside_the_forward_or_in_the_loop() -> None:
+    # torch.autograd.grad inside the forward was taken as the step's backward, so the loss after the forward
+    # (out.pow(2).sum(): 1 + 1 FLOPs) was filed as optimizer work; in the loop, a penalty computed between an
+    # autograd.grad and the backward likewise. Ops that feed a later backward are the loss's; clipping after
+    # the last backward stays the optimizer's
+    class GP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.requires_grad_()
+            y = self.l(x).tanh()
+            (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+            return y.sum() + g.pow(2).sum()
+
+    torch.manual_seed(0)
+    model, x = GP(), torch.randn(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    profiler = TrainingProfiler(model, opt)
+    profiler.start_profile()
+    model(x).pow(2).sum().backward()
+    opt.step()
+    profiler.stop_profile()
+    [step] = profiler.profiles
+    profiler.end_profile()
+    outside = [(r.target, r.phase) for r in step.records if r.module_path == "" and r.phase in ("loss", "optimizer")]
+    assert outside == [("Tensor.pow", "loss"), ("Tensor.sum", "loss")]
+
+    plain = nn.Linear(3, 1)
+    opt = torch.optim.SGD(plain.parameters(), lr=0.1)
+    profiler = TrainingProfiler(plain, opt)
+    profiler.start_profile()
+    xr = x.clone().requires_grad_()
+    out = plain(xr).sum()
+    (g,) = torch.autograd.grad(out, xr, create_graph=True)
+    (out + g.pow(2).sum()).backward()  # the penalty: pow, sum, add
+    torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
+    opt.step()
+    profiler.stop_profile()
+    [step] = profiler.profiles
+    profiler.end_profile()
+    phases = {r.name: r.phase for r in step.records}
+    assert (phases["pow_1"], phases["sum_2"], phases["add"]) == ("loss", "loss", "loss")  # the penalty
+    assert (phases["linalg_vector_norm"], phases["clamp"]) == ("optimizer", "optimizer")  # the clipping

@@ -763,7 +763,10 @@ class Recording:
         if not self.counting_backward():
             return func(*args, **kwargs) if inner is None else inner()
         assert counter is not None
-        self._after_backward = True
+        if not self._stack:  # (a torch.autograd.grad inside the forward is the forward's: no event of the steps)
+            if self._pending:  # what ran outside the model since the last backward fed this one: loss work
+                self._label(LOSS)
+            self._after_backward = True
         return counter.op(func, args, kwargs, inner)
 
     def owns_backward(self, node: Any) -> bool:
@@ -795,12 +798,12 @@ class Recording:
         if hub is not None:
             hub.quiet += 1
         try:
-            if phase == OPTIMIZER and not self._in_optimizer:
-                self._pending.append(graph.n)
             # with torch functions off: neither a mode below ours (the user's: inside our handler, torch has
             # taken only ours off) nor a subclass's __torch_function__ sees the profiler's own tensor calls
             with torch._C.DisableTorchFunction():
                 graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
+            if phase == OPTIMIZER and not self._in_optimizer:  # its node: the last added (after the constants
+                self._pending.append(graph.n - 1)  # or tuple items it reads, added before it)
         finally:
             if hub is not None:
                 hub.quiet -= 1
