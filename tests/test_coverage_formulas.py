@@ -279,3 +279,35 @@ def test_the_tensors_of_a_tuple_inside_a_node_s_output_are_read_through_getitems
     assert {"0:", "1:", "0:1", "1:1"} <= reads  # output[0], output[1], output[1][0], output[1][1]
     expected = model(x)
     assert torch.equal(out[0], expected[0]) and torch.equal(out[1][0], expected[1][0])
+
+
+# ------------------------------------------------------------------ fault round 32: sparse and nested
+def test_sparse_mm_counts_the_stored_elements() -> None:
+    # a 3 x 5 sparse with 4 stored elements times a 5 x 2 dense: each stored element multiplies a row of 2,
+    # 4 x 2 = 8 MACs, 16 FLOPs; addmm adds the 3 x 2 input: + 6. FlopCounterMode counts neither: 0
+    i = torch.tensor([[0, 0, 1, 2], [1, 4, 2, 0]])
+    s = torch.sparse_coo_tensor(i, torch.randn(4), (3, 5), check_invariants=True)
+    d = torch.randn(5, 2)
+    for fn, expected in ((torch.sparse.mm, 16), (lambda a, b: torch.sparse.addmm(torch.zeros(3, 2), a, b), 22),
+                         (lambda a, b: torch.sparse.mm(a.to_sparse_csr(), b), 16)):
+        p = _aten(fn, s, d)
+        assert p.total_flops == expected and not p.unsupported
+        assert p.with_convention("flop_counter").total_flops == _fcm(lambda fn=fn: fn(s, d)) == 0
+
+
+def test_a_linear_over_a_jagged_nested_tensor_counts_its_backward() -> None:
+    # Linear(4, 3) over 2 + 3 rows: autograd runs aten.linear_backward; the weight gradient dY^T @ X is
+    # 5 x 3 x 4 = 60 MACs (120 FLOPs) and the bias gradient 15 adds: 135, as the same rows dense
+    def lossf(out: torch.Tensor) -> torch.Tensor:
+        return (out.values() if out.is_nested else out).pow(2).sum()
+
+    rows = [torch.randn(2, 4), torch.randn(3, 4)]
+    backward = {}
+    for kind, x in (("jagged", torch.nested.nested_tensor(rows, layout=torch.jagged)), ("dense", torch.cat(rows))):
+        torch.manual_seed(0)
+        counter = torch_flops.TorchFLOPsByFX(nn.Sequential(nn.Linear(4, 3)))
+        counter.propagate(x, loss_fn=lossf)
+        linear = [r for r in counter.records if r.target == "Linear"]
+        backward[kind] = (linear[0].backward_flops, linear[0].backward_macs)
+        assert not counter.profile.unsupported
+    assert backward == {"jagged": (135, 60), "dense": (135, 60)}

@@ -93,6 +93,26 @@ def convolution_backward_flops(module: Any, out: Any, grad_output: Any, x: Any, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Linear: aten.linear_backward(input, grad_output, weight, output_mask) -> (grad_input,
+# grad_weight, grad_bias), what autograd runs for a linear over a nested (jagged) tensor; a dense
+# one's backward is its mm/sum ops
+# ---------------------------------------------------------------------------------------------
+
+@register(*aten_ops("linear_backward"))
+def linear_backward_flops(module: Any, out: Any, x: Any, grad_output: Any, weight: Any, *args: Any,
+                          **kwargs: Any) -> Count:
+    # over T rows (input elements / in_features): dX = dY @ W, T*out*in MACs, and dW = dY^T @ X,
+    # out*in*T MACs, one dot product per dX and dW element; dBias sums dY over the rows, one add per
+    # dY element. FlopCounterMode has no formula for it: 0 in its convention
+    d_input, d_weight, d_bias = _mask(arg(args, kwargs, 0, "output_mask"), 3)
+    rows = numel(x) // max(weight.shape[-1], 1)
+    forward = rows * weight.shape[0] * weight.shape[-1]
+    macs = forward * (d_input + d_weight)
+    dots = numel(x) * d_input + numel(weight) * d_weight
+    return Count(2 * macs + (numel(grad_output) if d_bias else 0), macs, dots, 0)
+
+
+# ---------------------------------------------------------------------------------------------
 # Bilinear: aten._trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim) is
 # sum over sumdim of i1 * i2 * i3, each unsqueezed at its expand dims (F.bilinear and its
 # gradients). It contracts i1 with i2, then with i3: an einsum (see _shapes.einsum_macs).

@@ -180,6 +180,21 @@ def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tup
                  numel(out), counted)
 
 
+@register(*aten_ops("_sparse_addmm", "_sparse_mm"))
+def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
+    # torch.sparse.mm / torch.sparse.addmm (aten._sparse_addmm(input, sparse, dense, beta, alpha),
+    # _sparse_mm(sparse, dense)): each stored element of the sparse factor multiplies one row (or
+    # column) of the dense one: nnz * N MACs for an M x K sparse times a K x N dense (nnz * M for a
+    # dense times a sparse), + the scaled add of addmm per output element. FlopCounterMode: 0
+    a, b = (args[1], args[2]) if len(args) >= 3 else (args[0], args[1])
+    if a.layout != torch.strided:
+        macs = a._nnz() * b.shape[-1]
+    else:
+        macs = b._nnz() * a.shape[0]
+    extra = _scaled_add(out, kwargs) if len(args) >= 3 else 0
+    return _dots(2 * macs + extra, macs, numel(out), 0)
+
+
 @register(*functions("einsum"), *aten_ops("einsum"))
 def einsum_flops(module: Any, out: Any, equation: str, *operands: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # pairwise left to right; see _shapes.einsum_macs

@@ -138,6 +138,12 @@ ATEN_ZERO_OPS: list[str] = [
     "_is_all_true", "_is_any_true", "_linalg_check_errors",
     # functorch's batching (vmap) and forward-AD wrappers: they wrap a tensor, no arithmetic
     "_add_batch_dim", "_remove_batch_dim", "_make_dual", "_unpack_dual", "_wrap_for_grad", "_unwrap_for_grad",
+    # a jagged nested tensor's parts and its making from them (views and metadata reads); a sparse or
+    # nested tensor made dense (a copy into zeros)
+    "_nested_get_values", "_nested_get_offsets", "_nested_get_lengths", "_nested_get_ragged_idx",
+    "_nested_get_min_seqlen", "_nested_get_max_seqlen", "_nested_get_jagged_dummy", "_nested_view_from_jagged",
+    "_nested_view_from_buffer", "_to_dense", "to_dense",
+    "_to_sparse", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr", "_to_sparse_bsc",  # layout conversions
 ]
 
 register(*functions(*ZERO_FUNCTIONS, "linalg_diagonal"), *methods(*ZERO_METHODS), *ZERO_MODULES,
