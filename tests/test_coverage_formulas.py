@@ -293,6 +293,12 @@ def test_sparse_mm_counts_the_stored_elements() -> None:
         p = _aten(fn, s, d)
         assert p.total_flops == expected and not p.unsupported
         assert p.with_convention("flop_counter").total_flops == _fcm(lambda fn=fn: fn(s, d)) == 0
+    # torch.mm / @ on the sparse factor run the same kernel: 16 too; FlopCounterMode counts them as a dense
+    # product, 2 x 3 x 5 x 2 = 60, which its convention keeps
+    for fn in (torch.mm, lambda a, b: a @ b):
+        p = _aten(fn, s, d)
+        assert p.total_flops == 16
+        assert p.with_convention("flop_counter").total_flops == _fcm(lambda fn=fn: fn(s, d)) == 60
 
 
 def test_a_linear_over_a_jagged_nested_tensor_counts_its_backward() -> None:
@@ -309,5 +315,34 @@ def test_a_linear_over_a_jagged_nested_tensor_counts_its_backward() -> None:
         counter.propagate(x, loss_fn=lossf)
         linear = [r for r in counter.records if r.target == "Linear"]
         backward[kind] = (linear[0].backward_flops, linear[0].backward_macs)
-        assert not counter.profile.unsupported
+        assert not counter.profile.unsupported and not counter.profile.backward["unsupported"]  # (prim.layout)
     assert backward == {"jagged": (135, 60), "dense": (135, 60)}
+
+
+def test_tensors_two_tuples_deep_in_a_node_s_output_are_read_through_a_getitem_per_level() -> None:
+    # a module kept whole returning (a, (b, (c, d))); the model multiplies c and d: read as [1][1][0] and
+    # [1][1][1] of the node, not as constants (whose memory then dropped out of the live total)
+    class Deep(nn.Module):
+        def forward(self, x: torch.Tensor) -> object:
+            return x + 1, (x * 2, (x - 1, x / 2))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.deep = Deep()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            c, d = self.deep(x)[1][1]
+            return c * d
+
+    x = torch.randn(3, 4)
+    eager = torch_flops.TorchFLOPsByFX(Model(), leaf_modules=[Deep])
+    out = eager.propagate(x)
+    fx = torch_flops.TorchFLOPsByFX(Model(), leaf_modules=[Deep], tracer="fx")
+    fx.propagate(x)
+    assert not [r for r in eager.records if r.op == "get_attr"]
+    assert [r.name for r in eager.records if r.target == "operator.getitem"] == ["getitem", "getitem_1", "getitem_2",
+                                                                                 "getitem_3"]
+    assert torch.equal(out, (x - 1) * (x / 2))
+    # the live memory as the fx graph (which reads the same items) replays it
+    assert [r.mem_after for r in eager.records][-2:] == [r.mem_after for r in fx.records][-2:]

@@ -775,3 +775,30 @@ def test_the_profiler_s_own_tensor_calls_reach_no_user_function_mode_or_subclass
         profiler.stop_profile()
     profiler.end_profile()
     assert profiled_step.calls - plain_step.calls == Counter()
+
+
+def test_a_strict_subclass_input_runs_under_fx_and_a_training_step_as_plain() -> None:
+    # fx's per-node measuring read is_floating_point of the subclass, and the backward counter re-ran
+    # autograd's ops from Python, where the subclass's __torch_function__ saw (and refused) aten.mm
+    class Strict(_Strict):
+        allowed = _Strict.allowed | {"as_subclass"}
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 2)), torch.randn(3, 4)
+    out = TorchFLOPsByFX(model, tracer="fx").propagate(x.as_subclass(Strict))
+    assert torch.equal(out, model(x.as_subclass(Strict)))
+    from torch_flops import TrainingProfiler
+
+    totals = []
+    for given in (x.as_subclass(Strict), x):  # the step's counts are those of the same step on a plain tensor
+        model.zero_grad(set_to_none=True)  # (no gradient to accumulate into: 30 adds more otherwise)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        profiler = TrainingProfiler(model, opt)
+        profiler.start_profile()
+        model(given).as_subclass(torch.Tensor).sum().backward()
+        opt.step()
+        profiler.stop_profile()
+        [step] = profiler.profiles
+        profiler.end_profile()
+        totals.append((step.total_flops, step.total_backward_flops))
+    assert totals[0] == totals[1] and totals[0][1] > 0

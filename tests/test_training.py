@@ -347,8 +347,10 @@ def test_the_seed_gradient_of_loss_backward_is_no_node_of_the_loss() -> None:
     with TrainingProfiler(model, optimizer) as prof:
         _loop(model, optimizer, batches)
     step = prof.profiles[0]
-    # the loss is mse_loss alone; backward()'s ones_like seed belongs to the backward (as in propagate)
-    assert [r.target for r in step.records if r.phase == "loss"] == ["F.mse_loss"]
+    # the loss is mse_loss alone (and the target it reads, a constant of the graph, in its phase);
+    # backward()'s ones_like seed belongs to the backward (as in propagate)
+    assert [r.target for r in step.records if r.phase == "loss" and r.op != "get_attr"] == ["F.mse_loss"]
+    assert [r.op for r in step.records if r.phase == "loss"] == ["get_attr", "call_function"]
 
 
 def test_a_step_measures_what_the_forward_saved_as_propagate_does() -> None:
@@ -413,3 +415,5 @@ def test_a_gradient_penalty_is_loss_work_inside_the_forward_or_in_the_loop() -> 
     phases = {r.name: r.phase for r in step.records}
     assert (phases["pow_1"], phases["sum_2"], phases["add"]) == ("loss", "loss", "loss")  # the penalty
     assert (phases["linalg_vector_norm"], phases["clamp"]) == ("optimizer", "optimizer")  # the clipping
+    # and the items of its _foreach_norm it reads, in its phase (they were 'forward')
+    assert (phases["getitem"], phases["getitem_1"]) == ("optimizer", "optimizer")

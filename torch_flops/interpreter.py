@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import fx
 
 from torch_flops.backward import SequenceMap
@@ -108,7 +109,8 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
         # The counting run also records memory, the output shape and dtype, and the node's FLOPs.
         if read is not None:
             self._mem_after[i] = read()
-        self.measure(i, plan, args, kwargs, out)
+        with torch._C.DisableTorchFunction():  # (the profiler's own reads: no user mode or subclass sees them)
+            self.measure(i, plan, args, kwargs, out)
         if self.sequences is not None:  # a backward follows: the autograd nodes made so far are this node's
             self.sequences.close(i)
         if self.progress is not None and not i & 255:  # a live line on a terminal during a long run

@@ -36,6 +36,8 @@ __all__ = ["ABSENT", "ALL_KINDS", "ENTRIES", "ModelSnapshot", "StateChange", "St
 
 ABSENT: Any = object()  #: an entry or attribute a module did not have (before) or no longer has (now)
 
+from torch_flops.measure import functions_off
+
 
 class StateKind(enum.Enum):
     """What a :class:`StateChange` changed."""
@@ -120,6 +122,7 @@ class ModelSnapshot:
     found now, for the ``kinds`` asked for (see the module's docstring); ``keep_data`` also keeps
     each tensor's data to put back a rebound ``.data``."""
 
+    @functions_off  # (the profiler's own reads: no mode or subclass of the user's sees them)
     def __init__(self, modules: Iterable[tuple[str, nn.Module]], kinds: Collection[StateKind] = ALL_KINDS, *,
                  keep_data: bool = False) -> None:
         self.kinds = frozenset(kinds)
@@ -169,6 +172,7 @@ class ModelSnapshot:
         wanted = self.kinds if kinds is None else kinds
         return self._module_changes(record, self._plan(wanted), wanted)
 
+    @functions_off
     def changes(self, kinds: Collection[StateKind] | None = None) -> list[StateChange]:
         """Every difference (of ``kinds``, default all the snapshot holds), in the model's order:
         each module's entries and attributes, then the containers, then each tensor's."""
@@ -228,6 +232,7 @@ class ModelSnapshot:
                     found.append(StateChange(which, path, name, old, now, module))
         return found
 
+    @functions_off
     def restore(self, kinds: Collection[StateKind] | None = None) -> None:
         """Put back what changed, of ``kinds`` (default all the snapshot holds): an entry table or
         ``__dict__`` that differs is refilled as it was (order included; TRAINING alone puts back

@@ -29,6 +29,7 @@ from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import Formula, FormulaTable, zero_flops
 from torch_flops.formulas.through_aten import through_aten_ops
 from torch_flops.formulas.zero import CREATES, GATHERS, INPLACE_OPERATORS, METADATA_INPLACE, OVERWRITES, SCATTERS
+from torch_flops.measure import functions_off
 
 __all__ = ["INTERNAL_TARGETS", "FlatArgs", "NodeKind", "NodePlan", "NodeRef", "OpPlan", "Plan", "RecordColumns",
            "RecordedNode", "Status",
@@ -325,6 +326,7 @@ def node_plan(op: OpPlan, node: fx.Node | RecordedNode, position: int, location:
                     op.param_dtype, op.indexed)
 
 
+@functions_off  # (reads parameters' sizes and dtypes: no mode or subclass of the user's sees them)
 def plan_op(op: str, target: Any, module: nn.Module | None, location: NodeLocation, table: FormulaTable,
             ignored: set[str], args: Any = (), kwargs: Mapping[str, Any] | None = None,
             is_value: Callable[[Any], bool] | None = None) -> OpPlan:

@@ -103,10 +103,10 @@ class EagerGraph(NodeMeasurer):
         self._memo = GraphMemo() if memo is None else memo  #: the last graph built: shared like ``planned``
         self._refs: list[NodeRef] = self._memo.refs  #: NodeRef(i) per position, shared (see GraphMemo)
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
-        self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | tuple[int, int] | None]] = {}
-        #: (node, index) -> a tuple or list inside node's tuple output that holds tensors (an LSTM's
-        #: ``(h, c)``): read through two getitems when one of its tensors is used (held until finish)
-        self._nested: dict[tuple[int, int], Any] = {}
+        self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | tuple[int, ...] | None]] = {}
+        #: (node, index path) -> a tuple or list inside node's tuple output that holds tensors (an LSTM's
+        #: ``(h, c)``): read through a getitem per level when one of its tensors is used (held until finish)
+        self._nested: dict[tuple[int, tuple[int, ...]], Any] = {}
         #: the addresses (storage keys) of the storages recorded, each held by a weak reference until
         #: finish (see _keep_addresses); released when the graph is dropped unfinished too
         self._addresses: set[int] = set()
@@ -124,6 +124,7 @@ class EagerGraph(NodeMeasurer):
         self.called_as: dict[int, Any] = {}
         self._reads_memory = memory.read is not None
         self._progress = progress  # a live line on a terminal during a long recording (None: none)
+        self._reading_phase = "forward"  #: the phase of the op whose inputs are being read (see _quiet)
         self.reset(0, [])
 
     @property
@@ -143,7 +144,8 @@ class EagerGraph(NodeMeasurer):
         function or Tensor method, or an aten op, with its real arguments and output, its timer
         marks and (CUDA) the memory before and after it."""
         inputs: list[int] = []
-        # first: a parameter read or tuple item it needs goes before it
+        # first: a parameter read or tuple item it needs goes before it (in its phase)
+        self._reading_phase = phase
         node_args = self._flat(args, inputs) if type(args) is tuple else self._arg(args, inputs)
         node_kwargs = self._arg(kwargs, inputs) if kwargs else None
         if op == "call_module":  # the graph module holds it under a flat name: no containers to build
@@ -188,6 +190,7 @@ class EagerGraph(NodeMeasurer):
     def add_output(self, output: Any) -> None:
         """The output node: it reads the values of ``output`` (the last call's, for a training step)."""
         inputs: list[int] = []
+        self._reading_phase = "forward"
         node_args = (self._arg(output, inputs),)
         self._quiet("output", "output", self._root, node_args, output, "output", tuple(dict.fromkeys(inputs)))
         self.output_set = True
@@ -225,7 +228,10 @@ class EagerGraph(NodeMeasurer):
         planned = self._planned.get(key)
         if planned is None:
             planned = self._planned[key] = plan_op(op, target, None, location, self._table, self._ignored)
-        i = self._append(op, target, location, node_args, None, inputs, name, planned, "forward")
+        # a tuple item or constant read by an op outside the model has that op's phase (an input, a
+        # parameter read by the forward, the output: forward)
+        phase = self._reading_phase if op in ("get_attr", "call_function") else "forward"
+        i = self._append(op, target, location, node_args, None, inputs, name, planned, phase)
         self.measure(i, planned, (value,) if op == "output" else (), {}, value)
         if self._seen[i][2] is not None and op != "output":
             self._keep_addresses(i, value)
@@ -275,11 +281,22 @@ class EagerGraph(NodeMeasurer):
             for k, item in enumerate(value):
                 if isinstance(item, torch.Tensor):
                     self._values[id(item)] = (weakref.ref(item), i, k)
-                elif isinstance(item, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in item):
-                    self._nested[(i, k)] = item
-                    for k2, t in enumerate(item):
-                        if isinstance(t, torch.Tensor):
-                            self._values[id(t)] = (weakref.ref(t), i, (k, k2))
+                elif isinstance(item, (tuple, list)) and item:
+                    self._bind_nested(item, i, (k,))
+
+    def _bind_nested(self, value: Any, i: int, path: tuple[int, ...]) -> bool:
+        """The tensors of ``value``, at ``path`` inside node ``i``'s tuple output (up to 4 levels
+        deep), bound to that path; whether it holds any."""
+        held = False
+        for k, item in enumerate(value):
+            if isinstance(item, torch.Tensor):
+                self._values[id(item)] = (weakref.ref(item), i, (*path, k))
+                held = True
+            elif isinstance(item, (tuple, list)) and item and len(path) < 4:
+                held = self._bind_nested(item, i, (*path, k)) or held
+        if held:
+            self._nested[(i, path)] = value
+        return held
 
     def _flat(self, args: tuple[Any, ...], inputs: list[int]) -> tuple[Any, ...]:
         """:meth:`_arg` of a tuple of arguments (most nodes: tensors and plain values)."""
@@ -327,10 +344,12 @@ class EagerGraph(NodeMeasurer):
         self._values[id(t)] = (weakref.ref(t), found, None)
         return found
 
-    def _getitem(self, i: int, k: int | tuple[int, int], item: Any) -> int:
-        if type(k) is tuple:  # an item of a tuple inside the output: through the inner tuple's getitem
-            outer, k = k
-            i = self._getitem(i, outer, self._nested[(i, outer)])
+    def _getitem(self, i: int, k: int | tuple[int, ...], item: Any) -> int:
+        if type(k) is tuple:  # an item of a tuple inside the output: through a getitem per level
+            path, node = k, i
+            for depth in range(len(path) - 1):
+                node = self._getitem(node, path[depth], self._nested[(i, path[:depth + 1])])
+            i, k = node, path[-1]
         found = self._getitems.get((i, k))  # type: ignore[arg-type]
         if found is None:
             found = self._getitems[(i, k)] = self._quiet(  # type: ignore[index]

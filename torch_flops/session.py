@@ -800,10 +800,12 @@ class Recording:
         try:
             # with torch functions off: neither a mode below ours (the user's: inside our handler, torch has
             # taken only ours off) nor a subclass's __torch_function__ sees the profiler's own tensor calls
+            first = graph.n
             with torch._C.DisableTorchFunction():
                 graph.add(op, target, module, self._location, phase, args, kwargs, out, start, end, before, after)
-            if phase == OPTIMIZER and not self._in_optimizer:  # its node: the last added (after the constants
-                self._pending.append(graph.n - 1)  # or tuple items it reads, added before it)
+            if phase == OPTIMIZER and not self._in_optimizer:  # its node, and the constants or tuple items it
+                self._pending.extend(range(first, graph.n))  # read, added before it
+
         finally:
             if hub is not None:
                 hub.quiet -= 1
@@ -1131,6 +1133,7 @@ class _Hub:
         finally:
             self.taken -= 1
 
+    @functions_off  # (autograd's engine runs these ops in C++: no subclass's __torch_function__ sees them)
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         counting = [r for r in self.recordings if r.counting_backward()]
         if not counting:

@@ -102,6 +102,10 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tu
         macs = a.shape[0]  # dot / inner of vectors: k MACs
     else:
         macs = matmul_macs(a.shape, b.shape)
+    if a.layout != torch.strided or b.layout != torch.strided:  # a sparse factor: its kernel's MACs are
+        # those of its stored elements (as torch.sparse.mm); FlopCounterMode counts the dense product
+        sparse = sparse_mm_flops(module, out, a, b)
+        return _dots(sparse.flops, sparse.macs, max(numel(first_output(out)), 1), macs)
     factor = complex_factor(COMPLEX_MAC, a, b)
     # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0
     return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
@@ -181,14 +185,14 @@ def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tup
 
 
 @register(*aten_ops("_sparse_addmm", "_sparse_mm"))
-def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
+def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
     # torch.sparse.mm / torch.sparse.addmm (aten._sparse_addmm(input, sparse, dense, beta, alpha),
     # _sparse_mm(sparse, dense)): each stored element of the sparse factor multiplies one row (or
     # column) of the dense one: nnz * N MACs for an M x K sparse times a K x N dense (nnz * M for a
     # dense times a sparse), + the scaled add of addmm per output element. FlopCounterMode: 0
     a, b = (args[1], args[2]) if len(args) >= 3 else (args[0], args[1])
     if a.layout != torch.strided:
-        macs = a._nnz() * b.shape[-1]
+        macs = a._nnz() * (b.shape[-1] if b.dim() > 1 else 1)
     else:
         macs = b._nnz() * a.shape[0]
     extra = _scaled_add(out, kwargs) if len(args) >= 3 else 0

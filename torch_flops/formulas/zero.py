@@ -148,6 +148,8 @@ ATEN_ZERO_OPS: list[str] = [
 
 register(*functions(*ZERO_FUNCTIONS, "linalg_diagonal"), *methods(*ZERO_METHODS), *ZERO_MODULES,
          *aten_ops(*ATEN_ZERO_OPS))(zero_flops)
+# prims' metadata reads (a nested tensor's backward asks its gradient's layout)
+register(*(op for op in (getattr(torch.ops.prim, "layout", None),) if op is not None))(zero_flops)
 
 
 def _graph_plumbing() -> list[Any]:
