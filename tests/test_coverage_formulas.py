@@ -346,3 +346,32 @@ def test_tensors_two_tuples_deep_in_a_node_s_output_are_read_through_a_getitem_p
     assert torch.equal(out, (x - 1) * (x / 2))
     # the live memory as the fx graph (which reads the same items) replays it
     assert [r.mem_after for r in eager.records][-2:] == [r.mem_after for r in fx.records][-2:]
+
+
+def test_a_tensor_inside_a_node_s_nested_output_is_freed_when_the_model_lets_it_go() -> None:
+    # reading nested items later must not keep the tuples' tensors alive (on CUDA, memory_allocated would
+    # count them): one the model drops is freed at once, as without the profiler
+    import weakref
+
+    class Pair(nn.Module):
+        def forward(self, x: torch.Tensor) -> object:
+            return x * 2, (x * 3, x * 4)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pair = Pair()
+            self.freed: list[bool] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.pair(x)
+            kept, dropped = out[1][0], weakref.ref(out[1][1])
+            del out
+            self.freed.append(dropped() is None)
+            return kept + 1
+
+    x = torch.randn(2, 3)
+    model = Model()
+    model(x)
+    torch_flops.TorchFLOPsByFX(model, leaf_modules=[Pair]).propagate(x)
+    assert model.freed == [True, True]

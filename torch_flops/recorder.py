@@ -105,7 +105,8 @@ class EagerGraph(NodeMeasurer):
         #: id(tensor) -> (a weak reference to it, the node that made it, its index in a tuple output)
         self._values: dict[int, tuple[weakref.ref[torch.Tensor], int, int | tuple[int, ...] | None]] = {}
         #: (node, index path) -> a tuple or list inside node's tuple output that holds tensors (an LSTM's
-        #: ``(h, c)``): read through a getitem per level when one of its tensors is used (held until finish)
+        #: ``(h, c)``), with weak references for its tensors (nothing kept alive): read through a getitem
+        #: per level when one of its tensors is used
         self._nested: dict[tuple[int, tuple[int, ...]], Any] = {}
         #: the addresses (storage keys) of the storages recorded, each held by a weak reference until
         #: finish (see _keep_addresses); released when the graph is dropped unfinished too
@@ -295,7 +296,7 @@ class EagerGraph(NodeMeasurer):
             elif isinstance(item, (tuple, list)) and item and len(path) < 4:
                 held = self._bind_nested(item, i, (*path, k)) or held
         if held:
-            self._nested[(i, path)] = value
+            self._nested[(i, path)] = _weakly(value)
         return held
 
     def _flat(self, args: tuple[Any, ...], inputs: list[int]) -> tuple[Any, ...]:
@@ -348,7 +349,7 @@ class EagerGraph(NodeMeasurer):
         if type(k) is tuple:  # an item of a tuple inside the output: through a getitem per level
             path, node = k, i
             for depth in range(len(path) - 1):
-                node = self._getitem(node, path[depth], self._nested[(i, path[:depth + 1])])
+                node = self._getitem(node, path[depth], _strongly(self._nested[(i, path[:depth + 1])]))
             i, k = node, path[-1]
         found = self._getitems.get((i, k))  # type: ignore[arg-type]
         if found is None:
@@ -489,6 +490,24 @@ class EagerGraph(NodeMeasurer):
             locations[node] = location
         gm = _LazyGraphModule(self._owners, graph, self._root_type)
         return CapturedGraph(graph_module=gm, locations=locations, binder=None)
+
+
+def _weakly(value: Any) -> Any:
+    """``value`` (a tuple or list, nested) with a weak reference in place of each tensor."""
+    if isinstance(value, torch.Tensor):
+        return weakref.ref(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_weakly(v) for v in value) if type(value) in (tuple, list) else tuple(map(_weakly, value))
+    return value
+
+
+def _strongly(value: Any) -> Any:
+    """:func:`_weakly` undone: each tensor still alive (None for one the model let go)."""
+    if isinstance(value, weakref.ref):
+        return value()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_strongly(v) for v in value)
+    return value
 
 
 def _release_addresses(addresses: set[int]) -> None:
