@@ -55,6 +55,17 @@ def test_profile_passes_kwargs_to_the_model_and_options_to_the_analyzer() -> Non
     assert p.settings["repeat"] == 2
 
 
+@pytest.mark.parametrize("option", ["loss_fn", "backward"])
+def test_profile_refuses_propagate_s_backward_options_naming_why(option: str) -> None:
+    # they reached propagate under profile's own no_grad: "backward=True under torch.no_grad() ... call
+    # propagate outside it", about a no_grad and a propagate the user never wrote
+    model = MLP()
+    with pytest.raises(TypeError, match=rf"profile\(\) records one forward under torch.no_grad\(\) and takes no "
+                                        rf"{option}=: .*propagate\(\*inputs, loss_fn=...\)"):
+        profile(model, torch.randn(2, 6), **{option: (lambda out: out.sum()) if option == "loss_fn" else True})
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_get_model_profile_numbers() -> None:
     flops, macs, params = get_model_profile(MLP(), input_shape=(2, 6), print_profile=False, as_string=False)
     assert (flops, macs, params) == (FLOPS, MACS, PARAMS)

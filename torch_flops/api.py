@@ -65,8 +65,16 @@ def profile(model: nn.Module, *args: Any, tracer: TracerName = "auto", warmup: i
     (FlopCounterMode's ``custom_mapping``, fvcore's ``set_op_handle``); see :class:`TorchFLOPsByFX`.
 
     The keyword-only options are those of :class:`TorchFLOPsByFX`; every other keyword argument
-    goes to the model (a model argument named like an option needs ``TorchFLOPsByFX`` itself).
+    goes to the model (a model argument named like an option needs ``TorchFLOPsByFX`` itself), but
+    ``loss_fn`` and ``backward``, which ``propagate`` would take for itself: ``profile`` records a
+    forward under ``torch.no_grad()`` and refuses them (``TypeError``).
     """
+    taken = [name for name in ("loss_fn", "backward") if name in kwargs]
+    if taken:
+        raise TypeError(f"profile() records one forward under torch.no_grad() and takes no {taken[0]}=: for the "
+                        "backward too, use TorchFLOPsByFX(model).propagate(*inputs, loss_fn=...) (one step) or "
+                        "TrainingProfiler (a training loop); a model argument of that name goes in through "
+                        "functools.partial or a wrapper")
     counter = TorchFLOPsByFX(model, tracer=tracer, warmup=warmup, repeat=repeat, ignore_ops=ignore_ops,
                              strict=strict, leaf_modules=leaf_modules, progress=progress,
                              custom_formulas=custom_formulas)
