@@ -375,3 +375,15 @@ def test_a_tensor_inside_a_node_s_nested_output_is_freed_when_the_model_lets_it_
     model(x)
     torch_flops.TorchFLOPsByFX(model, leaf_modules=[Pair]).propagate(x)
     assert model.freed == [True, True]
+
+
+def test_a_dense_vector_or_batch_times_a_sparse_matrix_counts_the_sparse_factor_s_elements() -> None:
+    # a 4 x 6 sparse with 3 stored elements: each meets every row of the dense factor; a vector is one row
+    # (3 MACs), a (2, 3, 4) batch six rows (18). sparse @ vector (mv): 3 MACs, and FlopCounterMode counts 0
+    i = torch.tensor([[0, 1, 3], [2, 5, 0]])
+    s = torch.sparse_coo_tensor(i, torch.randn(3), (4, 6), check_invariants=True)
+    assert _aten(torch.matmul, torch.randn(4), s).total_macs == 3
+    assert _aten(torch.matmul, torch.randn(2, 3, 4), s).total_macs == 18
+    mv = _aten(torch.matmul, s, torch.randn(6))
+    assert mv.total_macs == 3
+    assert mv.with_convention("flop_counter").total_flops == _fcm(lambda: torch.matmul(s, torch.randn(6))) == 0

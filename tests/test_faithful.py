@@ -11,7 +11,7 @@ import errno
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -802,3 +802,22 @@ def test_a_strict_subclass_input_runs_under_fx_and_a_training_step_as_plain() ->
         profiler.end_profile()
         totals.append((step.total_flops, step.total_backward_flops))
     assert totals[0] == totals[1] and totals[0][1] > 0
+
+
+def test_warmup_s_snapshot_and_undo_reach_no_parameter_subclass() -> None:
+    # the extra run's snapshot of parameters and its undo read and wrote them with torch functions on: a
+    # logging parameter subclass saw __get__/__set__ calls of the profiler's between its two linears
+    class Logged(nn.Parameter):
+        log: ClassVar[list[str]] = []
+
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            cls.log.append(getattr(func, "__name__", str(func)))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    layer = nn.Linear(3, 2)
+    layer.weight = Logged(layer.weight.detach())
+    x = torch.randn(2, 3)
+    Logged.log.clear()  # (setting the parameter read it once)
+    TorchFLOPsByFX(nn.Sequential(layer), warmup=1).propagate(x)
+    assert Logged.log == ["linear", "linear"]  # the warm-up call's and the recorded one's

@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
+from torch_flops.measure import functions_off
 from torch_flops.modelstate import ModelSnapshot, StateKind
 
 __all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "training_flags_restored"]
@@ -61,6 +62,7 @@ class LeafGrads:
     autograd graph: the model's parameters and any tensor outside it), saved now and put back by
     :meth:`restore`, so that an extra run's backward leaves no gradient behind."""
 
+    @functions_off
     def __init__(self, loss: torch.Tensor) -> None:
         leaves: dict[int, torch.Tensor] = {}
         for node in autograd_nodes([loss.grad_fn]):
@@ -71,6 +73,7 @@ class LeafGrads:
             self._grads = [(t, t.grad, None if t.grad is None or t.grad.is_meta else t.grad.clone())
                            for t in leaves.values()]
 
+    @functions_off
     def restore(self) -> None:
         with torch.no_grad():
             for leaf, grad, values in self._grads:
@@ -87,6 +90,7 @@ _UNDONE = (StateKind.BUFFER, StateKind.ATTRIBUTE, StateKind.TRAINING)
 class ExtraRuns:
     """What an extra run may change, saved before it and put back after it (:meth:`undo`)."""
 
+    @functions_off  # (the profiler's own reads and writes: no mode or subclass of the user's sees them)
     def __init__(self, tensors: Iterable[tuple[str, torch.Tensor, bool]], *graphs: nn.Module,
                  modules: Iterable[nn.Module] = ()) -> None:
         """``tensors``: the model's ``(name, tensor, is a parameter)`` (``ModelIndex.tensors``);
@@ -116,6 +120,7 @@ class ExtraRuns:
         self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
             else None
 
+    @functions_off
     def undo(self) -> None:
         """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
         changed a parameter."""

@@ -105,7 +105,7 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tu
     if a.layout != torch.strided or b.layout != torch.strided:  # a sparse factor: its kernel's MACs are
         # those of its stored elements (as torch.sparse.mm); FlopCounterMode counts the dense product
         sparse = sparse_mm_flops(module, out, a, b)
-        return _dots(sparse.flops, sparse.macs, max(numel(first_output(out)), 1), macs)
+        return _dots(sparse.flops, sparse.macs, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
     factor = complex_factor(COMPLEX_MAC, a, b)
     # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0
     return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
@@ -193,8 +193,8 @@ def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
     a, b = (args[1], args[2]) if len(args) >= 3 else (args[0], args[1])
     if a.layout != torch.strided:
         macs = a._nnz() * (b.shape[-1] if b.dim() > 1 else 1)
-    else:
-        macs = b._nnz() * a.shape[0]
+    else:  # each stored element of the sparse (K, N) factor meets every row of the dense one (a vector: one)
+        macs = b._nnz() * (numel(a) // a.shape[-1] if a.dim() > 1 and a.shape[-1] else 1)
     extra = _scaled_add(out, kwargs) if len(args) >= 3 else 0
     return _dots(2 * macs + extra, macs, numel(out), 0)
 
