@@ -899,7 +899,8 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
 
     The graph is traced under the caller's grad mode, as the eager call would run: a ``torch.no_grad()``
     (or ``enable_grad()``) region of the forward, which torch.export wraps in a higher-order op, is put
-    back in line between two grad-mode switches (see :func:`_inline_grad_regions`). The model is
+    back in line between two grad-mode switches, and a ``torch.autocast`` region between autocast's
+    enter and exit (see :func:`_inline_regions`). The model is
     left exactly as it was (its structure, flags and tensors: see :class:`ModelSnapshot`), and a
     forward that changes it (registers, replaces or deletes a parameter, buffer or submodule, assigns
     a tensor or counter attribute, flips ``requires_grad``, assigns ``.data``, switches train/eval)
@@ -976,7 +977,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             "buffers, submodules, attributes or flags, so it would run a different program (the model was left as "
             "it was). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     gm = program.module()
-    _inline_grad_regions(gm, grad_mode)
+    _inline_regions(gm, grad_mode)
     _pin_default_dtypes(gm)
     if any(n.op == "call_function" and getattr(n.target, "__name__", "") == "_enter_dual_level" for n in gm.graph.nodes):
         message = (f"{type(model).__name__}'s forward runs forward-mode AD (torch.func.jvp, jacfwd, a forward_ad "
@@ -1242,7 +1243,7 @@ def _pin_default_dtypes(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:
+def _inline_regions(gm: fx.GraphModule, ambient: bool) -> None:
     """torch.export wraps each region of the forward run under another grad mode (``with
     torch.no_grad():``, ``@torch.no_grad()``) in a ``wrap_with_set_grad_enabled`` higher-order op
     calling a submodule, and each ``torch.autocast`` region in a ``wrap_with_autocast`` one. Each is
@@ -1268,7 +1269,7 @@ def _inline_grad_regions(gm: fx.GraphModule, ambient: bool) -> None:
             inner_ambient = ambient
         body = gm.get_submodule(str(body_node.target))
         assert isinstance(body, fx.GraphModule)
-        _inline_grad_regions(body, inner_ambient)  # nested regions first
+        _inline_regions(body, inner_ambient)  # nested regions first
         env: dict[fx.Node, Any] = {}
         results: Any = ()
         placeholders = iter(operands)
@@ -1332,13 +1333,14 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
-def _chooses_its_kernels(root: nn.Module) -> bool:
-    """Whether the model picks its kernels by what is installed around it, and is then recorded as
-    one node, with the modes off and no hooks on it, so it runs the kernels it runs without the
-    profiler: ``nn.MultiheadAttention`` (its fused fast path needs ``has_torch_function`` False), and
-    an ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` that can take its fast path now (in
-    eval, no gradient to record: it also needs no forward hook on the layer, no mode for the
-    encoder's nested-tensor path); in training they run their unfused ops, recorded one by one."""
+def _root_kept_whole(root: nn.Module) -> bool:
+    """Whether the model itself is recorded as one node, with the modes off and no hooks on it: a
+    model that picks its kernels by what is installed around it, so it runs the kernels it runs
+    without the profiler: ``nn.MultiheadAttention`` (its fused fast path needs ``has_torch_function``
+    False), and an ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder`` that can take its fast
+    path now (in eval, no gradient to record, on a device with its kernels: it also needs no forward
+    hook on the layer, no mode for the encoder's nested-tensor path; in training they run their
+    unfused ops, recorded one by one); and an RNN layer (see below)."""
     if isinstance(root, nn.MultiheadAttention):
         return True
     if isinstance(root, nn.RNNBase):
@@ -1361,9 +1363,9 @@ class ModelIndex:
     parameters each module owns (a shared one counted once), the storages to leave out of
     live-tensor memory, and, given a formula ``table``, the modules recorded as one node each:
     those whose class has a formula, plus the classes, paths and class names asked for
-    (``leaf_*``). The root is not one node (its forward is what runs), except a root that picks its
-    kernels by what is installed around it (:func:`_chooses_its_kernels`). A lazy module whose parameters do not exist
-    yet is refused here (``ValueError``)."""
+    (``leaf_*``). The root is not one node (its forward is what runs), except the models
+    :func:`_root_kept_whole` names. A lazy module whose parameters do not exist yet is refused here
+    (``ValueError``)."""
 
     @functions_off
     def __init__(self, model: nn.Module, table: FormulaTable | None = None, leaf_types: tuple[type, ...] = (),
@@ -1399,7 +1401,7 @@ class ModelIndex:
                         dtype = str(t.dtype).removeprefix("torch.")
                         self.param_dtypes[dtype] = self.param_dtypes.get(dtype, 0) + t.numel()
             self.params[path] = owned
-            if table is None or (not path and not _chooses_its_kernels(module)):
+            if table is None or (not path and not _root_kept_whole(module)):
                 continue
             # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
             # its ops: they see each shard (local work) and the logical tensor (global work), and

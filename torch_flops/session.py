@@ -236,8 +236,9 @@ class Recording:
         self._paths = index.paths
         self._types = index.types
         self._leaves = index.leaves
-        #: the model itself is one node (capture._chooses_its_kernels: it picks its kernels by what is
-        #: installed on it, forward hooks included): no hooks on it, its calls begin and end in post_module
+        #: the model itself is one node (capture._root_kept_whole: one that picks its kernels by what is
+        #: installed on it, forward hooks included; an RNN layer): no hooks on it, its calls begin and end
+        #: in post_module
         self._root_whole = id(self.model) in index.leaves
         self._root = NodeLocation("", index.types.get("", type(self.model).__name__), ())
         self._thread = 0
