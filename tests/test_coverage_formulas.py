@@ -387,3 +387,23 @@ def test_a_dense_vector_or_batch_times_a_sparse_matrix_counts_the_sparse_factor_
     mv = _aten(torch.matmul, s, torch.randn(6))
     assert mv.total_macs == 3
     assert mv.with_convention("flop_counter").total_flops == _fcm(lambda: torch.matmul(s, torch.randn(6))) == 0
+
+
+def test_sparse_products_count_stored_elements_in_every_layout_and_call() -> None:
+    # A 4 x 4 with 2 blocks of 2 x 2 stored (8 values) times a dense 4 x 5: 8 x 5 = 40 MACs (BSR's _nnz()
+    # counts 2 blocks); addmm/addmv take the same route as mm; a complex COO with 3 stored elements times a
+    # complex 4 x 5: 15 complex MACs, 4 real each = 60; two sparse factors: per k, a's column-k elements
+    # times b's row-k elements
+    dense_a = torch.zeros(4, 4)
+    dense_a[0:2, 2:4] = torch.randn(2, 2)
+    dense_a[2:4, 0:2] = torch.randn(2, 2)
+    bsr, d = dense_a.to_sparse_bsr((2, 2)), torch.randn(4, 5)
+    assert _aten(torch.mm, bsr, d).total_macs == 40
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 1, 3], [1, 3, 0]]), torch.randn(3), (4, 4), check_invariants=True)
+    assert _aten(lambda i, s, x: torch.addmm(i, s, x), torch.zeros(4, 5), coo, d).total_macs == 15
+    assert _aten(lambda i, s, v: torch.addmv(i, s, v), torch.zeros(4), coo.to_sparse_csr(), torch.randn(4)).total_macs == 3
+    complex_coo = torch.sparse_coo_tensor(torch.tensor([[0, 1, 3], [1, 3, 0]]), torch.randn(3, dtype=torch.complex64), (4, 4))
+    assert _aten(torch.mm, complex_coo, torch.randn(4, 5, dtype=torch.complex64)).total_macs == 60
+    # a[0,1] meets b's row 1 (b[1,3]), a[1,3] row 3 (b[3,0]), a[3,0] row 0 (b[0,1]): 1 + 1 + 1 = 3
+    b = torch.sparse_coo_tensor(torch.tensor([[1, 3, 0], [3, 0, 1]]), torch.randn(3), (4, 4), check_invariants=True)
+    assert _aten(torch.sparse.mm, coo, b).total_macs == 3

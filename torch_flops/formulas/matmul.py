@@ -102,11 +102,11 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tu
         macs = a.shape[0]  # dot / inner of vectors: k MACs
     else:
         macs = matmul_macs(a.shape, b.shape)
+    factor = complex_factor(COMPLEX_MAC, a, b)
     if a.layout != torch.strided or b.layout != torch.strided:  # a sparse factor: its kernel's MACs are
         # those of its stored elements (as torch.sparse.mm); FlopCounterMode counts the dense product
-        sparse = sparse_mm_flops(module, out, a, b)
-        return _dots(sparse.flops, sparse.macs, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
-    factor = complex_factor(COMPLEX_MAC, a, b)
+        sparse = sparse_macs(a, b) * factor
+        return _dots(2 * sparse, sparse, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
     # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0
     return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
 
@@ -178,24 +178,46 @@ def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tup
     factor = complex_factor(COMPLEX_MAC, a, b)
     macs = matmul_macs(a.shape, b.shape)
     # dot outputs: one per product element (addbmm's batch sum is part of each dot product);
-    # FlopCounterMode counts addmm and baddbmm, but addmv and addbmm as 0
+    # FlopCounterMode counts addmm and baddbmm, but addmv and addbmm as 0 (and a sparse factor's
+    # product as dense)
     counted = 0 if b.dim() == 1 or (a.dim() == 3 and out.dim() == 2) else macs
+    if a.layout != torch.strided or b.layout != torch.strided:  # the stored elements' MACs (sparse_macs)
+        macs = sparse_macs(a, b)
     return _dots(2 * macs * factor + _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1), macs * factor,
                  numel(out), counted)
 
 
-@register(*aten_ops("_sparse_addmm", "_sparse_mm"))
+def _stored(t: Any) -> int:
+    """The values a sparse tensor stores (a block layout's: its blocks' elements; a hybrid COO's: its
+    dense parts' elements too)."""
+    return int((t._values() if t.layout == torch.sparse_coo else t.values()).numel())
+
+
+def sparse_macs(a: Any, b: Any) -> int:
+    """MACs of ``a @ b`` with a sparse factor, as its kernel does them: each stored element of a
+    sparse ``a`` (M x K) meets one row of ``b`` (N of them; a vector: 1); each stored element of a
+    sparse ``b`` (K x N) meets every row of ``a`` (its elements / K; a vector: 1); two sparse factors:
+    per k, the stored elements of a's column k times those of b's row k (read from their indices)."""
+    if a.layout != torch.strided and b.layout != torch.strided:
+        k = a.shape[-1]
+        cols = (a if a.layout == torch.sparse_coo else a.to_sparse()).coalesce().indices()[-1]
+        rows = (b if b.layout == torch.sparse_coo else b.to_sparse()).coalesce().indices()[-2]
+        return int((torch.bincount(cols, minlength=k) * torch.bincount(rows, minlength=k)).sum())
+    if a.layout != torch.strided:
+        return _stored(a) * (b.shape[-1] if b.dim() > 1 else 1)
+    return _stored(b) * (numel(a) // a.shape[-1] if a.dim() > 1 and a.shape[-1] else 1)
+
+
+@register(*aten_ops("_sparse_addmm", "_sparse_mm", "_sparse_sparse_matmul"))
 def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
     # torch.sparse.mm / torch.sparse.addmm (aten._sparse_addmm(input, sparse, dense, beta, alpha),
-    # _sparse_mm(sparse, dense)): each stored element of the sparse factor multiplies one row (or
-    # column) of the dense one: nnz * N MACs for an M x K sparse times a K x N dense (nnz * M for a
-    # dense times a sparse), + the scaled add of addmm per output element. FlopCounterMode: 0
+    # _sparse_mm(sparse, dense), _sparse_sparse_matmul(sparse, sparse)): the stored elements' MACs
+    # (sparse_macs; 4 real ones a complex one) + the scaled add of addmm per output element.
+    # FlopCounterMode: 0
     a, b = (args[1], args[2]) if len(args) >= 3 else (args[0], args[1])
-    if a.layout != torch.strided:
-        macs = a._nnz() * (b.shape[-1] if b.dim() > 1 else 1)
-    else:  # each stored element of the sparse (K, N) factor meets every row of the dense one (a vector: one)
-        macs = b._nnz() * (numel(a) // a.shape[-1] if a.dim() > 1 and a.shape[-1] else 1)
-    extra = _scaled_add(out, kwargs) if len(args) >= 3 else 0
+    factor = complex_factor(COMPLEX_MAC, a, b)
+    macs = sparse_macs(a, b) * factor
+    extra = _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1) if len(args) >= 3 else 0
     return _dots(2 * macs + extra, macs, numel(out), 0)
 
 
