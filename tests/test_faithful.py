@@ -821,3 +821,44 @@ def test_warmup_s_snapshot_and_undo_reach_no_parameter_subclass() -> None:
     Logged.log.clear()  # (setting the parameter read it once)
     TorchFLOPsByFX(nn.Sequential(layer), warmup=1).propagate(x)
     assert Logged.log == ["linear", "linear"]  # the warm-up call's and the recorded one's
+
+
+def test_extra_runs_leave_attribute_tensors_and_python_and_numpy_generators_as_one_call() -> None:
+    # warm-up and repeat calls: a plain tensor attribute the forward updates in place (not a buffer), and
+    # Python's and numpy's global generators the forward draws from, as one plain call leaves them
+    import random
+
+    import numpy as np
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+            self.total = torch.zeros(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.total.add_(1.0)
+            return self.l(x) * random.uniform(0.5, 1.5) * float(np.random.uniform(0.5, 1.5))
+
+    torch.manual_seed(0)
+    model, x = M(), torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    random.seed(3)
+    np.random.seed(3)
+    expected = twin(x)
+    after = (random.random(), float(np.random.random()))
+    random.seed(3)
+    np.random.seed(3)
+    out = TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    assert torch.equal(out, expected) and (random.random(), float(np.random.random())) == after
+    assert torch.equal(model.total, torch.ones(4))  # 1 call: was 3 (warm-up, two timed calls)
+
+
+def test_a_strict_subclass_input_gets_its_warm_up_and_timed_calls() -> None:
+    # the extra runs' input copy called is_inference/clone on the subclass with torch functions on: it
+    # refused, and the extra runs ended silently (1 call of the model instead of 5)
+    calls = []
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.register_forward_pre_hook(lambda module, args: calls.append(type(args[0]).__name__))
+    TorchFLOPsByFX(model, warmup=2, repeat=3).propagate(torch.randn(2, 4).as_subclass(_Strict))
+    assert calls == ["_Strict"] * 5

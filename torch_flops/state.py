@@ -13,9 +13,11 @@ modules' ``training`` flags back, also when a run fails.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils import _pytree
@@ -43,6 +45,7 @@ def training_flags_restored(modules: Sequence[nn.Module]) -> Iterator[None]:
 def copy_inputs(value: Any) -> Any:
     """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``, an
     inference tensor or not), so that an extra run's in-place updates of its inputs stay its own."""
+    @functions_off  # (the profiler's own copy: no mode or subclass of the user's sees it, none refuses it)
     def copy(leaf: Any) -> Any:
         if not isinstance(leaf, torch.Tensor):
             return leaf
@@ -50,6 +53,8 @@ def copy_inputs(value: Any) -> Any:
         # compiled model guards on the difference, and the real call then compiled another graph)
         with torch.no_grad(), torch.inference_mode(leaf.is_inference()):
             clone = leaf.clone()
+        if type(clone) is not type(leaf):  # a __torch_function__ subclass: of its class, as its own clone is
+            clone = clone.as_subclass(type(leaf))
         # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
         # ends at it instead of going on into the caller's graph)
         return clone.requires_grad_(True) if leaf.requires_grad else clone
@@ -97,6 +102,7 @@ class ExtraRuns:
         ``graphs``: graph modules that run it and may hold tensors of their own (an export graph
         holds copies); ``modules``: the model's modules, whose attributes an extra run may rebind
         (``self.calls += 1``, a buffer replaced by ``self.h = torch.cat(...)``): put back too."""
+        modules = list(modules)
         self._state = ModelSnapshot((("", m) for m in [*modules, *(m for graph in graphs for m in graph.modules())]),
                                     _UNDONE)
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
@@ -108,6 +114,12 @@ class ExtraRuns:
                 buffers.setdefault(id(b), (name, b))
             for name, p in graph.named_parameters():
                 params.setdefault(id(p), (name, p))
+        # and the plain tensor attributes of the modules (``self.total = torch.zeros(4)`` updated in place
+        # by the forward, ``self.total.add_(x)``): their values too
+        for module in modules:
+            for attr, value in vars(module).items():
+                if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                    buffers.setdefault(id(value), (attr, value))
         with torch.no_grad():
             self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]
         self._versions = [(name, p, p._version) for name, p in params.values()]
@@ -117,6 +129,8 @@ class ExtraRuns:
             self._grads = [(p, p.grad, None if p.grad is None or p.grad.is_meta else p.grad.clone())
                            for _, p in params.values()]
         self._cpu_rng = torch.get_rng_state()
+        self._py_rng = random.getstate()  # (a forward may draw from Python's and numpy's global generators)
+        self._np_rng = np.random.get_state()
         self._cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() \
             else None
 
@@ -134,6 +148,8 @@ class ExtraRuns:
                     grad.copy_(values)  # the same object, as an eager step would have kept
                 param.grad = grad
         torch.set_rng_state(self._cpu_rng)
+        random.setstate(self._py_rng)
+        np.random.set_state(self._np_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
         for name, param, version in self._versions:
