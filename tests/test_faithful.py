@@ -862,3 +862,20 @@ def test_a_strict_subclass_input_gets_its_warm_up_and_timed_calls() -> None:
     model.register_forward_pre_hook(lambda module, args: calls.append(type(args[0]).__name__))
     TorchFLOPsByFX(model, warmup=2, repeat=3).propagate(torch.randn(2, 4).as_subclass(_Strict))
     assert calls == ["_Strict"] * 5
+
+
+def test_an_attribute_viewing_a_weight_is_no_parameter_update_for_the_extra_runs() -> None:
+    # the extra runs put plain tensor attributes back by copying into them: a view of a weight written back
+    # bumped the weight's version, and the run was refused as one updating its parameters in forward
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+            self.row = self.l.weight[0]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.l(x) + self.row
+
+    model, x = M(), torch.randn(2, 4)
+    out = TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    assert torch.equal(out, model(x))

@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
-from torch_flops.measure import functions_off
+from torch_flops.measure import functions_off, storage_key
 from torch_flops.modelstate import ModelSnapshot, StateKind
 
 __all__ = ["ExtraRuns", "LeafGrads", "copy_inputs", "training_flags_restored"]
@@ -116,9 +116,13 @@ class ExtraRuns:
                 params.setdefault(id(p), (name, p))
         # and the plain tensor attributes of the modules (``self.total = torch.zeros(4)`` updated in place
         # by the forward, ``self.total.add_(x)``): their values too
+        # (not one sharing a parameter's storage, a view of a weight: the forward cannot change it
+        # without changing the parameter, which is refused below, and writing it back would count as that)
+        weights = {storage_key(p)[0] for _, p in params.values() if p.layout == torch.strided}
         for module in modules:
             for attr, value in vars(module).items():
-                if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                if (isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)
+                        and value.layout == torch.strided and storage_key(value)[0] not in weights):
                     buffers.setdefault(id(value), (attr, value))
         with torch.no_grad():
             self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]
