@@ -879,3 +879,44 @@ def test_an_attribute_viewing_a_weight_is_no_parameter_update_for_the_extra_runs
     model, x = M(), torch.randn(2, 4)
     out = TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
     assert torch.equal(out, model(x))
+
+
+def test_extra_runs_write_back_only_what_they_changed() -> None:
+    # a read-only cached mask and an expanded position table, saved by an earlier call's graph: written back
+    # unchanged, their version moved on (the caller's backward failed) and the expanded one raised
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+            self.mask = torch.ones(2, 4)
+            self.pos = torch.arange(4.0).expand(2, -1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.l(x) * self.mask + self.pos
+
+    model, x = M(), torch.randn(2, 4, requires_grad=True)
+    earlier = model(x)  # saves self.mask for its backward
+    versions = (model.mask._version, model.pos._version)
+    out = TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    assert (model.mask._version, model.pos._version) == versions
+    (earlier.sum() + out.sum()).backward()  # raised: a variable needed for gradient computation was modified
+
+
+def test_a_subclass_input_carrying_data_keeps_it_in_the_extra_runs() -> None:
+    # the copy for the extra runs was made with torch functions off and re-classed: the subclass's own data
+    # (a tag its ops carry on) was lost, the extra calls failed and ended silently
+    class Tagged(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = super().__torch_function__(func, types, args, kwargs or {})
+            if isinstance(out, Tagged):
+                out.tag = next(a.tag for a in args if isinstance(a, Tagged))
+            return out
+
+    calls: list[str] = []
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.register_forward_pre_hook(lambda module, args: calls.append(args[0].tag))
+    x = torch.randn(2, 4).as_subclass(Tagged)
+    x.tag = "a"
+    TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    assert calls == ["a", "a", "a"]

@@ -45,21 +45,33 @@ def training_flags_restored(modules: Sequence[nn.Module]) -> Iterator[None]:
 def copy_inputs(value: Any) -> Any:
     """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``, an
     inference tensor or not), so that an extra run's in-place updates of its inputs stay its own."""
-    @functions_off  # (the profiler's own copy: no mode or subclass of the user's sees it, none refuses it)
     def copy(leaf: Any) -> Any:
         if not isinstance(leaf, torch.Tensor):
             return leaf
-        # an inference tensor iff the original is one (under inference_mode a plain clone is one: a
-        # compiled model guards on the difference, and the real call then compiled another graph)
-        with torch.no_grad(), torch.inference_mode(leaf.is_inference()):
-            clone = leaf.clone()
-        if type(clone) is not type(leaf):  # a __torch_function__ subclass: of its class, as its own clone is
-            clone = clone.as_subclass(type(leaf))
-        # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
-        # ends at it instead of going on into the caller's graph)
-        return clone.requires_grad_(True) if leaf.requires_grad else clone
+        if type(leaf) in (torch.Tensor, nn.Parameter):  # the profiler's own copy: no mode of the user's sees it
+            with torch._C.DisableTorchFunction():
+                return _copy(leaf)
+        try:  # a subclass copies itself (its own clone keeps what it carries: a wrapper's data, a tag)
+            return _copy(leaf)
+        except Exception:  # noqa: BLE001  (one refusing clone: copied as a tensor of its class)
+            with torch._C.DisableTorchFunction():
+                clone = _copy(leaf)
+            if type(clone) is not type(leaf):
+                clone = clone.as_subclass(type(leaf))
+                clone.__dict__.update(leaf.__dict__)
+            return clone
 
     return _pytree.tree_map(copy, value)
+
+
+def _copy(leaf: torch.Tensor) -> torch.Tensor:
+    # an inference tensor iff the original is one (under inference_mode a plain clone is one: a
+    # compiled model guards on the difference, and the real call then compiled another graph)
+    with torch.no_grad(), torch.inference_mode(leaf.is_inference()):
+        clone = leaf.clone()
+    # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
+    # ends at it instead of going on into the caller's graph)
+    return clone.requires_grad_(True) if leaf.requires_grad else clone
 
 
 class LeafGrads:
@@ -125,7 +137,11 @@ class ExtraRuns:
                         and value.layout == torch.strided and storage_key(value)[0] not in weights):
                     buffers.setdefault(id(value), (attr, value))
         with torch.no_grad():
-            self._buffers = [(name, b, b.clone()) for name, b in buffers.values() if b.device.type != "meta"]
+            #: (name, tensor, its values, its version): written back only when the run changed it (an
+            #: unchanged one keeps its version, so a graph of the caller's that saved it stays valid; an
+            #: expanded view or an inference tensor could not be written anyway)
+            self._buffers = [(name, b, b.clone(), _version(b)) for name, b in buffers.values()
+                             if b.device.type != "meta"]
         self._versions = [(name, p, p._version) for name, p in params.values()]
         #: each parameter's ``.grad`` (the object, and a copy of its values): an extra backward
         #: accumulates into it or sets it
@@ -145,8 +161,13 @@ class ExtraRuns:
         for change in self._state.changes():  # the objects first (a rebound parameter: below), then values
             change.restore()
         with torch.no_grad():
-            for _, buffer, saved in self._buffers:
-                buffer.copy_(saved)
+            for _, buffer, saved, version in self._buffers:
+                # changed: its version moved, or its values did (BatchNorm's kernel updates its running
+                # statistics in place without moving their version); an inference tensor has no version
+                if (version is None or buffer._version == version) and _same(buffer, saved):
+                    continue
+                with torch.inference_mode(buffer.is_inference()):
+                    buffer.copy_(saved)
             for param, grad, values in self._grads:
                 if grad is not None and values is not None:
                     grad.copy_(values)  # the same object, as an eager step would have kept
@@ -161,3 +182,15 @@ class ExtraRuns:
                 raise ValueError(
                     f"the model updates its parameter {name!r} in forward, which an extra run cannot undo: "
                     "profile it with warmup=0 and repeat=1 (one call, as eager)")
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """``t``'s version counter (None for an inference tensor, which has none)."""
+    return None if t.is_inference() else int(t._version)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return bool(torch.equal(a, b))
+    except RuntimeError:  # (a layout torch.equal does not take: written back)
+        return False
