@@ -920,3 +920,41 @@ def test_a_subclass_input_carrying_data_keeps_it_in_the_extra_runs() -> None:
     x.tag = "a"
     TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
     assert calls == ["a", "a", "a"]
+
+
+def test_extra_runs_keep_versions_nan_sparse_buffers_and_subclass_data_as_one_call() -> None:
+    # a train-mode BatchNorm's statistics (its kernel changes them without moving their version), a NaN
+    # buffer (never equal to itself) and a sparse one (torch.equal refuses it): written back, their version
+    # moved and a graph the caller holds failed its backward; a subclass whose __torch_function__ is off
+    # and one carrying an attribute lost their class/data in the extra calls (which then ended silently)
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+            self.register_buffer("nan", torch.tensor([float("nan"), 1.0, 1.0, 1.0]))
+            self.register_buffer("sp", torch.eye(4).to_sparse())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.bn(x) * self.nan.nan_to_num() + torch.sparse.mm(self.sp, x.t()).t()
+
+    torch.manual_seed(0)
+    model, x = M(), torch.randn(3, 4, requires_grad=True)
+    held = model(x).sum()
+    twin = copy.deepcopy(model)
+    twin(x)
+    TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+    held.backward()  # raised: a variable needed for gradient computation has been modified
+    assert torch.equal(model.bn.running_mean, twin.bn.running_mean)
+
+    class Scaled(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    calls: list[tuple[str, Any]] = []
+    layer = nn.Sequential(nn.Linear(4, 4))
+    layer.register_forward_pre_hook(lambda module, args: calls.append((type(args[0]).__name__,
+                                                                        getattr(args[0], "scale", None))))
+    for cls in (Scaled, torch.Tensor):
+        given = torch.randn(2, 4).as_subclass(cls) if cls is Scaled else torch.randn(2, 4)
+        given.scale = 2
+        TorchFLOPsByFX(layer, warmup=1, repeat=2).propagate(given)
+    assert calls == [("Scaled", 2)] * 3 + [("Tensor", 2)] * 3

@@ -50,28 +50,37 @@ def copy_inputs(value: Any) -> Any:
             return leaf
         if type(leaf) in (torch.Tensor, nn.Parameter):  # the profiler's own copy: no mode of the user's sees it
             with torch._C.DisableTorchFunction():
-                return _copy(leaf)
-        try:  # a subclass copies itself (its own clone keeps what it carries: a wrapper's data, a tag)
-            return _copy(leaf)
-        except Exception:  # noqa: BLE001  (one refusing clone: copied as a tensor of its class)
-            with torch._C.DisableTorchFunction():
                 clone = _copy(leaf)
-            if type(clone) is not type(leaf):
+        else:
+            try:  # a subclass copies itself (its own clone keeps what it carries: a wrapper's data, a tag)
+                clone = _copy(leaf)
+            except Exception:  # noqa: BLE001  (one refusing clone: copied as a tensor, below made one of its class)
+                with torch._C.DisableTorchFunction():
+                    clone = _copy(leaf)
+            if type(clone) is not type(leaf):  # (a subclass whose clone is a plain tensor)
                 clone = clone.as_subclass(type(leaf))
-                clone.__dict__.update(leaf.__dict__)
-            return clone
+        for name, attribute in getattr(leaf, "__dict__", {}).items():  # what the caller set on it (x.scale = 2)
+            if name not in clone.__dict__:
+                clone.__dict__[name] = attribute
+        return clone
 
     return _pytree.tree_map(copy, value)
 
 
 def _copy(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf.clone()`` (the one call a subclass sees: its flags are read with torch functions off)."""
+    with torch._C.DisableTorchFunction():
+        inference, grad = leaf.is_inference(), leaf.requires_grad
     # an inference tensor iff the original is one (under inference_mode a plain clone is one: a
     # compiled model guards on the difference, and the real call then compiled another graph)
-    with torch.no_grad(), torch.inference_mode(leaf.is_inference()):
+    with torch.no_grad(), torch.inference_mode(inference):
         clone = leaf.clone()
     # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
     # ends at it instead of going on into the caller's graph)
-    return clone.requires_grad_(True) if leaf.requires_grad else clone
+    if grad:
+        with torch._C.DisableTorchFunction():
+            clone.requires_grad_(True)
+    return clone
 
 
 class LeafGrads:
@@ -168,6 +177,9 @@ class ExtraRuns:
                     continue
                 with torch.inference_mode(buffer.is_inference()):
                     buffer.copy_(saved)
+                if version is not None:  # and its version as before the extra run: a graph of the caller's
+                    # that saved it stays as valid as after one plain call
+                    torch._C._autograd._unsafe_set_version_counter((buffer,), (version,))
             for param, grad, values in self._grads:
                 if grad is not None and values is not None:
                     grad.copy_(values)  # the same object, as an eager step would have kept
@@ -190,7 +202,16 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` holds what ``b`` holds (NaN where it has NaN; a sparse one: its coalesced
+    entries); False when that cannot be told (written back then)."""
     try:
-        return bool(torch.equal(a, b))
-    except RuntimeError:  # (a layout torch.equal does not take: written back)
+        if a.layout == torch.sparse_coo:
+            a, b = a.coalesce(), b.coalesce()
+            return bool(torch.equal(a.indices(), b.indices())) and _same(a.values(), b.values())
+        if torch.equal(a, b):
+            return True
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return False
+    except Exception:  # noqa: BLE001  (a tensor that cannot be compared: written back)
         return False
