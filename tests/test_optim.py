@@ -519,6 +519,9 @@ def test_muon_step_under_the_training_profiler_equals_flop_counter_mode() -> Non
             return model, fcm.get_total_flops()
         profiler.stop_profile()
         [profile] = profiler.profiles
+        # the step's MACs include Muon's: weights (5, 6) and (3, 5), m x n = 5 x 6 and 3 x 5, 5 steps of
+        # 2m^2n + m^3 MACs: 5 * (300 + 125) + 5 * (90 + 27) = 2125 + 585 = 2710
+        assert profiler.get_total_macs() == profile.total_macs + profile.total_backward_macs + 2710
         profiler.end_profile()
         return model, profile
 

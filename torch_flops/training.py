@@ -203,9 +203,11 @@ class TrainingProfiler:
         return format_count(value, "FLOPs") if as_string else value
 
     def get_total_macs(self, as_string: bool = False) -> int | str:
-        """MACs of one step: forward + backward (the optimizer does none)."""
+        """MACs of one step: forward + backward + optimizer (an element-wise update does none; Muon's
+        Newton-Schulz products do) (the mean over the steps)."""
         _validate.check_bool("as_string", as_string)
-        value = round(sum(p.total_macs + p.total_backward_macs for p in self._profiles()) / len(self.profiles))
+        value = round(sum(p.total_macs + p.total_backward_macs + optimizer_macs(p) for p in self._profiles())
+                      / len(self.profiles))
         return format_count(value, "MACs") if as_string else value
 
     def get_total_params(self, as_string: bool = False) -> int | str:
@@ -316,6 +318,11 @@ def optimizer_flops(profile: Profile) -> int:
     return sum(r.flops or 0 for r in profile.records if r.phase == "optimizer")
 
 
+def optimizer_macs(profile: Profile) -> int:
+    """MACs of the optimizer's updates (Muon's Newton-Schulz products; 0 for an element-wise rule)."""
+    return sum(r.macs or 0 for r in profile.records if r.phase == "optimizer")
+
+
 def model_flops(profile: Profile) -> int:
     """Forward + backward FLOPs without recompute (MFU's numerator)."""
     return profile.total_flops + profile.total_backward_flops - profile.total_recompute_flops
@@ -331,6 +338,7 @@ def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) ->
         (f"  backward FLOPs:    {format_count(profile.total_backward_flops)}  "
          f"(MACs {format_count(profile.total_backward_macs)}; recompute {format_count(profile.total_recompute_flops)})"),
         (f"  optimizer FLOPs:   {format_count(optimizer_flops(profile))}"
+         + (f"  (MACs {format_count(optimizer_macs(profile))})" if optimizer_macs(profile) else "")
          + (f"  ({profile.settings.get('optimizer')})" if profile.settings.get("optimizer") else "")),
         f"  step FLOPs:        {format_count(step_flops(profile))}",
         f"  forward time:      {format_time_ms(profile.total_time_ms)}",
