@@ -1016,10 +1016,8 @@ def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
 def _has_hooks(module: nn.Module) -> bool:
     """Forward or backward hooks on ``module``, or global module hooks: torch.export traces what a
     hook does around the call (outside its signature), so the module cannot run as one node."""
-    from torch.nn.modules import module as nn_module
-
     return bool(module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
-                or module._backward_pre_hooks or nn_module._has_any_global_hook())
+                or module._backward_pre_hooks or nn.modules.module._has_any_global_hook())
 
 
 def _drop_tracepoints(gm: fx.GraphModule) -> None:

@@ -331,7 +331,9 @@ class EagerGraph(NodeMeasurer):
         entry = self._values.get(id(t))
         if entry is not None and entry[0]() is t:
             i, k = entry[1], entry[2]
-            return i if k is None else self._getitem(i, k, t)
+            if k is None:
+                return i
+            return self._getitem(i, k, t) if isinstance(k, int) else self._getitem_at(i, k, t)
         attribute = self._attrs.get(id(t))
         name = attribute
         if name is None:  # a tensor the model holds as a plain attribute, or made outside the call
@@ -345,15 +347,17 @@ class EagerGraph(NodeMeasurer):
         self._values[id(t)] = (weakref.ref(t), found, None)
         return found
 
-    def _getitem(self, i: int, k: int | tuple[int, ...], item: Any) -> int:
-        if type(k) is tuple:  # an item of a tuple inside the output: through a getitem per level
-            path, node = k, i
-            for depth in range(len(path) - 1):
-                node = self._getitem(node, path[depth], _strongly(self._nested[(i, path[:depth + 1])]))
-            i, k = node, path[-1]
-        found = self._getitems.get((i, k))  # type: ignore[arg-type]
+    def _getitem_at(self, i: int, path: tuple[int, ...], item: torch.Tensor) -> int:
+        """Item ``path`` of a tuple inside node ``i``'s tuple output: through a getitem per level."""
+        node = i
+        for depth in range(len(path) - 1):
+            node = self._getitem(node, path[depth], _strongly(self._nested[(i, path[:depth + 1])]))
+        return self._getitem(node, path[-1], item)
+
+    def _getitem(self, i: int, k: int, item: Any) -> int:
+        found = self._getitems.get((i, k))
         if found is None:
-            found = self._getitems[(i, k)] = self._quiet(  # type: ignore[index]
+            found = self._getitems[(i, k)] = self._quiet(
                 "call_function", operator.getitem, self._entries[i][2], (self._refs[i], k), item, "getitem", (i,))
             if isinstance(item, torch.Tensor):
                 self._values[id(item)] = (weakref.ref(item), found, None)
@@ -496,8 +500,9 @@ def _weakly(value: Any) -> Any:
     """``value`` (a tuple or list, nested) with a weak reference in place of each tensor."""
     if isinstance(value, torch.Tensor):
         return weakref.ref(value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_weakly(v) for v in value) if type(value) in (tuple, list) else tuple(map(_weakly, value))
+    if isinstance(value, (tuple, list)):  # (a plain list or tuple: what a getitem reads is all it keeps)
+        items = [_weakly(v) for v in value]
+        return items if type(value) is list else tuple(items)
     return value
 
 
@@ -506,7 +511,8 @@ def _strongly(value: Any) -> Any:
     if isinstance(value, weakref.ref):
         return value()
     if isinstance(value, (tuple, list)):
-        return type(value)(_strongly(v) for v in value)
+        items = [_strongly(v) for v in value]
+        return items if type(value) is list else tuple(items)
     return value
 
 
