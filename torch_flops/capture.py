@@ -382,6 +382,7 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
     parametrized = frozenset(id(m) for p in model.modules() if isinstance(p, ParametrizationList) for m in p.modules())
+    parametrized |= parametrized_holders(model)  # (their formula would not count the parametrization)
     if parametrized:  # traced through first; one fx cannot trace is kept whole (one node, uncounted, as before)
         try:
             return _trace_fx(model, options, parametrized)
@@ -1331,6 +1332,19 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 # Module attribution
 # ---------------------------------------------------------------------------------------------
 
+def parametrized_holders(model: nn.Module) -> frozenset[int]:
+    """The ids of the modules with a parametrized tensor (``torch.nn.utils.parametrize``) of their own
+    or in a submodule, but RNN layers (their fused kernel, called through ``torch._VF``, is
+    invisible to a function mode: one node in every case; their formula reads no tensor): traced
+    through rather than kept whole by their class's formula."""
+    held = {id(m) for m in model.modules()  # (a TorchScript module's table is no dict, and it has none)
+            if isinstance(m._modules, dict) and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)}
+    if not held:
+        return frozenset()
+    return frozenset(id(m) for m in model.modules() if not isinstance(m, nn.RNNBase)
+                     and any(id(sub) in held for sub in m.modules()))
+
+
 def _root_kept_whole(root: nn.Module) -> bool:
     """Whether the model itself is recorded as one node, with the modes off and no hooks on it: a
     model that picks its kernels by what is installed around it, so it runs the kernels it runs
@@ -1381,6 +1395,7 @@ class ModelIndex:
         #: parameter dtype ("bfloat16") -> elements, each parameter once (the model's size by dtype)
         self.param_dtypes: dict[str, int] = {}
         leaves: set[int] = set()
+        through = parametrized_holders(model) if table is not None else frozenset()
         for path, module in model.named_modules():
             check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
             self.modules.append(module)
@@ -1404,9 +1419,12 @@ class ModelIndex:
             # a module whose parameters are DTensors (tensor parallel, FSDP2) is recorded through
             # its ops: they see each shard (local work) and the logical tensor (global work), and
             # the collectives between them
+            # so is a module with a parametrized tensor (torch.nn.utils.parametrize), its own or a
+            # submodule's: the parametrization's work is the forward's, and a formula reading the
+            # tensor would run it once more (unless asked for as a leaf by name, path or class)
             sharded = any(type(t).__name__ == "DTensor" for t in module._parameters.values() if t is not None)
-            if not sharded and (table.resolve_module(type(module)) is not None or isinstance(module, leaf_types)
-                                or path in paths or type(module).__name__ in names):
+            if not sharded and ((id(module) not in through and table.resolve_module(type(module)) is not None)
+                                or isinstance(module, leaf_types) or path in paths or type(module).__name__ in names):
                 leaves.add(id(module))
                 self.leaf_classes[path] = type(module)
         self.leaves = frozenset(leaves)  #: ids of the modules recorded as one node each

@@ -25,7 +25,9 @@ __all__ = [
     "einsum_macs",
     "first_output",
     "float_numel",
+    "has_tensor",
     "is_float",
+    "is_parametrized",
     "matmul_macs",
     "numel",
     "prod",
@@ -58,6 +60,23 @@ def arg(args: Sequence[Any], kwargs: dict[str, Any], index: int, name: str, defa
     if len(args) > index:
         return args[index]
     return kwargs.get(name, default)
+
+
+def has_tensor(module: Any, name: str) -> bool:
+    """Whether ``module`` has a tensor ``name`` (an affine weight, a bias), read without computing it:
+    a parametrized one (``torch.nn.utils.parametrize``) is computed by its parametrization on every
+    read, which may draw random numbers or update buffers (``spectral_norm``'s power iteration),
+    so its presence is taken from the parametrization itself."""
+    parametrizations = getattr(module, "__dict__", {}).get("_modules", {}).get("parametrizations")
+    if parametrizations is not None and name in parametrizations:
+        return True
+    return getattr(module, name, None) is not None
+
+
+def is_parametrized(module: Any, name: str) -> bool:
+    """Whether ``module.<name>`` is computed by a parametrization on every read."""
+    parametrizations = getattr(module, "__dict__", {}).get("_modules", {}).get("parametrizations")
+    return parametrizations is not None and name in parametrizations
 
 
 def as_tuple(value: Any, n: int) -> tuple[int, ...]:

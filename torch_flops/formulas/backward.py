@@ -307,6 +307,15 @@ def native_group_norm_backward_flops(module: Any, out: Any, grad_out: Any, x: An
     return _norm_backward(x, weight, _mask(arg(args, kwargs, 4, "output_mask"), 3))
 
 
+@register(*aten_ops("_weight_norm_interface_backward"))
+def weight_norm_backward_flops(module: Any, out: Any, grad_w: Any, v: Any, g: Any, *args: Any,
+                               **kwargs: Any) -> int:
+    # (grad_w, saved_v, saved_g, saved_norms, dim) -> (grad_v, grad_g), w = v * g / n per slice:
+    # grad_g = sum(grad_w * v) / n: numel(v) multiplies + numel(v) adds + numel(g) divides;
+    # grad_v = (g / n) * (grad_w - v * (grad_g / n)): 2*numel(g) divides + 3*numel(v) (mul, sub, mul)
+    return 5 * numel(v) + 3 * numel(g)
+
+
 @register(*aten_ops("native_batch_norm_backward", "batch_norm_backward"))
 def native_batch_norm_backward_flops(module: Any, out: Any, grad_out: Any, x: Any, weight: Any = None,
                                      *args: Any, **kwargs: Any) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch_flops.formulas import Count, aten_ops, functions, modules, register
-from torch_flops.formulas._shapes import COMPLEX_ADD, COMPLEX_MAC, arg, conv_macs, numel
+from torch_flops.formulas._shapes import COMPLEX_ADD, COMPLEX_MAC, arg, conv_macs, has_tensor, is_parametrized, numel
 
 __all__ = ["conv_flops", "conv_module_flops", "conv_transpose_flops", "convolution_flops"]
 
@@ -27,8 +27,16 @@ def _conv(out: Any, x: Any, weight_shape: Any, has_bias: bool, transposed: bool)
                    "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d",
                    "LazyConvTranspose3d"))
 def conv_module_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> Count:
-    # the weight, bias and direction come from the module
-    return _conv(out, x, module.weight.shape, module.bias is not None, bool(module.transposed))
+    # the weight, bias and direction come from the module; a parametrized weight's shape from its
+    # configuration, (C_out, C_in/groups, *kernel) or transposed (C_in, C_out/groups, *kernel):
+    # reading it would run its parametrization once more than the call did (see has_tensor)
+    transposed = bool(module.transposed)
+    if is_parametrized(module, "weight"):
+        c_in, c_out, groups = module.in_channels, module.out_channels, module.groups
+        weight_shape = ((c_in, c_out // groups) if transposed else (c_out, c_in // groups)) + tuple(module.kernel_size)
+    else:
+        weight_shape = module.weight.shape
+    return _conv(out, x, weight_shape, has_tensor(module, "bias"), transposed)
 
 
 @register(*functions("conv1d", "conv2d", "conv3d"), *aten_ops("conv1d", "conv2d", "conv3d"))

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch_flops.formulas import aten_ops, functions
-from torch_flops.formulas._shapes import arg, first_output, numel
+from torch_flops.formulas._shapes import arg, first_output, has_tensor, numel
 
 __all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "SPLIT_MODULES", "op_targets", "snake"]
 
@@ -57,7 +57,7 @@ def batch_norm_fvcore(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) 
     # the module (its affine weight; training, or no running statistics), or F.batch_norm(input,
     # running_mean, running_var, weight, bias, training)
     if module is not None:
-        return _norm(module.weight is not None, x, module.training or not module.track_running_stats)
+        return _norm(has_tensor(module, "weight"), x, module.training or not module.track_running_stats)
     return _norm(arg(args, kwargs, 2, "weight") is not None, x, bool(arg(args, kwargs, 4, "training", False)))
 
 
@@ -70,7 +70,7 @@ def group_layer_norm_fvcore(module: Any, out: Any, x: Any, *args: Any, **kwargs:
     # 4 per input element, 5 with an affine weight; F.group_norm(input, num_groups, weight, bias),
     # F.layer_norm(input, normalized_shape, weight, bias)
     if module is not None:
-        return _norm(getattr(module, "weight", None) is not None, x)
+        return _norm(has_tensor(module, "weight"), x)
     return _norm(arg(args, kwargs, 1, "weight") is not None, x)
 
 
@@ -78,7 +78,7 @@ def instance_norm_fvcore(module: Any, out: Any, x: Any, *args: Any, **kwargs: An
     # 4 per input element, 5 with an affine weight: the module, or F.instance_norm(input,
     # running_mean, running_var, weight, bias, ...)
     if module is not None:
-        return _norm(module.weight is not None, x)
+        return _norm(has_tensor(module, "weight"), x)
     return _norm(arg(args, kwargs, 2, "weight") is not None, x)
 
 

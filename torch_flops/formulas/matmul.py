@@ -22,6 +22,7 @@ from torch_flops.formulas._shapes import (
     einsum_macs,
     first_output,
     float_numel,
+    has_tensor,
     is_float,
     matmul_macs,
     numel,
@@ -73,7 +74,7 @@ def bilinear_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | 
     # (FlopCounterMode counts aten._trilinear as 0; we count the real work.)
     # F.bilinear(input1, input2, weight, bias) with weight (out, in1, in2)
     if module is not None:
-        in1, in2, has_bias = module.in1_features, module.in2_features, module.bias is not None
+        in1, in2, has_bias = module.in1_features, module.in2_features, has_tensor(module, "bias")
     else:
         weight = arg(args, kwargs, 2, "weight")
         in1, in2, has_bias = weight.shape[1], weight.shape[2], arg(args, kwargs, 3, "bias") is not None

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch_flops.formulas import aten_ops, functions, modules, register
-from torch_flops.formulas._shapes import arg, is_float, numel
+from torch_flops.formulas._shapes import arg, has_tensor, is_float, numel
 
 __all__: list[str] = []
 
@@ -69,7 +69,7 @@ def _stats(batch_stats: bool) -> int:
 def layer_group_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 5 per element (mean add, sub, square, var add, mul rstd) + 1 weight + 1 bias when affine
     if module is not None:
-        weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+        weight, bias = has_tensor(module, "weight") or None, has_tensor(module, "bias") or None
     else:
         weight, bias = arg(args, kwargs, 2, "weight"), arg(args, kwargs, 3, "bias")
     return _norm_flops(_input(args, kwargs), _INPUT_STATS, weight, bias)
@@ -99,7 +99,7 @@ def native_group_norm_flops(module: Any, out: Any, x: Any, weight: Any = None, b
                    "LazyInstanceNorm2d", "LazyInstanceNorm3d"))
 def batch_instance_norm_module_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     return _norm_flops(_input(args, kwargs), _stats(_uses_input_stats(module)),
-                       getattr(module, "weight", None), getattr(module, "bias", None))
+                       has_tensor(module, "weight") or None, has_tensor(module, "bias") or None)
 
 
 @register(F.batch_norm)
@@ -149,13 +149,28 @@ def aten_instance_norm_flops(module: Any, out: Any, x: Any, weight: Any = None, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Weight normalisation (Salimans & Kingma 2016; torch.nn.utils.parametrizations.weight_norm):
+# torch._weight_norm(v, g, dim) = v * (g / ||v||), one norm per slice along ``dim`` (g's elements)
+# ---------------------------------------------------------------------------------------------
+
+@register(*functions("_weight_norm"), *aten_ops("_weight_norm", "_weight_norm_interface"))
+def weight_norm_flops(module: Any, out: Any, v: Any, g: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # each norm: a square and an add per element of its slice, a sqrt per slice (numel(v) squares,
+    # numel(v) - numel(g) adds, numel(g) sqrts: 2*numel(v)); then g / norm per slice (numel(g)) and
+    # one multiply per element (numel(v)): 3*numel(v) + numel(g). FlopCounterMode counts 0.
+    if not is_float(v):
+        return (0, 0)
+    return (3 * numel(v) + numel(g), 0)
+
+
+# ---------------------------------------------------------------------------------------------
 # RMSNorm: F./torch./aten.rms_norm(input, normalized_shape, weight, eps)
 # ---------------------------------------------------------------------------------------------
 
 @register(*modules("RMSNorm"), *functions("rms_norm"), *aten_ops("rms_norm"))
 def rms_norm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # 3 per element (square, mean add, mul rstd) + 1 weight when elementwise_affine / given
-    weight = getattr(module, "weight", None) if module is not None else arg(args, kwargs, 2, "weight")
+    weight = (has_tensor(module, "weight") or None) if module is not None else arg(args, kwargs, 2, "weight")
     return _norm_flops(_input(args, kwargs), _RMS, weight)
 
 
