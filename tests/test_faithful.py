@@ -958,3 +958,97 @@ def test_extra_runs_keep_versions_nan_sparse_buffers_and_subclass_data_as_one_ca
         given.scale = 2
         TorchFLOPsByFX(layer, warmup=1, repeat=2).propagate(given)
     assert calls == [("Scaled", 2)] * 3 + [("Tensor", 2)] * 3
+
+
+# ----------------------------------------------------------------------------- what the extra runs put back
+
+
+class _ChangesItsStructure(nn.Module):
+    """A forward that switches itself to eval, flips a parameter's requires_grad, deletes a child
+    the first time, adds one, registers a parameter and appends to a plain list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aux = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 2)
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "aux"):
+            x = self.aux(x)
+            del self.aux
+        if not hasattr(self, "extra"):
+            self.extra = nn.Linear(4, 4)  # (its weights drawn from the global generator)
+        if "scale" not in self._parameters:
+            self.register_parameter("scale", nn.Parameter(torch.rand(1)))
+        self.out.weight.requires_grad_(not self.out.weight.requires_grad)
+        self.seen.append(len(self.seen))
+        self.eval()
+        return self.out(self.extra(x)) * self.scale
+
+
+@pytest.mark.parametrize(("warmup", "repeat"), [(0, 1), (1, 1), (0, 2), (2, 3)])
+def test_extra_runs_put_back_structure_flags_and_containers(warmup: int, repeat: int) -> None:
+    torch.manual_seed(0)
+    model = _ChangesItsStructure().train()
+    x = torch.randn(3, 4)
+    twin = copy.deepcopy(model)
+    torch.manual_seed(1)
+    expected = twin(x)
+    rng = torch.get_rng_state()
+    torch.manual_seed(1)
+    out = TorchFLOPsByFX(model, warmup=warmup, repeat=repeat).propagate(x)
+    assert torch.equal(out, expected)  # the real call took the first call's branch, drew the same weights
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert not hasattr(model, "aux") and isinstance(model.extra, nn.Linear)
+    assert torch.equal(model.extra.weight, twin.extra.weight) and torch.equal(model.scale, twin.scale)
+    assert model.seen == twin.seen == [0]
+    assert model.out.weight.requires_grad is twin.out.weight.requires_grad is False
+    # the forward's own self.eval() stays, as after the eager call (it was undone after every call)
+    assert [m.training for m in model.modules()] == [m.training for m in twin.modules()] == [False, False, False]
+
+
+@pytest.mark.parametrize("how", ["data.add_", "data ="])
+def test_a_parameter_written_through_data_in_forward(how: str) -> None:
+    class WritesData(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if how == "data.add_":
+                self.lin.weight.data.add_(1.0)  # (moves no version counter)
+            else:
+                self.lin.weight.data = self.lin.weight.data + 1.0
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    model, x = WritesData(), torch.randn(2, 4)
+    before = model.lin.weight.detach().clone()
+    if how == "data.add_":  # cannot be undone without a copy of every weight: refused, as a write under no_grad
+        with pytest.raises(ValueError, match="updates its parameter 'lin.weight' in forward"):
+            TorchFLOPsByFX(model, warmup=1).propagate(x)
+    else:  # a rebound .data is put back (its old data held): one call's +1
+        TorchFLOPsByFX(model, warmup=1, repeat=2).propagate(x)
+        assert torch.equal(model.lin.weight, before + 1.0)
+
+
+def test_a_torchscript_submodule_with_extra_runs() -> None:
+    class WithScript(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+            self.b = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    model, x = WithScript(), torch.randn(3, 8)
+    expected = model(x)
+    with FlopCounterMode(display=False) as reference:
+        model(x)
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=2)
+    assert torch.equal(counter.propagate(x), expected)
+    # the scripted part counted through its aten ops: 2*3*8*8 + 2*3*8*4 = 576
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 576

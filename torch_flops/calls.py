@@ -168,7 +168,8 @@ class EagerFront:
         runner.restore_grads = self.shadow
         self.needs_values = False
         try:
-            with TRACE_GATE.running(), training_flags_restored(index.modules), gc_paused():  # no trace meanwhile
+            # (the training flags the real call leaves stay: an extra run's are put back by ExtraRuns)
+            with TRACE_GATE.running(), gc_paused():  # no trace meanwhile
                 output, measurements = run_repeated(runner, (args, kwargs), warmup=s.warmup, repeat=s.repeat,
                                                     device=device,
                                                     extra_runs=lambda: ExtraRuns(index.tensors, modules=index.modules),

@@ -135,7 +135,10 @@ class ModelSnapshot:
         by_id = self._by_id
         for path, m in modules:
             if id(m) not in by_id:
-                tables = tuple([_store(m, kind) for kind in self._tables])
+                # (a TorchScript module's tables are TorchScript's, fixed by its compilation, and no
+                # dicts: none is held, nothing of it changes)
+                tables = tuple([{} if isinstance(m, torch.jit.ScriptModule) else _store(m, kind)
+                                for kind in self._tables])
                 record = _Module(path, m, tables, tuple([dict(table) for table in tables]))
                 self._modules.append(record)
                 by_id[id(m)] = record

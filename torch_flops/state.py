@@ -108,9 +108,12 @@ class LeafGrads:
                 leaf.grad = grad
 
 
-#: what an extra run's :meth:`ExtraRuns.undo` puts back by object: buffers and plain attributes rebound
-#: (``self.calls += 1``, ``self.h = torch.cat(...)``) and training flags switched
-_UNDONE = (StateKind.BUFFER, StateKind.ATTRIBUTE, StateKind.TRAINING)
+#: what an extra run's :meth:`ExtraRuns.undo` puts back by object: parameters, buffers and submodules
+#: registered, replaced or deleted, plain attributes rebound (``self.calls += 1``, ``self.h =
+#: torch.cat(...)``), training flags switched, plain containers changed in place (``self.seen.append(x)``),
+#: ``requires_grad`` flipped and ``.data`` rebound (the data kept as an alias: no copy)
+_UNDONE = (StateKind.PARAMETER, StateKind.BUFFER, StateKind.SUBMODULE, StateKind.ATTRIBUTE, StateKind.TRAINING,
+           StateKind.CONTAINER, StateKind.REQUIRES_GRAD, StateKind.DATA)
 
 
 class ExtraRuns:
@@ -125,7 +128,7 @@ class ExtraRuns:
         (``self.calls += 1``, a buffer replaced by ``self.h = torch.cat(...)``): put back too."""
         modules = list(modules)
         self._state = ModelSnapshot((("", m) for m in [*modules, *(m for graph in graphs for m in graph.modules())]),
-                                    _UNDONE)
+                                    _UNDONE, keep_data=True)
         buffers: dict[int, tuple[str, torch.Tensor]] = {}
         params: dict[int, tuple[str, torch.Tensor]] = {}
         for name, t, is_param in tensors:
@@ -152,6 +155,8 @@ class ExtraRuns:
             self._buffers = [(name, b, b.clone(), _version(b)) for name, b in buffers.values()
                              if b.device.type != "meta"]
         self._versions = [(name, p, p._version) for name, p in params.values()]
+        #: each parameter's sum, per device: a write through ``.data`` (``w.data.clamp_(...)``) moves no version
+        self._sums = _Sums([p for _, p in params.values()])
         #: each parameter's ``.grad`` (the object, and a copy of its values): an extra backward
         #: accumulates into it or sets it
         with torch.no_grad():
@@ -167,8 +172,7 @@ class ExtraRuns:
     def undo(self) -> None:
         """Put the buffers, the gradients and the RNG state back; ``ValueError`` when the run
         changed a parameter."""
-        for change in self._state.changes():  # the objects first (a rebound parameter: below), then values
-            change.restore()
+        self._state.restore()  # the objects first (a rebound parameter or .data: below), then values
         with torch.no_grad():
             for _, buffer, saved, version in self._buffers:
                 # changed: its version moved, or its values did (BatchNorm's kernel updates its running
@@ -189,11 +193,50 @@ class ExtraRuns:
         np.random.set_state(self._np_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
-        for name, param, version in self._versions:
-            if param._version != version:
-                raise ValueError(
-                    f"the model updates its parameter {name!r} in forward, which an extra run cannot undo: "
-                    "profile it with warmup=0 and repeat=1 (one call, as eager)")
+        changed = next((name for name, param, version in self._versions if param._version != version), None)
+        if changed is None:
+            changed = self._sums.changed()
+            changed = None if changed is None else self._versions[changed][0]
+        if changed is not None:
+            raise ValueError(
+                f"the model updates its parameter {changed!r} in forward, which an extra run cannot undo: "
+                "profile it with warmup=0 and repeat=1 (one call, as eager)")
+
+
+class _Sums:
+    """The sum of each parameter's values, to tell a write that moves no version counter (through
+    ``.data``: ``w.data.clamp_(...)``) after a run: one reduction per parameter, read once per device.
+    Plain strided tensors with values only (not meta, not a subclass such as a DTensor, whose
+    reduction would communicate)."""
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self._params = params
+        self._before = self._take()
+
+    def _take(self) -> dict[torch.device, tuple[list[int], torch.Tensor]]:
+        by_device: dict[torch.device, tuple[list[int], list[torch.Tensor]]] = {}
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                if type(p) not in (torch.Tensor, nn.Parameter) or p.layout != torch.strided or p.is_meta \
+                        or p.is_quantized:
+                    continue
+                if p.is_complex():
+                    total = torch.view_as_real(p.sum(dtype=torch.complex128))
+                else:
+                    total = p.sum(dtype=torch.float64).reshape(1)
+                positions, sums = by_device.setdefault(p.device, ([], []))
+                positions.extend([i] * total.numel())
+                sums.append(total)
+        return {device: (positions, torch.cat(sums)) for device, (positions, sums) in by_device.items()}
+
+    def changed(self) -> int | None:
+        """The position of a parameter whose values changed since, or None."""
+        for device, (positions, now) in self._take().items():
+            before = self._before[device][1]
+            differ = ~((now == before) | (now.isnan() & before.isnan()))
+            if bool(differ.any()):
+                return positions[int(differ.nonzero()[0, 0])]
+        return None
 
 
 def _version(t: torch.Tensor) -> int | None:
