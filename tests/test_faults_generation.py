@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import get_model_profile, profile_generate, sweep_generation
 from torch_flops.session import installed
@@ -121,3 +122,82 @@ def test_sweep_leaves_the_models_training_flags(hf: Any) -> None:
     with pytest.raises(KeyError):
         sweep_generation(model, [1], [4], [2], hardware="h100-sxm")
     assert [m.training for m in model.modules()] == flags
+
+
+def test_what_sees_every_model_call_sees_the_generation_once(hf: Any) -> None:
+    # a global forward hook, a mode of the user's around the call, a custom_generate, a cache under
+    # cache_params=: no default second (baseline) run, which each would see again
+    model = tiny_llama(hf)
+    seen: list[int] = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, a, o: seen.append(1) if m is model else None)
+    try:
+        gp = profile_generate(model, ids(), **GREEDY)
+    finally:
+        handle.remove()
+    assert len(seen) == 3 and gp.baseline is None  # one prefill + 2 decode calls, once
+    with FlopCounterMode(display=False) as reference:
+        model.generate(ids(), **GREEDY)
+    with FlopCounterMode(display=False) as around:
+        gp = profile_generate(model, ids(), **GREEDY)
+    assert around.get_total_flops() == reference.get_total_flops() and gp.baseline is None
+    calls: list[int] = []
+
+    def my_generate(model: nn.Module, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        return model.generate(input_ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+
+    assert profile_generate(model, ids(), custom_generate=my_generate).baseline is None and calls == [1]
+    cache = hf.DynamicCache(config=model.config)
+    gp = profile_generate(model, ids(), cache_params=cache, **GREEDY)
+    assert gp.baseline is None and cache.get_seq_length() == 5 + 3 - 1  # prompt + the tokens fed after it
+
+
+def test_the_baseline_run_leaves_the_models_state_as_the_profiled_run(hf: Any) -> None:
+    class CountsTokens(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(16, 8)
+            self.head = nn.Linear(8, 16)
+            self.register_buffer("tokens_seen", torch.zeros((), dtype=torch.long))
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            self.tokens_seen += input_ids.shape[-1]
+            return self.head(self.emb(input_ids))
+
+        def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+            for _ in range(max_new_tokens):  # no cache: the whole sequence each call
+                token = self(input_ids)[:, -1].argmax(-1, keepdim=True)
+                input_ids = torch.cat([input_ids, token], dim=-1)
+            return input_ids
+
+    torch.manual_seed(0)
+    model, prompt = CountsTokens(), torch.randint(0, 16, (1, 4))
+    gp = profile_generate(model, prompt, max_new_tokens=3)
+    assert gp.baseline is not None  # (the default second run, timed without the profiler)
+    assert int(model.tokens_seen) == 4 + 5 + 6  # one generation's calls: 4, 5 and 6 tokens
+
+
+def test_an_encoder_decoders_new_tokens_are_the_decoders(hf: Any) -> None:
+    config = hf.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = hf.T5ForConditionalGeneration(config).eval()
+    for n in (4, 3):  # the sequences: the decoder's start token + n new ones
+        gp = profile_generate(model, ids(2, 5) % 100, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert gp.output.shape == (2, n + 1) and gp.new_tokens == n and len(gp.steps) == n
+        assert gp.tokens_per_s is not None and gp.tokens_per_s > 0
+
+
+def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any) -> None:
+    config = hf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, vocab_size=128, sliding_window=4, attn_implementation="eager",
+                              pad_token_id=0)
+    torch.manual_seed(0)
+    model = hf.MistralForCausalLM(config).eval()
+    gp = profile_generate(model, ids(1, 5), max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    # each layer keeps sliding_window - 1 = 3 tokens once full, whatever the context: the formula over the
+    # context (2 x layers x KV heads x head dim x tokens x batch x 4 B) does not describe it, nor one figure per token
+    assert all(s.sliding_window == 4 for s in gp.kv_cache)
+    assert gp.kv_cache_matches_formula is None and all(r.kv_cache_formula_bytes is None for r in gp.steps)
+    assert gp.kv_bytes_per_token is None and gp.predict("h100-sxm").kv_cache_bytes is None

@@ -60,6 +60,7 @@ from torch_flops.formulas import FormulaTable
 from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
 from torch_flops.kvcache import (
+    CACHE_NAMES,
     KVCacheState,
     StackedState,
     cache_layers,
@@ -73,6 +74,7 @@ from torch_flops.measure import Timer, functions_off, input_device, make_memory_
 from torch_flops.records import NodeRecord, Profile
 from torch_flops.roofline import roofline
 from torch_flops.session import Recording, Step, Steps
+from torch_flops.state import ExtraRuns
 
 __all__ = ["GenerationPrediction", "GenerationProfile", "GenerationStep", "GenerationTiming", "context_lengths",
            "max_batch", "profile_generate", "profile_generation_call", "profile_one_call", "tokens_in",
@@ -315,10 +317,10 @@ class GenerationProfile:
     @property
     def kv_bytes_per_token(self) -> float | None:
         """KV-cache bytes per token of context per sequence, from the cache after the last step
-        (a preallocating cache: per slot of its length)."""
+        (a preallocating cache: per slot of its length); None for a cache with sliding-window layers."""
         states = [s for s in self.kv_cache if s is not None and s.tokens]
-        if not states:
-            return None
+        if not states or any(s.sliding_window is not None for s in states):
+            return None  # (a sliding window's layers keep their window of tokens only: no one figure per token)
         first, last = states[0], states[-1]
         if last.tokens > first.tokens and last.total_bytes > first.total_bytes:  # type: ignore[operator]
             # what a token adds (an encoder-decoder's cross-attention cache is fixed: not per token)
@@ -861,13 +863,18 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             kwargs["max_new_tokens"] = max_new_tokens
         call = functools.partial(generate, input_ids, **kwargs) if input_ids is not None else \
             functools.partial(generate, **kwargs)
-        shared = [name for name in ("cache", "past_key_values", "streamer", "logits_processor", "stopping_criteria",
-                                    "prefix_allowed_tokens_fn", "assistant_model") if kwargs.get(name) is not None]
+        # objects of the user's that a baseline would run through a second time: a cache, a streamer,
+        # processors and criteria, an assistant, a custom_generate, any callable
+        shared = [name for name, value in kwargs.items()
+                  if value is not None and (name in (*CACHE_NAMES, "streamer", "logits_processor", "stopping_criteria",
+                                                     "prefix_allowed_tokens_fn", "assistant_model", "custom_generate")
+                                            or (callable(value) and not isinstance(value, torch.Tensor)))]
         if baseline and shared:
             raise ValueError(f"baseline=True would run generate() twice on your {' and '.join(shared)}: pass "
                              "baseline=False (the times are then the profiled run's)")
-        # (forward hooks of the user's on the model would see a baseline's calls too: none by default then)
-        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+        # (forward hooks of the user's, on the model or global, and the user's torch function or dispatch
+        # modes around the call would see a baseline's calls too: none by default then)
+        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()) or _user_watches()
         run_baseline = (not shared and not hooked) if baseline is None else baseline
     device = input_device(((input_ids,), generate_kwargs), model)
     run_baseline = run_baseline and device.type != "meta"
@@ -881,6 +888,15 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             f"({type(assistant).__name__}) drafting calls are not in them (profile it on its own), and each step's "
             "context counts the candidate tokens it was fed, which the cache drops after it where they are rejected")))
     return profile
+
+
+def _user_watches() -> bool:
+    """Whether something of the user's sees every call of every model now: a global module hook
+    (``register_module_forward_hook``), a torch function or dispatch mode (a ``FlopCounterMode``)."""
+    from torch.nn.modules import module as module_globals
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    return bool(module_globals._global_forward_hooks or module_globals._global_forward_pre_hooks
+                or torch.overrides._get_current_function_mode_stack() or _get_current_dispatch_mode_stack())
 
 
 def profile_generation_call(model: nn.Module, call: Callable[[], Any], *, kv_cache: Callable[[], Any] | None = None,
@@ -901,6 +917,9 @@ def _profile(model: nn.Module, call: Callable[[], Any], device: torch.device, *,
     base_timing, matches = None, None
     if before is not None:
         after = _RandomState()
+        # what the second run changes in the model (a buffer it updates, an attribute, a gradient) is
+        # put back as the profiled run left it, as is the random state
+        undo = ExtraRuns(session.index.tensors, modules=session.index.modules)
         before.restore()
         log = _CallLog(model, device)
         log.install()
@@ -910,6 +929,11 @@ def _profile(model: nn.Module, call: Callable[[], Any], device: torch.device, *,
             t_end = time.perf_counter()
         finally:
             log.remove()
+            try:
+                undo.undo()
+            except ValueError as e:
+                raise ValueError(f"{e}; here: the model changed its parameters in the unprofiled second run of "
+                                 "the generation (baseline), which cannot be undone: pass baseline=False") from None
             after.restore()
         base_timing = log.timing(t0, t_end, profiled=False)
         matches = _same_output(output, base_output)
@@ -960,8 +984,10 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         state = kv_states[i]
         formula = None
         held = state.max_length if state is not None and state.max_length is not None else contexts[i]
-        # (an encoder-decoder's cache also holds the cross-attention's keys, which the formula leaves out)
-        if state is not None and not state.recurrent_layers and dtype is not None and batch is not None \
+        # (an encoder-decoder's cache also holds the cross-attention's keys, which the formula leaves out; a
+        # sliding-window layer keeps its window of tokens only)
+        if state is not None and not state.recurrent_layers and state.sliding_window is None and dtype is not None \
+                and batch is not None \
                 and held is not None and not getattr(config, "is_encoder_decoder", False):
             formula = kv_cache_formula_bytes(config, held, batch, dtype)
         activation = profile.max_memory
@@ -977,8 +1003,12 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
             latency_ms=timing.latency_ms[i] if timing is not None and i < len(timing.latency_ms) else None,
             node_time_ms=profile.total_time_ms, activation_bytes=activation))
     sequences = _sequences(output)
-    if sequences is not None and input_length is not None and sequences.dim() == 2:
-        new_tokens = int(sequences.shape[1]) - input_length
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    # the prompt the sequences start with: the input ids; an encoder-decoder's sequences are the
+    # decoder's, which start with the decoder prompt its first call was fed (the start token)
+    prompt = inputs[0][1] if encoder_decoder else input_length
+    if sequences is not None and prompt is not None and input_length is not None and sequences.dim() == 2:
+        new_tokens = int(sequences.shape[1]) - prompt
         n_sequences = int(sequences.shape[0])
     else:
         new_tokens = max_new_tokens if max_new_tokens is not None else len(steps)
@@ -988,5 +1018,5 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         timing=timing, baseline=base_timing, baseline_matches=matches, new_tokens=new_tokens, sequences=n_sequences,
         weights_bytes=weights_bytes(model), model_name=type(model).__name__, device=str(device),
         dtype=None if dtype is None else str(dtype).removeprefix("torch."), kv_shape=kv_shape, notes=tuple(notes),
-        input_length=None if getattr(config, "is_encoder_decoder", False) else input_length)
+        input_length=None if encoder_decoder else input_length)
 

@@ -70,6 +70,8 @@ class KVCacheState:
     #: tokens per sequence the cache has been filled with, as it counts them itself (transformers'
     #: ``get_seq_length()``: a StaticCache's used length, not ``max_length``), else None
     seq_length: int | None = None
+    #: the smallest sliding window of its layers (they keep that many tokens at most), else None
+    sliding_window: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -78,7 +80,7 @@ class KVCacheState:
     def as_dict(self) -> dict[str, Any]:
         return {"layer_bytes": list(self.layer_bytes), "kind": self.kind, "tokens": self.tokens,
                 "max_length": self.max_length, "recurrent_layers": self.recurrent_layers,
-                "seq_length": self.seq_length, "total_bytes": self.total_bytes}
+                "seq_length": self.seq_length, "sliding_window": self.sliding_window, "total_bytes": self.total_bytes}
 
 
 def found_cache(holder: Any) -> Any:
@@ -241,10 +243,13 @@ def read_cache(cache: Any) -> KVCacheState:
     own_state = not recurrent and not isinstance(cache, (torch.Tensor, Mapping, Sequence)) \
         and getattr(cache, "layers", None) is None and getattr(cache, "key_cache", None) is None \
         and _recurrent_state(cache) is not None
+    windows = [w for layer in _cache_layer_objects(cache)
+               if isinstance(w := getattr(layer, "sliding_window", None), int) and not isinstance(w, bool) and w > 0]
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
                         tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
-                        recurrent_layers=len(layers) if own_state else recurrent, seq_length=_seq_length(cache))
+                        recurrent_layers=len(layers) if own_state else recurrent, seq_length=_seq_length(cache),
+                        sliding_window=min(windows) if windows else None)
 
 
 def _seq_length(cache: Any) -> int | None:
