@@ -161,6 +161,17 @@ def test_subprocess_bad_argument(runs: dict[str, subprocess.Popen[str]]) -> None
     (["unet", "--chrome-trace", "."], 2, "--chrome-trace: cannot write '.': it is a directory"),
     (["./no/such/model.py"], 1, "no such file: ./no/such/model.py"),
     (["gpt2", "--meta", "--tokens", "1,2048"], 2, "takes at most 1024 (n_positions = 1024)"),
+    (["gpt2", "--meta", "--generate", "2", "--sweep", "prompt=1024", "--hardware", "h100-sxm"], 2,
+     "--sweep prompt=1024 with generated=2 reaches 1026 tokens per sequence, and GPT2 takes at most 1024"),
+    (["gpt2", "--meta", "--generate", "2", "--sweep", "batch=1,,2", "--hardware", "h100-sxm"], 2,
+     "bad --sweep batch '1,,2': expected comma-separated positive integers like 1,8,64"),
+    (["gpt2", "--meta", "--generate", "2", "--sweep", "batch=1,2", "--hardware", "h100-sxm", "--depth", "3"], 2,
+     "--depth does not apply to --sweep"),
+    (["unet", "--compiled", "--loss", "mse"], 2, "--loss does not apply to it"),
+    (["unet", "--compiled", "--optimizer", "adam"], 2, "--optimizer does not apply to it"),
+    (["unet", "--compiled", "--top", "5"], 2, "--top does not apply to it"),
+    (["unet", "--meta", "--format", "json", "--hardware", "h100-sxm", "--roofline"], 2,
+     "--format json --hardware NAME holds the roofline"),
     (["unet", "--model-class", "BertModel"], 2, "--model-class is for a transformers config.json"),
     (["no_such_module_xyz:build", "--input-shape", "1,8"], 1, "cannot import 'no_such_module_xyz'"),
     (["tinynet_cli:missing", "--input-shape", "1,8"], 1, "has no attribute 'missing'"),
@@ -438,3 +449,40 @@ def test_generate_announces_its_output_and_refuses_the_table_format(tmp_path: An
     assert f"torch-flops: wrote {out}" in capsys.readouterr().err and json.loads(out.read_text())["steps"]
     assert main(["llama", "--generate", "2", "--tokens", "1,4", "--format", "table"]) == 2
     assert "--format table does not apply to --generate" in capsys.readouterr().err
+
+
+def test_a_file_is_no_model_and_two_outputs_through_a_link(capsys: pytest.CaptureFixture[str], tiny_module: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tiny_module)
+    code, out, err = run_main(capsys, "tinynet_cli.py", "--input-shape", "2,8")
+    assert code == 2 and out == ""
+    assert "tinynet_cli.py is a file, not a MODEL" in err and "tinynet_cli:factory" in err
+    (tiny_module / "alias.html").symlink_to("report.json")  # --html through a link to --output's file
+    code, _, err = run_main(capsys, "tinynet_cli:build", "--input-shape", "2,8", "--format", "json", "--output",
+                            "report.json", "--html", "alias.html")
+    assert code == 2 and "--output and --html name the same file" in err
+    assert not (tiny_module / "report.json").exists()
+
+
+def test_repeated_sweeps_add_up(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(capsys, "gpt2", "--meta", "--generate", "2", "--sweep", "batch=1,2", "--sweep",
+                            "prompt=4,8", "--hardware", "h100-sxm", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["batch"], r["prompt"]) for r in rows] == [("1", "4"), ("1", "8"), ("2", "4"), ("2", "8")]
+
+
+def test_diff_and_merge_report_a_failed_write_as_bad_input(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    profile = tmp_path / "a.json"
+    code, _, _ = run_main(capsys, "unet", "--meta", "--input-shape", "1,3,16,16", "--format", "json", "--output",
+                          str(profile), "--quiet")
+    assert code == 0
+    (tmp_path / "out.md").symlink_to(tmp_path / "missing" / "out.md")
+    for args in (["diff", str(profile), str(profile), "--fail-on", "flops>+1%"], ["merge", str(profile)]):
+        code, out, err = run_main(capsys, *args, "--output", str(tmp_path / "out.md"))
+        assert code == 2 and "Traceback" not in err and "no such directory" in err, err  # (1 is a crossed gate)
+    not_a_profile = tmp_path / "gen.json"
+    not_a_profile.write_text('{"schema": "torch_flops.generation", "version": 1}')
+    code, _, err = run_main(capsys, "diff", str(profile), str(not_a_profile))
+    assert code == 2 and f"{not_a_profile}: not a torch_flops profile" in err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import json
 import os
 import threading
 import warnings
@@ -1052,3 +1053,90 @@ def test_a_torchscript_submodule_with_extra_runs() -> None:
     assert torch.equal(counter.propagate(x), expected)
     # the scripted part counted through its aten ops: 2*3*8*8 + 2*3*8*4 = 576
     assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 576
+
+
+# ----------------------------------------------------------------------------- where a report is written
+
+
+def test_a_pipe_behind_a_link_is_written_into(tmp_path: Any) -> None:
+    # /dev/stdout piped into another program: a link (/proc/self/fd/1) to a pipe, whose resolved name
+    # ("pipe:[N]") is no path; the pipe is written into, as /dev/null is
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "stdout"
+    link.symlink_to(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    report.write_atomic(link, "through the link\n")
+    reader.join(timeout=10)
+    assert received == [b"through the link\n"] and link.is_symlink()
+    # appending CSV rows to a pipe reads nothing back from it (it would wait for a writer forever)
+    counter = TorchFLOPsByFX(nn.Linear(4, 3))
+    counter.propagate(torch.randn(2, 4))
+    done = threading.Event()
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    writer = threading.Thread(target=lambda: (counter.save_result_to_csv(str(link), mode="a"), done.set()),
+                              daemon=True)
+    reader.start()
+    writer.start()
+    if not done.wait(timeout=20):  # both ends reading: let them go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("appending to a pipe read it back and waited for a writer")
+    reader.join(timeout=10)
+    assert received[1].startswith(b"node,op,target,")
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "trailing slash", "link loop"])
+def test_a_path_that_cannot_be_a_file_is_refused_before_writing(tmp_path: Any, kind: str) -> None:
+    if kind == "dangling link":
+        path = tmp_path / "report.json"
+        path.symlink_to(tmp_path / "missing" / "report.json")
+        match = "no such directory"
+    elif kind == "trailing slash":
+        path = f"{tmp_path / 'report.json'}/"
+        match = "names a directory"
+    else:
+        (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+        (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+        path = tmp_path / "a.json"
+        match = "symbolic links form a loop"
+    with pytest.raises(OSError, match=match):
+        report.check_writable(path)  # (what the command line and get_model_profile check before running)
+    with pytest.raises(OSError, match=match):
+        report.write_atomic(path, "{}")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    if kind == "link loop":
+        assert (tmp_path / "a.json").is_symlink()  # left as it was, not replaced by a file
+
+
+def test_appending_rows_of_other_columns_is_refused(tmp_path: Any) -> None:
+    path = tmp_path / "rows.csv"
+    forward = TorchFLOPsByFX(nn.Linear(4, 3))
+    forward.propagate(torch.randn(2, 4))
+    forward.save_result_to_csv(path)
+    forward.save_result_to_csv(path, mode="a")  # the same columns: appended without a header
+    lines = path.read_text().splitlines()
+    assert sum(line.startswith("node,") for line in lines) == 1 and len(lines) == 1 + 2 * 5
+    with_backward = TorchFLOPsByFX(nn.Linear(4, 3))
+    with_backward.propagate(torch.randn(2, 4), loss_fn=lambda out: out.sum())
+    with pytest.raises(ValueError, match="its header has 17 columns.*these rows 26"):
+        with_backward.save_result_to_csv(path, mode="a")
+    assert path.read_text().splitlines() == lines  # left as it was
+
+
+def test_a_timer_reading_no_time_leaves_the_node_untimed() -> None:
+    class Broken:
+        def tick(self) -> int:
+            return 0
+
+        def finish(self) -> None:
+            pass
+
+        def elapsed_ms(self, start: Any, end: Any) -> float:
+            return float("nan")
+
+    counter = TorchFLOPsByFX(nn.Linear(4, 3), timer=Broken())
+    counter.propagate(torch.randn(2, 4))
+    assert all(r.time_ms is None for r in counter.records)
+    json.loads(counter.to_json(), parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))

@@ -298,11 +298,22 @@ def _merge_main(argv: list[str]) -> int:
         print(f"torch-flops merge: error: {_one_line(CLIError(str(e)))}", file=sys.stderr)
         return 2
     if ns.output is not None:
-        report.write_atomic(ns.output, text + "\n")
-        _wrote(ns.output, False)
+        if not _written("merge", ns.output, text + "\n", False):
+            return 2
     else:
         print(text)
     return 0
+
+
+def _written(tool: str, path: str, text: str, quiet: bool) -> bool:
+    """``text`` written to ``path`` (said on stderr), or the reason it was not (False)."""
+    try:
+        report.write_atomic(path, text)
+    except OSError as e:
+        print(f"torch-flops {tool}: error: --output: {_one_line(CLIError(str(e)))}", file=sys.stderr)
+        return False
+    _wrote(path, quiet)
+    return True
 
 
 _DIFF_FORMATS = ("text", "markdown", "json", "html")
@@ -366,8 +377,8 @@ def _diff_main(argv: list[str]) -> int:
         print(f"torch-flops diff: error: {_one_line(CLIError(str(e)))}", file=sys.stderr)
         return 2
     if ns.output is not None:
-        report.write_atomic(ns.output, text if text.endswith("\n") else text + "\n")
-        _wrote(ns.output, ns.quiet)
+        if not _written("diff", ns.output, text if text.endswith("\n") else text + "\n", ns.quiet):
+            return 2
     else:
         try:
             print(text.rstrip("\n"))
@@ -429,6 +440,8 @@ def _check_combinations(ns: argparse.Namespace) -> None:
         if ns.format == "table":
             raise CLIError("--format table does not apply to --generate: its steps table is in --format tree "
                            "(the default), markdown and csv", 2)
+        if ns.sweep is not None and ns.depth is not None:
+            raise CLIError("--depth does not apply to --sweep, whose points are rows of one table", 2)
         if ns.sweep is not None and ns.convention != "torch_flops":
             raise CLIError("--sweep prices the torch_flops count of every point: leave --convention out", 2)
         if ns.sweep is None and ns.format == "csv" and ns.hardware is not None and not (ns.plot or ns.html):
@@ -448,6 +461,9 @@ def _check_combinations(ns: argparse.Namespace) -> None:
         if ns.format in ("csv", "markdown") and group_by != "module":
             raise CLIError(f"--depth applies to --group-by module with --format {ns.format} (its {group_by} rows "
                            "have no depth)", 2)
+    if ns.roofline and ns.format == "json":
+        raise CLIError("--roofline adds text tables to the text formats; --format json --hardware NAME holds the "
+                       "roofline (a 'roofline' object) without it", 2)
     if ns.top is not None and ns.format in ("json", "csv", "markdown") and not ns.roofline:
         raise CLIError(f"--top lists the top modules of --format tree and table, not --format {ns.format}", 2)
     # (--generate's own rule is above: it prices every format but a run's csv)
@@ -503,7 +519,7 @@ def _run(ns: argparse.Namespace) -> int:
     for i, (option, path) in enumerate(outputs):
         _check_writable(option, path)  # before a profile that may take minutes
         for other, other_path in outputs[:i]:
-            if os.path.abspath(other_path) == os.path.abspath(path):
+            if os.path.realpath(other_path) == os.path.realpath(path):  # (a link to the other file too)
                 raise CLIError(f"{other} and {option} name the same file ({path}): one would overwrite the other", 2)
     if ns.plot is not None:
         _check_matplotlib()
@@ -568,7 +584,8 @@ def _run_compiled(ns: argparse.Namespace) -> int:
         ("--convention", ns.convention != "torch_flops"), ("--chrome-trace", ns.chrome_trace is not None),
         ("--html", ns.html is not None), ("--plot", ns.plot is not None),
         ("--roofline", ns.roofline and ns.hardware is None), ("--generate", ns.generate is not None),
-        ("--sweep", ns.sweep is not None)) if on]
+        ("--sweep", ns.sweep is not None), ("--loss", ns.loss != "sum"), ("--optimizer", ns.optimizer is not None),
+        ("--top", ns.top is not None and ns.hardware is None)) if on]
     if given:
         raise CLIError(f"--compiled prints the eager vs compiled comparison (and, with --hardware NAME, the compiled "
                        f"regions' roofline): {', '.join(given)} does not apply to it", 2)
@@ -671,7 +688,7 @@ def _check_writable(option: str, path: str) -> None:
 
 
 def _parse_dims(text: str, option: str, length: int | None = None) -> tuple[int, ...]:
-    example = "1,128" if length == 2 else "1,3,224,224"
+    example = "1,128" if length == 2 else "1,8,64" if option.startswith("--sweep") else "1,3,224,224"
     parts = [p.strip() for p in text.replace("x", ",").split(",")]
     try:
         dims = tuple(int(p) for p in parts)
@@ -719,6 +736,10 @@ def _build(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tup
         return _build_transformers(spec, device, dtype, input_shape, tokens, model_class, graph_front_end)
     if ":" in spec and os.sep not in spec.partition(":")[0]:
         return _build_import(spec, device, dtype, input_shape, tokens)
+    if os.path.exists(spec):  # a Python file, a checkpoint: not a MODEL this command can build
+        raise CLIError(f"{spec} is a file, not a MODEL: name a zoo model, an import path package.module:factory "
+                       "(a function returning the nn.Module; for a file, its module name on the path: "
+                       f"{os.path.splitext(os.path.basename(spec))[0]}:factory), or a transformers config.json", 2)
     if os.sep in spec or spec.endswith((".py", ".pt", ".pth", ".json")):
         raise CLIError(f"no such file: {spec}")
     close = difflib.get_close_matches(spec, zoo.ZOO, n=1)
@@ -799,15 +820,16 @@ def _build_import(spec: str, device: torch.device, dtype: torch.dtype, input_sha
 _POSITION_LIMITS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_sequence_length", "block_size")
 
 
-def _check_positions(model: nn.Module, seq: int) -> None:
+def _check_positions(model: nn.Module, seq: int, what: str | None = None) -> None:
     """``CLIError`` for more tokens than the model has positions (a learned position table would
-    fail deep inside, or, on meta, count a sequence the model cannot run)."""
+    fail deep inside, or, on meta, count a sequence the model cannot run); ``what`` names the
+    options asking for them."""
     for holder in (getattr(model, "config", None), model):
         for name in _POSITION_LIMITS:
             limit = getattr(holder, name, None)
             if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < seq:
-                raise CLIError(f"--tokens asks for {seq} tokens but {type(model).__name__} takes at most {limit} "
-                               f"({name} = {limit})", 2)
+                asks = f"{what} reaches {seq} tokens per sequence, and" if what else f"--tokens asks for {seq} tokens but"
+                raise CLIError(f"{asks} {type(model).__name__} takes at most {limit} ({name} = {limit})", 2)
 
 
 def _build_transformers(spec: str, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None,
@@ -869,7 +891,7 @@ def _generation_flags(p: argparse.ArgumentParser) -> None:
                      help="profile model.generate() of N new tokens (greedy) from --tokens B,S random prompts: the "
                           "prefill and every decode step, the KV cache, TTFT/TPOT/tokens/s (a transformers causal "
                           "LM); with --hardware, the prediction there")
-    gen.add_argument("--sweep", nargs="+", metavar="KEY=V1,V2",
+    gen.add_argument("--sweep", nargs="+", action="extend", metavar="KEY=V1,V2",
                      help="with --generate N and --meta: a sweep on the meta device over batch=..., prompt=... (and "
                           "generated=..., default N), priced on --hardware; --plot PNG draws it")
 
@@ -913,7 +935,9 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
             raise CLIError("--sweep prices every point on a hardware spec: give --hardware NAME "
                            "(see --list-hardware)", 2)
         axes = _sweep_axes(ns.sweep, tokens, ns.generate)
-        model = _generate_model(ns, device, dtype, (1, max(axes["prompt"])))
+        model = _generate_model(ns, device, dtype, (1, 1))
+        longest = max(axes["prompt"]) + max(axes["generated"])
+        _check_positions(model, longest, f"--sweep prompt={max(axes['prompt'])} with generated={max(axes['generated'])}")
         sweep = sweep_generation(model, axes["batch"], axes["prompt"], axes["generated"], hardware=spec,
                                  inputs=zoo.generation_inputs(model) if isinstance(model, _ZOO_DECODERS) else None)
         text = {"json": lambda: sweep.to_json(), "markdown": sweep.markdown, "csv": lambda: sweep.csv_text().rstrip("\n")
@@ -927,7 +951,7 @@ def _run_generate(ns: argparse.Namespace, device: torch.device, dtype: torch.dty
         raise CLIError("--generate runs the model (sampling reads the logits): drop --meta, or add --sweep", 2)
     batch, prompt = tokens or _DEFAULT_TOKENS
     model = _generate_model(ns, device, dtype, (batch, prompt))
-    _check_positions(model, prompt + ns.generate)
+    _check_positions(model, prompt + ns.generate, f"--tokens {batch},{prompt} with --generate {ns.generate}")
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 2)
     ids = torch.randint(0, vocab, (batch, prompt), generator=torch.Generator().manual_seed(0)).to(device)
     model.eval()

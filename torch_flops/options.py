@@ -8,6 +8,7 @@ records them as its ``settings``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -92,9 +93,29 @@ class Options:
         see :class:`~torch_flops.measure.CudaEventTimer`; a timer of yours is used as it is)."""
         if self.timer is None:
             return make_timer(device, queue_ahead=queued)
-        return self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[operator,return-value]
+        timer = self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[operator]
+        return _Checked(timer)
 
     def settings(self) -> dict[str, Any]:
         """What a profile records of the options it was made with (JSON ``settings``)."""
         return {"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
                 "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name, "tracer": self.tracer}
+
+
+class _Checked:
+    """A timer of the user's, whose readings that are no time (NaN, infinite, negative, not a
+    number) are no reading (None: the node shows untimed), so no table, JSON document or trace
+    carries them."""
+
+    __slots__ = ("_timer", "finish", "tick")
+
+    def __init__(self, timer: Timer) -> None:
+        self._timer = timer
+        self.tick = timer.tick
+        self.finish = timer.finish
+
+    def elapsed_ms(self, start: Any, end: Any) -> float | None:
+        ms = self._timer.elapsed_ms(start, end)
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+            return None
+        return float(ms)

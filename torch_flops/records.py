@@ -757,6 +757,8 @@ class Profile:
             return cls.from_dict(data)
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise ValueError(f"{where}: not a readable torch_flops profile ({type(e).__name__}: {e})") from e
+        except ValueError as e:  # (not a profile's schema: named with the file)
+            raise ValueError(f"{where}: {e}") from e
 
     # ------------------------------------------------------------------ at a REPL, in a notebook
     def __repr__(self) -> str:

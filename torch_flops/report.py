@@ -143,6 +143,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -1387,12 +1388,21 @@ def csv_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = Tru
 
 
 def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode: str = "w") -> None:
-    """The node rows as CSV; ``mode="a"`` appends to an existing file without a second header."""
+    """The node rows as CSV; ``mode="a"`` appends to an existing file without a second header
+    (``ValueError`` when its header names other columns: a profile with a backward has more); a
+    device or a pipe is written into, with the header."""
     existing = ""
-    if mode == "a" and os.path.exists(path):
+    columns = node_columns(records)
+    if mode == "a" and os.path.exists(path) and not write_target(path)[1]:
         with open(path, encoding="utf-8", newline="") as f:
             existing = f.read()
-    text = _csv(node_columns(records), node_rows(records), header=not existing)
+        header = next(csv.reader(io.StringIO(existing)), None) if existing else None
+        names = list(columns)
+        if header is not None and header != names:
+            raise ValueError(f"cannot append to {os.fspath(path)!r}: its header has {len(header)} columns "
+                             f"({', '.join(header[:4])}...), these rows {len(names)} ({', '.join(names[:4])}...): "
+                             "write them to another file, or with mode='w'")
+    text = _csv(columns, node_rows(records), header=not existing)
     if existing and not existing.endswith("\n"):
         existing += "\n"
     write_atomic(path, existing + text)
@@ -1417,27 +1427,51 @@ def _is_special(target: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def write_target(path: str | os.PathLike[str]) -> tuple[str, bool]:
+    """Where writing ``path`` writes, and whether it is written into as it is (a device or a pipe,
+    also through a link: ``/dev/stdout``); a symbolic link to a file is resolved (the file it
+    points to is replaced, the link stays). ``OSError`` naming the cause for an empty path, a
+    path naming a directory (``out.json/``) or a loop of links."""
+    given = os.fspath(path)
+    if not given:
+        raise FileNotFoundError("cannot write '': the path is empty")
+    if _is_special(given):  # (stat follows the links: /dev/stdout -> /proc/self/fd/1 -> a pipe)
+        return given, True
+    target = given
+    if os.path.islink(given):
+        try:
+            os.stat(given)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, f"cannot write {given!r}: its symbolic links form a loop") from None
+        target = os.path.realpath(given)
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"cannot write {given!r}: it is a directory")
+    if given.endswith(("/", os.sep)):
+        raise IsADirectoryError(f"cannot write {given!r}: it names a directory (it ends with {given[-1]!r})")
+    return target, False
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
     """An ``OSError`` naming the cause unless a file can be written at ``path``: its directory
     exists and is writable, and ``path`` is not a directory (checked before long work)."""
-    target = os.fspath(path)
-    if not target:
-        raise FileNotFoundError("cannot write '': the path is empty")
-    directory = os.path.dirname(os.path.abspath(target))
-    if os.path.isdir(target):
-        raise IsADirectoryError(f"cannot write {target!r}: it is a directory")
-    if _is_special(target):  # /dev/null, a pipe: written into where it is, not replaced
+    given = os.fspath(path)
+    target, special = write_target(path)
+    if special:  # /dev/null, a pipe: written into where it is, not replaced
         if not os.access(target, os.W_OK):
-            raise PermissionError(f"cannot write {target!r}: it is not writable")
+            raise PermissionError(f"cannot write {given!r}: it is not writable")
         return
+    directory = os.path.dirname(os.path.abspath(target))
+    if target != given:  # (a link: the messages name it, and where it points)
+        given = f"{given} -> {target}"
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"cannot write {target!r}: no such directory {directory!r}")
+        raise FileNotFoundError(f"cannot write {given!r}: no such directory {directory!r}")
     if not os.access(directory, os.W_OK):
-        raise PermissionError(f"cannot write {target!r}: directory {directory!r} is not writable")
+        raise PermissionError(f"cannot write {given!r}: directory {directory!r} is not writable")
     try:  # what os.access cannot tell (root; /proc, a read-only mount): make the temporary file write_atomic would
         fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise PermissionError(f"cannot write {target!r}: no file can be made in {directory!r} ({e.strerror})") from None
+        raise PermissionError(f"cannot write {given!r}: no file can be made in {directory!r} ({e.strerror})") from None
     os.close(fd)
     os.unlink(probe)
 
@@ -1449,10 +1483,8 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     it is: renaming over it would replace the device or pipe with a file. A symbolic link is
     followed: the file it points to is replaced, the link stays."""
     check_writable(path)
-    target = os.fspath(path)
-    if os.path.islink(target):  # a symbolic link stays one: its target is written (the same, atomically)
-        target = os.path.realpath(target)
-    if _is_special(target):
+    target, special = write_target(path)
+    if special:
         with open(target, "wb") as out:
             out.write(text if isinstance(text, bytes) else text.encode("utf-8"))  # never the locale's encoding
         return
@@ -1518,8 +1550,9 @@ def chrome_trace(profile: Profile) -> dict[str, Any]:
     """The Trace Event Format document described above; ``ValueError`` when no node was timed."""
     timed = [r for r in profile.records if r.time_ms is not None and not is_internal(r)]
     if not timed:
-        raise ValueError(f"a chrome trace needs measured times, and no node was timed on device {profile.device!r} "
-                         "(meta tensors are never timed): profile on cpu or an accelerator")
+        why = "meta tensors are never timed: profile on cpu or an accelerator" if profile.device == "meta" else \
+            "the model ran no op, or the timer gave no time"
+        raise ValueError(f"a chrome trace needs measured times, and no node of this profile was timed ({why})")
     spans: list[tuple[int, int, int, dict[str, Any]]] = []  # (start ns, duration ns, level, event)
     open_modules: list[tuple[str, int]] = []  # (path, start ns)
     position = 0
