@@ -480,7 +480,7 @@ def test_diff_and_merge_report_a_failed_write_as_bad_input(capsys: pytest.Captur
     assert code == 0
     (tmp_path / "out.md").symlink_to(tmp_path / "missing" / "out.md")
     for args in (["diff", str(profile), str(profile), "--fail-on", "flops>+1%"], ["merge", str(profile)]):
-        code, out, err = run_main(capsys, *args, "--output", str(tmp_path / "out.md"))
+        code, _, err = run_main(capsys, *args, "--output", str(tmp_path / "out.md"))
         assert code == 2 and "Traceback" not in err and "no such directory" in err, err  # (1 is a crossed gate)
     not_a_profile = tmp_path / "gen.json"
     not_a_profile.write_text('{"schema": "torch_flops.generation", "version": 1}')

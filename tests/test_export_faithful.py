@@ -433,3 +433,31 @@ def test_an_equal_number_written_back_is_no_change_of_state() -> None:
 
     torch.manual_seed(0)
     _profiled_equals_eager(Scaled(), torch.randn(2, 4))
+
+
+@pytest.mark.parametrize("kind", ["inference_mode", "reentrant checkpoint"])
+def test_an_autograd_state_the_export_graph_does_not_replay_is_refused(kind: str) -> None:
+    # torch.export keeps no inference_mode region (its output required grad, a backward filled the
+    # weight's gradient where eager refuses), nor the gradient of checkpoint(use_reentrant=True), an
+    # autograd.Function run without grad (its output, and the later layer's, required no grad)
+    from torch.utils.checkpoint import checkpoint
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if kind == "inference_mode":
+                with torch.inference_mode():
+                    return self.b(self.a(x))
+            return self.b(checkpoint(self.a, x, use_reentrant=True))
+
+    torch.manual_seed(0)
+    model, x = Model(), torch.randn(3, 8, requires_grad=True)
+    with pytest.raises(TracingError, match="does not replay the forward's autograd state.*tracer='auto'"):
+        TorchFLOPsByFX(model, tracer="export").propagate(x)
+    out = TorchFLOPsByFX(model).propagate(x)  # the default front end runs it as it is
+    expected = model(x)
+    assert torch.equal(out, expected) and out.requires_grad == expected.requires_grad
+    assert out.is_inference() == expected.is_inference() == (kind == "inference_mode")

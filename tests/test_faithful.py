@@ -6,6 +6,7 @@ with an eager twin: output, gradients, inputs, parameters and buffers bit for bi
 
 from __future__ import annotations
 
+import collections
 import copy
 import errno
 import json
@@ -280,6 +281,19 @@ def test_fx_outputs_come_back_in_plain_containers() -> None:
         assert type(out) is dict and type(out["b"]) is list
         out["c"] = 1  # writable, as the model's own output is
         out["b"].append(2)
+
+    Out = collections.namedtuple("Out", "logits extras")
+
+    class Nested(nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return Out(x * 2, ([x + 1], {"d": [x]}))
+
+    for tracer in ("auto", "fx"):
+        out = TorchFLOPsByFX(Nested(), tracer=tracer).propagate(torch.ones(2))  # type: ignore[arg-type]
+        assert type(out) is Out and type(out.extras[0]) is list and type(out.extras[1]) is dict
+        assert type(out.extras[1]["d"]) is list
+        out.extras[0].append(1)
+        out.extras[1]["e"] = 2
 
 
 # ----------------------------------------------------------------------------- signatures

@@ -66,7 +66,7 @@ def test_spectral_norm_buffers_updated_once_per_call_and_step() -> None:
     plain, profiled = copy.deepcopy(model), copy.deepcopy(model)
     plain(x)
     TorchFLOPsByFX(profiled).propagate(x)
-    u = lambda m: m[0].parametrizations.weight[0]._u  # noqa: E731
+    u = lambda m: m[0].parametrizations.weight[0]._u
     assert torch.equal(u(profiled), u(plain))
 
     def loop(m: nn.Module, profile: bool) -> nn.Module:

@@ -312,6 +312,7 @@ class GraphFront:
                 runner, inputs, warmup=s.warmup, repeat=s.repeat, device=device,
                 extra_runs=lambda: ExtraRuns(snapshot.index.tensors, gm, modules=snapshot.index.modules),
                 progress=progress)
+            capture.check_output(output)  # (export: the forward's autograd state, replayed or refused)
             output = _plain_containers(output)
             if sequences is not None:
                 loss = checked_loss(output if loss_fn is None else loss_fn(output), loss_fn is not None)
@@ -492,4 +493,10 @@ def _plain_containers(value: Any) -> Any:
         return [_plain_containers(v) for v in value]
     if type(value) is tuple:
         return tuple(_plain_containers(v) for v in value)
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple: its own type, items plain
+        return type(value)(*(_plain_containers(v) for v in value))
+    if type(value) is list:
+        return [_plain_containers(v) for v in value]
+    if type(value) is dict:
+        return {k: _plain_containers(v) for k, v in value.items()}
     return value

@@ -237,6 +237,29 @@ class Capture:
     #: the model's state the graph depends on (fx, export: see :class:`Snapshot`); None for a
     #: graph of what ran (eager), which is never run again
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+    #: export: (requires_grad, is an inference tensor) of each tensor of the output as the forward made
+    #: it while traced, for :meth:`check_output` (None: not checked)
+    output_flags: tuple[tuple[bool, bool], ...] | None = field(default=None, compare=False, repr=False)
+
+    def check_output(self, output: Any) -> None:
+        """``TracingError`` when the graph's output lost the autograd state the forward gave it while
+        traced (torch.export replays neither an ``inference_mode`` region nor the gradient of an
+        ``autograd.Function`` whose forward runs without grad, e.g. ``checkpoint(use_reentrant=True)``)."""
+        if self.output_flags is None:
+            return
+        flags = tuple(_output_flags(output))
+        if flags == self.output_flags:
+            return
+        traced, ran = next(((a, b) for a, b in zip(self.output_flags, flags) if a != b), (None, None))
+        what = "" if traced is None or ran is None else (
+            f": the forward made an output {'that requires grad' if traced[0] else 'that requires no grad'}"
+            f"{' (an inference tensor)' if traced[1] else ''}, the graph one "
+            f"{'that requires grad' if ran[0] else 'that requires no grad'}{' (an inference tensor)' if ran[1] else ''}")
+        raise TracingError(
+            "the torch.export graph does not replay the forward's autograd state" + what + ". torch.export "
+            "keeps neither a torch.inference_mode() region nor the gradient of an autograd.Function whose "
+            "forward runs without grad (torch.utils.checkpoint with use_reentrant=True). Profile it with the "
+            "default front end (tracer='auto'), which runs the model as it is")
 
     @property
     def graph_module(self) -> fx.GraphModule:
@@ -246,6 +269,11 @@ class Capture:
     def accepts(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         """Whether these inputs can run on the captured graphs without capturing again."""
         return self.signature is None or self.signature == input_signature(args, kwargs)
+
+
+def _output_flags(output: Any) -> list[tuple[bool, bool]]:
+    """(requires_grad, is an inference tensor) of each tensor of ``output``, in pytree order."""
+    return [(t.requires_grad, t.is_inference()) for t in _pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
 
 
 def input_signature(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -866,12 +894,14 @@ class _ExportWrapper(nn.Module):
     """Exports ``model`` with the parts of its output that torch.export cannot flatten (for
     example a transformers ``DynamicCache``) replaced by None, and remembers what was dropped."""
 
-    def __init__(self, model: nn.Module, dropped: list[str], assigned: list[tuple[str, str]] | None = None) -> None:
+    def __init__(self, model: nn.Module, dropped: list[str], assigned: list[tuple[str, str]] | None = None,
+                 flags: list[tuple[tuple[bool, bool], ...]] | None = None) -> None:
         super().__init__()
         setattr(self, _EXPORT_ROOT, model)
         # torch.export restores module attributes after tracing, so the record of what was dropped
         # lives in a list owned by the caller (held in a closure, not as a module attribute).
         self._record_drop = dropped.append
+        self._record_flags = (flags if flags is not None else []).append  #: the output's autograd flags as traced
         self._record_assigned: list[tuple[str, str]] = assigned if assigned is not None else []
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -889,6 +919,7 @@ class _ExportWrapper(nn.Module):
             else:
                 self._record_drop(f"{_pytree.keystr(path) or 'output'} ({type(leaf).__name__})")
                 kept.append(None)
+        self._record_flags(tuple(_output_flags(kept)))
         return _pytree.tree_unflatten(kept, spec)
 
 
@@ -921,7 +952,8 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     not_whole: dict[str, str] = {}  # path -> why the graph traces through it
     dropped: list[str] = []
     assigned: list[tuple[str, str]] = []  # (name, what) the forward changed in the model while traced
-    wrapper = _ExportWrapper(model, dropped, assigned)
+    flags: list[tuple[tuple[bool, bool], ...]] = []  # the output's autograd flags, as the forward made them, per trace
+    wrapper = _ExportWrapper(model, dropped, assigned, flags)
     grad_mode = torch.is_grad_enabled()
     saved = _export_state(model, keep_data=True)
     try:
@@ -1002,7 +1034,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     graph = CapturedGraph(gm, _locations(gm, index.types, prefix=_EXPORT_ROOT), binder)
     return Capture(graphs=(graph,), front_end="export", module_types=index.types, module_params=index.params,
                    dropped_outputs=tuple(dict.fromkeys(dropped)), signature=input_signature(args, kwargs),
-                   snapshot=Snapshot(index))
+                   snapshot=Snapshot(index), output_flags=flags[-1] if flags and not counts_only else None)
 
 
 def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:

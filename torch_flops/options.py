@@ -90,10 +90,11 @@ class Options:
         """The timer of a run on ``device``: the user's (or the one their function makes), else
         device events on accelerators and ``perf_counter_ns`` on CPU; ``queued``: the timer of the
         repeated runs of one profile (a CUDA timer of ours then queues each run after the first,
-        see :class:`~torch_flops.measure.CudaEventTimer`; a timer of yours is used as it is)."""
+        see :class:`~torch_flops.measure.CudaEventTimer`; a timer of yours is used as it is, its
+        readings that are no time left out)."""
         if self.timer is None:
             return make_timer(device, queue_ahead=queued)
-        timer = self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[operator]
+        timer: Timer = self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[assignment,operator]
         return _Checked(timer)
 
     def settings(self) -> dict[str, Any]:

@@ -194,9 +194,8 @@ class ExtraRuns:
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
         changed = next((name for name, param, version in self._versions if param._version != version), None)
-        if changed is None:
-            changed = self._sums.changed()
-            changed = None if changed is None else self._versions[changed][0]
+        if changed is None and (position := self._sums.changed()) is not None:
+            changed = self._versions[position][0]
         if changed is not None:
             raise ValueError(
                 f"the model updates its parameter {changed!r} in forward, which an extra run cannot undo: "
