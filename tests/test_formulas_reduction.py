@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from torch_flops import TorchFLOPsByFX
 from torch_flops.formulas import (
     FUNCTION_FLOPs_MAPPING,
     METHOD_FLOPs_MAPPING,
@@ -91,6 +92,7 @@ FUNCTION_CASES: list[tuple[Any, tuple[Any, ...], dict[str, Any], int]] = [
     (torch.median, (), {}, 24),  # I
     (torch.median, (1,), {}, 24),  # I
     (torch.nanmedian, (), {"dim": 0}, 24),  # I
+    (torch.mode, (), {}, 24),  # I: one pass over the sorted values of each row
     (torch.all, (), {}, 24),  # float input: I compares with 0
     (torch.any, (1,), {}, 24),  # I
     (torch.count_nonzero, (), {}, 24),  # I
@@ -220,6 +222,7 @@ METHOD_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], int]] = [
     ("logsumexp", (0,), {}, 120),  # 96 + 2 x 12
     ("median", (), {}, 24),  # I
     ("nanmedian", (1,), {}, 24),  # I
+    ("mode", (1,), {}, 24),  # I
     ("all", (), {}, 24),  # I
     ("any", (), {"dim": 0}, 24),  # I
     ("count_nonzero", (1,), {}, 24),  # I
@@ -244,8 +247,26 @@ def test_method_meta_matches_cpu() -> None:
 def test_every_registered_key_is_tested() -> None:
     own = "torch_flops.formulas.reduction"
     assert {k for k, f in FUNCTION_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0].__name__ for c in FUNCTION_CASES}
+        == {c[0].__name__ for c in FUNCTION_CASES} | {"bincount"}  # (bincount: its own test, on ids)
     assert {k for k, f in METHOD_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0] for c in METHOD_CASES}
+        == {c[0] for c in METHOD_CASES} | {"bincount"}
     # no nn module is a reduction
     assert not {k for k, f in MODULE_FLOPs_MAPPING.items() if f.__module__ == own}
+
+
+def test_bincount_counts_an_add_per_weight() -> None:
+    ids = torch.tensor([0, 2, 2, 5, 1, 2])
+    weights = torch.randn(6)
+    # out[ids[i]] += weights[i]: 6 float adds; without weights, integer counting: 0
+    assert FUNCTION_FLOPs_MAPPING["bincount"](torch.bincount(ids, weights), ids, weights) == (6, 0)
+    assert FUNCTION_FLOPs_MAPPING["bincount"](torch.bincount(ids), ids) == (0, 0)
+    assert METHOD_FLOPs_MAPPING["bincount"](ids.bincount(weights=weights, minlength=8), ids, weights=weights,
+                                            minlength=8) == (6, 0)
+    counter = TorchFLOPsByFX(_Bincount())
+    counter.propagate(ids, weights)
+    assert counter.profile.total_flops == 6
+
+
+class _Bincount(torch.nn.Module):
+    def forward(self, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return torch.bincount(ids, weights=weights, minlength=4)

@@ -201,6 +201,31 @@ def test_training_step_report_in_chromium(training_step: torch_flops.Profile, br
     assert _png_size(page.screenshot(full_page=False)) == (1280, 900)
 
 
+def test_backward_work_no_node_caused_is_in_the_page(browser: Any, tmp_path: Path) -> None:
+    # two micro-batches, one step: the second backward accumulates into the .grad of the first, work no
+    # forward node caused (in the profile's totals): the backward tab's root row is the profile's total
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_flops.TrainingProfiler(model, opt) as profiler:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    p = profiler.profiles[0]
+    # the accumulation: one add per gradient element, 8*16 + 16 + 16*4 + 4 = 212
+    assert p.backward["unattributed_flops"] == 212
+    assert p.total_backward_flops == sum(r.backward_flops or 0 for r in p.records) + 212
+    page = browser.open(Path(p.to_html(tmp_path / "accumulated.html")).as_uri())
+    root_flops = "document.querySelector('#tree tbody tr td:nth-child(4)').textContent"
+    _click(page, ".phases button[data-view=backward]")
+    assert page.evaluate(root_flops) == report.format_count(p.total_backward_flops)
+    _click(page, ".phases button[data-view=all]")
+    optimizer = sum(r.flops or 0 for r in p.records if r.phase == "optimizer")  # (not in total_flops)
+    assert page.evaluate(root_flops) == report.format_count(p.total_flops + p.total_backward_flops + optimizer)
+    assert optimizer > 0 and page.errors() == []
+
+
 def test_unsupported_nodes_highlighted_and_untimed_columns_hidden(hand_profile: Any, browser: Any,
                                                                   tmp_path: Path) -> None:
     path = html.write_html(hand_profile(timed=False), tmp_path / "meta.html")

@@ -105,6 +105,17 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
                      None if r.output_shape is None else report._shape_text(report._plain_shape(r.output_shape)),
                      r.phase, r.dtype, nbytes, r.backward_flops, r.backward_macs, r.backward_time_ms, r.saved_bytes,
                      r.note, 1 if is_internal(r) else 0, r.graph])
+    backward = profile.backward or {}
+    if backward.get("unattributed_flops") or backward.get("unattributed_time_ms"):
+        # the backward's work no forward node caused (gradients accumulated into an existing .grad, the
+        # seed gradient): in the totals, so a row of the model's own, as the tables' totals count it
+        rows.append([len(profile.records), "backward_unattributed", "backward", targets.setdefault(
+            "gradient accumulation, seed gradient", len(targets)), index.get("", 0), chains.setdefault((), len(chains)),
+            "counted", None, None, None, None, None, None, "forward", None, None,  # (its work: in the backward tab)
+            backward.get("unattributed_flops", 0), backward.get("unattributed_macs", 0),
+            backward.get("unattributed_time_ms"), None,
+            "the backward's work that no forward node caused (gradients accumulated into an existing .grad, "
+            "the seed gradient)", 0, 0])
     summary = report.model_summary(profile)
     model = summary.model
     return {

@@ -83,7 +83,7 @@ _register_reduction("std_mean", 4, 2, function_names=("std_mean",))
 _register_reduction("logsumexp", 4, 2, function_names=("logsumexp", "special_logsumexp"),
                     method_names=("logsumexp",))
 # I: one comparison per input element (selection of the median)
-for _name in ("median", "nanmedian"):
+for _name in ("median", "nanmedian", "mode"):  # (mode: the most frequent value, by one pass over sorted values)
     _register_reduction(_name, 1, function_names=(_name,), method_names=(_name,))
 # I: one comparison with 0 per input element, 0 for non-floating input
 for _name in ("all", "any", "count_nonzero"):
@@ -191,6 +191,14 @@ def msort_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, 
 def topk_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # one pass comparing every value against the running k-th value: 1 per input element
     return (numel(arg(args, kwargs, 0, "input")) if is_float(arg(args, kwargs, 0, "input")) else 0, 0)
+
+
+@register(*functions("bincount"), *methods("bincount"), *aten_ops("bincount"))
+def bincount_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # bincount(input, weights=None, minlength=0): out[input[i]] += weights[i], one add per weight
+    # (counting integer occurrences without weights is integer work: 0)
+    weights = arg(args, kwargs, 1, "weights")
+    return (numel(weights) if isinstance(weights, Tensor) and is_float(weights) else 0, 0)
 
 
 @register(*functions("histc"), *methods("histc"), *aten_ops("histc"))

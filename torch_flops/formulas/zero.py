@@ -61,7 +61,7 @@ _COPIES = [
     "triu", "diag", "diag_embed", "index_select", "gather", "take", "take_along_dim", "masked_select",
     "scatter", "index_copy", "index_fill", "masked_scatter", "cat", "concat", "concatenate", "stack",
     "hstack", "vstack", "dstack", "column_stack", "pad", "one_hot", "pixel_shuffle", "pixel_unshuffle",
-    "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "argwhere",
+    "channel_shuffle", "native_channel_shuffle", "embedding", "nonzero", "nonzero_static", "argwhere",
     # packing a padded batch of sequences (nn.utils.rnn) and back, and unpacking an LU factorization
     # into P, L and U: copies (the permutation is integer work)
     "_pack_padded_sequence", "_pad_packed_sequence", "lu_unpack",
@@ -116,7 +116,7 @@ ATEN_ZERO_OPS: list[str] = [
     "_efficientzerotensor", "_make_dual", "_unpack_dual", "_fw_primal", "_make_dual_copy", "_fw_primal_copy", "pad", "constant_pad_nd",
     "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d",
     "replication_pad3d", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle",
-    "one_hot", "embedding", "masked_select", "nonzero", "argwhere", "bincount", "scatter", "index_copy",
+    "one_hot", "embedding", "masked_select", "nonzero", "nonzero_static", "argwhere", "scatter", "index_copy",
     "index_fill", "masked_scatter", "_unsafe_index", "upsample_nearest1d", "upsample_nearest2d",
     "upsample_nearest3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
     "resolve_conj", "resolve_neg", "set", "resize", "empty_strided", "new_empty_strided", "slice_scatter",
