@@ -486,3 +486,9 @@ def test_diff_and_merge_report_a_failed_write_as_bad_input(capsys: pytest.Captur
     not_a_profile.write_text('{"schema": "torch_flops.generation", "version": 1}')
     code, _, err = run_main(capsys, "diff", str(profile), str(not_a_profile))
     assert code == 2 and f"{not_a_profile}: not a torch_flops profile" in err
+
+
+def test_two_outputs_on_devices_are_written_into(capsys: pytest.CaptureFixture[str], tiny_module: Path) -> None:
+    code, _, err = run_main(capsys, "tinynet_cli:build", "--input-shape", "2,8", "--format", "json", "--output",
+                            "/dev/null", "--html", "/dev/null")
+    assert code == 0 and "name the same file" not in err

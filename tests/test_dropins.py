@@ -490,3 +490,20 @@ def test_fvcore_table_with_an_uncalled_module_aligns_as_fvcore() -> None:
                                   "| model    |            78 | 0.128K   | 16             |",
                                   "| fc       |            72 | 0.128K   | 16             |",
                                   "| unused   |             6 |          |                |"]
+
+
+def test_fvcore_counts_a_parametrized_norm_as_its_op() -> None:
+    # fvcore's trace shows aten::batch_norm for a BatchNorm2d whose weight is parametrized (its class is
+    # parametrize's ParametrizedBatchNorm2d): 2 x 36 elements x 2 (affine, eval) = 144, as unparametrized
+    from torch import nn
+    from torch.nn.utils import parametrize
+
+    class Double(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return w * 2
+
+    model = nn.Sequential(nn.BatchNorm2d(4)).eval()
+    parametrize.register_parametrization(model[0], "weight", Double())
+    analysis = FlopCountAnalysis(model, torch.randn(2, 4, 3, 3))
+    assert analysis.by_operator() == {"batch_norm": 144} and analysis.total() == 144
+    assert not analysis.unsupported_ops()

@@ -461,3 +461,15 @@ def test_an_autograd_state_the_export_graph_does_not_replay_is_refused(kind: str
     expected = model(x)
     assert torch.equal(out, expected) and out.requires_grad == expected.requires_grad
     assert out.is_inference() == expected.is_inference() == (kind == "inference_mode")
+
+
+def test_a_later_call_needing_other_gradients_runs_on_the_same_graph() -> None:
+    # the output's autograd state is checked on the first replay only: a later input that needs its
+    # gradient (a saliency map of a frozen model), or a model frozen since, is replayed as eager runs it
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3)).requires_grad_(False)
+    counter = TorchFLOPsByFX(model, tracer="export")
+    assert not counter.propagate(torch.randn(2, 4)).requires_grad
+    x = torch.randn(2, 4, requires_grad=True)
+    out = counter.propagate(x)
+    assert out.requires_grad and torch.equal(out, model(x))

@@ -201,3 +201,16 @@ def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any)
     assert all(s.sliding_window == 4 for s in gp.kv_cache)
     assert gp.kv_cache_matches_formula is None and all(r.kv_cache_formula_bytes is None for r in gp.steps)
     assert gp.kv_bytes_per_token is None and gp.predict("h100-sxm").kv_cache_bytes is None
+
+
+def test_a_static_sliding_window_cache_is_seen(hf: Any) -> None:
+    config = hf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              num_key_value_heads=2, vocab_size=128, sliding_window=4, attn_implementation="eager",
+                              pad_token_id=0)
+    torch.manual_seed(0)
+    model = hf.MistralForCausalLM(config).eval()
+    gp = profile_generate(model, ids(1, 5), max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0,
+                          cache_implementation="static")
+    # its sliding layers preallocate their window (4 slots) whatever the context: no formula, no per token
+    assert {s.sliding_window for s in gp.kv_cache} == {4} and gp.kv_cache_matches_formula is None
+    assert gp.kv_bytes_per_token is None

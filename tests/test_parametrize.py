@@ -147,3 +147,78 @@ def test_a_parametrized_leaf_asked_for_reads_no_weight() -> None:
     (node,) = [r for r in counter.records if r.op == "call_module"]
     # weight (6, 2, 3): 2 * (batch 2 x 36 weight elements x 3 output positions) = 432, + 36 bias adds
     assert node.flops == 2 * 2 * 36 * 3 + 2 * 6 * 3
+
+
+class _Noise(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w + 0.01 * torch.randn_like(w)
+
+
+def test_a_parametrized_fast_path_module_stays_whole_and_runs_as_without_the_profiler() -> None:
+    # nn.MultiheadAttention picks its fused kernel by what is installed around it: traced through, it
+    # would run the unfused ops; it stays one node, bit-identical to the plain call
+    torch.manual_seed(0)
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+            parametrize.register_parametrization(self.attention.out_proj, "weight", _Draws())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    wrapper, x = Wrapper().eval(), torch.randn(2, 5, 8)
+    counter = TorchFLOPsByFX(wrapper)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        expected = wrapper(x)
+        torch.manual_seed(1)
+        out = counter.propagate(x)
+    assert torch.equal(out, expected)
+    assert [r.target for r in counter.records if r.op == "call_module"] == ["MultiheadAttention"]
+
+
+def test_parametrize_cached_with_extra_runs() -> None:
+    # the undone warm-up filled parametrize's cache: the real call computed nothing of its own
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4))
+    parametrize.register_parametrization(model[0], "weight", _Noise())
+    x = torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    with parametrize.cached():
+        torch.manual_seed(1)
+        expected = twin(x)
+    rng = torch.get_rng_state()
+    counter = TorchFLOPsByFX(model, warmup=1, repeat=2)
+    with parametrize.cached():
+        torch.manual_seed(1)
+        out = counter.propagate(x)
+    assert torch.equal(out, expected) and torch.equal(torch.get_rng_state(), rng)
+    # the real call's parametrization: randn_like (0), mul 16, add 16; the linear 2*2*4*4 + 8
+    assert counter.profile.total_flops == 16 + 16 + 64 + 8
+
+
+def test_fx_says_when_it_keeps_a_parametrized_module_whole() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(orthogonal(nn.Linear(8, 8)), nn.BatchNorm1d(8)).eval()
+    parametrize.register_parametrization(model[1], "weight", _Noise())  # (fx cannot trace BatchNorm's checks)
+    with pytest.warns(UserWarning, match="could not trace through the parametrized module"):
+        TorchFLOPsByFX(model, tracer="fx").propagate(torch.randn(3, 8))
+
+
+def test_an_unsafe_parametrization_changing_the_kernel_counts_the_kernel_used() -> None:
+    class Pad(nn.Module):  # 3x3 kernel padded to 5x5
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(w, (1, 1, 1, 1))
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3, padding=2)
+    parametrize.register_parametrization(conv, "weight", Pad(), unsafe=True)
+    model, x = nn.Sequential(conv), torch.randn(1, 3, 8, 8)
+    counter = TorchFLOPsByFX(model, leaf_modules=["0"])
+    counter.propagate(x)
+    # weight (4, 3, 5, 5) over an 8x8 output: 2 * 300 * 64 = 38400 + 256 bias adds
+    (node,) = [r for r in counter.records if r.op == "call_module"]
+    assert node.flops == 2 * 4 * 3 * 5 * 5 * 64 + 4 * 64
+    assert counter.profile.with_convention("flop_counter").total_flops == _fcm(copy.deepcopy(model), x)

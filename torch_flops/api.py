@@ -26,6 +26,7 @@ import tabulate as tabulate_module
 import torch
 from tabulate import tabulate
 from torch import nn
+from torch.nn.utils import parametrize
 
 from torch_flops import _validate, report
 from torch_flops.analyzer import TorchFLOPsByFX
@@ -321,6 +322,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
     if r.op == "call_module":
         cls = r.module_type
         module = modules.get(r.module_path)
+        if module is not None and cls.startswith("Parametrized") and parametrize.is_parametrized(module):
+            cls = type(module).__bases__[0].__name__  # (parametrize's class ParametrizedX: X's op)
         if cls.startswith(("Conv", "LazyConv")):
             return "aten::_convolution"
         if cls.startswith(("Upsample", "Upsampling")) and module is not None:

@@ -245,12 +245,16 @@ class Capture:
         """``TracingError`` when the graph's output lost the autograd state the forward gave it while
         traced (torch.export replays neither an ``inference_mode`` region nor the gradient of an
         ``autograd.Function`` whose forward runs without grad, e.g. ``checkpoint(use_reentrant=True)``)."""
-        if self.output_flags is None:
+        expected = self.output_flags
+        if expected is None:
             return
         flags = tuple(_output_flags(output))
-        if flags == self.output_flags:
+        # (once, on the first replay: a later call may differ from the traced one in what requires grad,
+        # a frozen model or an input that now needs its gradient, which the same graph replays as eager does)
+        object.__setattr__(self, "output_flags", None)
+        if flags == expected:
             return
-        traced, ran = next(((a, b) for a, b in zip(self.output_flags, flags) if a != b), (None, None))
+        traced, ran = next(((a, b) for a, b in zip(expected, flags) if a != b), (None, None))
         what = "" if traced is None or ran is None else (
             f": the forward made an output {'that requires grad' if traced[0] else 'that requires no grad'}"
             f"{' (an inference tensor)' if traced[1] else ''}, the graph one "
@@ -414,8 +418,15 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     if parametrized:  # traced through first; one fx cannot trace is kept whole (one node, uncounted, as before)
         try:
             return _trace_fx(model, options, parametrized)
-        except Exception:  # noqa: BLE001, S110  (traced again below: an error not from them recurs)
-            pass
+        except Exception as e:  # noqa: BLE001  (traced again below: an error not from them recurs)
+            gm = _trace_fx(model, options, frozenset())
+            holders = [path for path, m in model.named_modules() if id(m) in parametrized and path
+                       and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)]
+            warnings.warn(f"torch_flops: torch.fx could not trace through the parametrized module(s) "
+                          f"{', '.join(holders[:5]) or type(model).__name__} ({type(e).__name__}: {_first_line(e)}): "
+                          "each is one node, its parametrization's work uncounted. The default front end "
+                          "(tracer='auto') counts it.", UnsupportedOpWarning, stacklevel=4)
+            return gm
     return _trace_fx(model, options, frozenset())
 
 
@@ -1366,15 +1377,20 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 
 def parametrized_holders(model: nn.Module) -> frozenset[int]:
     """The ids of the modules with a parametrized tensor (``torch.nn.utils.parametrize``) of their own
-    or in a submodule, but RNN layers (their fused kernel, called through ``torch._VF``, is
-    invisible to a function mode: one node in every case; their formula reads no tensor): traced
-    through rather than kept whole by their class's formula."""
+    or in a submodule, but those of :data:`_ONE_KERNEL`: traced through rather than kept whole by
+    their class's formula."""
     held = {id(m) for m in model.modules()  # (a TorchScript module's table is no dict, and it has none)
             if isinstance(m._modules, dict) and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)}
     if not held:
         return frozenset()
-    return frozenset(id(m) for m in model.modules() if not isinstance(m, nn.RNNBase)
+    return frozenset(id(m) for m in model.modules() if not isinstance(m, _ONE_KERNEL)
                      and any(id(sub) in held for sub in m.modules()))
+
+
+#: modules that run one fused kernel of torch's, chosen by what is installed around them (the
+#: attention fast paths, see _root_kept_whole) or called through torch._VF (RNNs): traced through, they
+#: would run other kernels than without the profiler (their parametrizations stay uncounted)
+_ONE_KERNEL = (nn.RNNBase, nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
 
 
 def _root_kept_whole(root: nn.Module) -> bool:

@@ -517,7 +517,8 @@ def _run(ns: argparse.Namespace) -> int:
     for i, (option, path) in enumerate(outputs):
         _check_writable(option, path)  # before a profile that may take minutes
         for other, other_path in outputs[:i]:
-            if os.path.realpath(other_path) == os.path.realpath(path):  # (a link to the other file too)
+            if os.path.realpath(other_path) == os.path.realpath(path) and not report.write_target(path)[1]:
+                # (a link to the other file too; devices and streams are written into, both)
                 raise CLIError(f"{other} and {option} name the same file ({path}): one would overwrite the other", 2)
     if ns.plot is not None:
         _check_matplotlib()

@@ -943,10 +943,8 @@ def _profile(model: nn.Module, call: Callable[[], Any], device: torch.device, *,
             log.remove()
             try:
                 undo.undo()
-            except ValueError as e:
-                raise ValueError(f"{e}; here: the model changed its parameters in the unprofiled second run of "
-                                 "the generation (baseline), which cannot be undone: pass baseline=False") from None
-            after.restore()
+            finally:
+                after.restore()
         base_timing = log.timing(t0, t_end, profiled=False)
         matches = _same_output(output, base_output)
         del base_output

@@ -88,6 +88,10 @@ def _versions(settings: Mapping[str, Any]) -> dict[str, str]:
             "torch": str(settings.get("torch_version", torch.__version__)), "python": platform.python_version()}
 
 
+_UNATTRIBUTED_NOTE = ("the backward's work that no forward node caused (gradients accumulated into an existing "
+                      ".grad, the seed gradient)")
+
+
 def profile_data(profile: Profile, roofline: Roofline | None = None, title: str | None = None) -> dict[str, Any]:
     """The JSON a page section is drawn from (compact: the page holds it inline)."""
     modules = profile.by_module()
@@ -114,8 +118,7 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
             "counted", None, None, None, None, None, None, "forward", None, None,  # (its work: in the backward tab)
             backward.get("unattributed_flops", 0), backward.get("unattributed_macs", 0),
             backward.get("unattributed_time_ms"), None,
-            "the backward's work that no forward node caused (gradients accumulated into an existing .grad, "
-            "the seed gradient)", 0, 0])
+            _UNATTRIBUTED_NOTE, 0, 0])
     summary = report.model_summary(profile)
     model = summary.model
     return {

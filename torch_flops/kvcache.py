@@ -243,8 +243,11 @@ def read_cache(cache: Any) -> KVCacheState:
     own_state = not recurrent and not isinstance(cache, (torch.Tensor, Mapping, Sequence)) \
         and getattr(cache, "layers", None) is None and getattr(cache, "key_cache", None) is None \
         and _recurrent_state(cache) is not None
-    windows = [w for layer in _cache_layer_objects(cache)
-               if isinstance(w := getattr(layer, "sliding_window", None), int) and not isinstance(w, bool) and w > 0]
+    # (a sliding layer's window: its own, or a static one's length, the window it preallocates)
+    windows = [w for layer in _cache_layer_objects(cache) if getattr(layer, "is_sliding", False)
+               or getattr(layer, "sliding_window", None) is not None
+               if isinstance(w := getattr(layer, "sliding_window", None) or getattr(layer, "max_cache_len", None), int)
+               and not isinstance(w, bool) and w > 0]
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
                         tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,

@@ -117,6 +117,10 @@ class _Checked:
 
     def elapsed_ms(self, start: Any, end: Any) -> float | None:
         ms = self._timer.elapsed_ms(start, end)
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+        if ms is None or isinstance(ms, bool):
             return None
-        return float(ms)
+        try:  # (a number of any kind: a numpy float32, a 0-d tensor)
+            value = float(ms)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        return value if math.isfinite(value) and value >= 0 else None

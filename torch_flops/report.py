@@ -148,6 +148,7 @@ import io
 import json
 import os
 import stat
+import sys
 import tempfile
 import textwrap
 from collections import Counter
@@ -1435,7 +1436,7 @@ def write_target(path: str | os.PathLike[str]) -> tuple[str, bool]:
     given = os.fspath(path)
     if not given:
         raise FileNotFoundError("cannot write '': the path is empty")
-    if _is_special(given):  # (stat follows the links: /dev/stdout -> /proc/self/fd/1 -> a pipe)
+    if _is_special(given) or _stream_fd(given) is not None:  # (stat follows the links: /dev/stdout -> a pipe)
         return given, True
     target = given
     if os.path.islink(given):
@@ -1452,6 +1453,18 @@ def write_target(path: str | os.PathLike[str]) -> tuple[str, bool]:
     return target, False
 
 
+def _stream_fd(path: str) -> int | None:
+    """The file descriptor a path of the process's own streams names (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``), else None: written through it, so a
+    redirection to a file (``>> run.log``) is appended to, not replaced or truncated."""
+    if path in ("/dev/stdout", "/dev/stderr"):
+        return 1 if path == "/dev/stdout" else 2
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if path.startswith(prefix) and path[len(prefix):].isdigit():
+            return int(path[len(prefix):])
+    return None
+
+
 def check_writable(path: str | os.PathLike[str]) -> None:
     """An ``OSError`` naming the cause unless a file can be written at ``path``: its directory
     exists and is writable, and ``path`` is not a directory (checked before long work)."""
@@ -1464,6 +1477,9 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     directory = os.path.dirname(os.path.abspath(target))
     if target != given:  # (a link: the messages name it, and where it points)
         given = f"{given} -> {target}"
+    literal = os.path.dirname(target)  # (as the system resolves it: 'missing/..' needs 'missing')
+    if literal and not os.path.isdir(literal):
+        raise FileNotFoundError(f"cannot write {given!r}: no such directory {literal!r}")
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"cannot write {given!r}: no such directory {directory!r}")
     if not os.access(directory, os.W_OK):
@@ -1484,6 +1500,15 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     followed: the file it points to is replaced, the link stays."""
     check_writable(path)
     target, special = write_target(path)
+    if special and (fd := _stream_fd(target)) is not None:  # through the descriptor: appended where it points
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        for stream in (sys.stdout, sys.stderr):  # (what Python buffered for it goes first)
+            if stream is not None:
+                stream.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return
     if special:
         with open(target, "wb") as out:
             out.write(text if isinstance(text, bytes) else text.encode("utf-8"))  # never the locale's encoding

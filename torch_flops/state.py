@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import random
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parametrize as _parametrize
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
@@ -162,6 +164,9 @@ class ExtraRuns:
         with torch.no_grad():
             self._grads = [(p, p.grad, None if p.grad is None or p.grad.is_meta else p.grad.clone())
                            for _, p in params.values()]
+        #: torch.nn.utils.parametrize's cache (inside ``parametrize.cached()``): an extra run fills it, and
+        #: the real call would read the extra run's parametrized tensors instead of computing its own
+        self._parametrized = dict(_parametrize._cache)
         self._cpu_rng = torch.get_rng_state()
         self._py_rng = random.getstate()  # (a forward may draw from Python's and numpy's global generators)
         self._np_rng = np.random.get_state()
@@ -188,18 +193,29 @@ class ExtraRuns:
                 if grad is not None and values is not None:
                     grad.copy_(values)  # the same object, as an eager step would have kept
                 param.grad = grad
+        cache = _parametrize._cache
+        if len(cache) != len(self._parametrized) or any(cache.get(k, self) is not v for k, v in self._parametrized.items()):
+            cache.clear()
+            cache.update(self._parametrized)
         torch.set_rng_state(self._cpu_rng)
         random.setstate(self._py_rng)
         np.random.set_state(self._np_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state_all(self._cuda_rng)
         changed = next((name for name, param, version in self._versions if param._version != version), None)
-        if changed is None and (position := self._sums.changed()) is not None:
-            changed = self._versions[position][0]
         if changed is not None:
             raise ValueError(
                 f"the model updates its parameter {changed!r} in forward, which an extra run cannot undo: "
-                "profile it with warmup=0 and repeat=1 (one call, as eager)")
+                f"profile it with warmup=0 and repeat=1 (one call, as eager){_ONE_CALL}")
+        if (position := self._sums.changed()) is not None:  # through .data: no version moved, no graph to spoil
+            warnings.warn(
+                f"torch_flops: the model writes its parameter {self._versions[position][0]!r} through .data in "
+                "forward, which an extra run cannot undo: the model is left as after each of the calls made "
+                f"(a clamp stays the same; a decay compounds). For one call's: warmup=0 and repeat=1{_ONE_CALL}",
+                UserWarning, stacklevel=2)
+
+
+_ONE_CALL = " (get_model_profile: warm_up=0; the command line: --warmup 0; profile_generate: baseline=False)"
 
 
 class _Sums:

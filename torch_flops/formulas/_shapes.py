@@ -30,6 +30,7 @@ __all__ = [
     "is_parametrized",
     "matmul_macs",
     "numel",
+    "parametrized_shape",
     "prod",
     "sdpa_backward_macs",
     "sdpa_macs",
@@ -77,6 +78,22 @@ def is_parametrized(module: Any, name: str) -> bool:
     """Whether ``module.<name>`` is computed by a parametrization on every read."""
     parametrizations = getattr(module, "__dict__", {}).get("_modules", {}).get("parametrizations")
     return parametrizations is not None and name in parametrizations
+
+
+def parametrized_shape(module: Any, name: str) -> Any:
+    """The shape of ``module.<name>`` when a parametrization computes it, without computing it: its
+    original's (a parametrization registered without ``unsafe=True`` keeps the shape; one with
+    several originals, or unsafe, is computed: its value tells); None when ``name`` is not parametrized
+    or no original tells."""
+    if not is_parametrized(module, name):
+        return None
+    holder = module.parametrizations[name]
+    if getattr(holder, "unsafe", False):
+        return getattr(module, name).shape
+    original = holder.__dict__.get("_parameters", {}).get("original")
+    if original is None:
+        original = holder.__dict__.get("_buffers", {}).get("original")
+    return None if original is None else original.shape
 
 
 def as_tuple(value: Any, n: int) -> tuple[int, ...]:

@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from torch_flops.formulas import Count, aten_ops, functions, modules, register
-from torch_flops.formulas._shapes import COMPLEX_ADD, COMPLEX_MAC, arg, conv_macs, has_tensor, is_parametrized, numel
+from torch_flops.formulas._shapes import (
+    COMPLEX_ADD,
+    COMPLEX_MAC,
+    arg,
+    conv_macs,
+    has_tensor,
+    is_parametrized,
+    numel,
+    parametrized_shape,
+)
 
 __all__ = ["conv_flops", "conv_module_flops", "conv_transpose_flops", "convolution_flops"]
 
@@ -31,10 +40,11 @@ def conv_module_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) 
     # configuration, (C_out, C_in/groups, *kernel) or transposed (C_in, C_out/groups, *kernel):
     # reading it would run its parametrization once more than the call did (see has_tensor)
     transposed = bool(module.transposed)
-    if is_parametrized(module, "weight"):
+    weight_shape = parametrized_shape(module, "weight")
+    if weight_shape is None and is_parametrized(module, "weight"):  # (several originals: weight_norm's)
         c_in, c_out, groups = module.in_channels, module.out_channels, module.groups
         weight_shape = ((c_in, c_out // groups) if transposed else (c_out, c_in // groups)) + tuple(module.kernel_size)
-    else:
+    elif weight_shape is None:
         weight_shape = module.weight.shape
     return _conv(out, x, weight_shape, has_tensor(module, "bias"), transposed)
 
