@@ -1187,3 +1187,24 @@ def test_a_timer_of_numbers_of_other_kinds_is_read() -> None:
         counter = TorchFLOPsByFX(nn.Linear(4, 3), timer=Timer())
         counter.propagate(torch.randn(2, 4))
         assert counter.profile.total_time_ms == 0.25  # one node timed: the linear
+
+
+def test_a_pre_hooks_work_on_a_module_kept_whole_is_counted() -> None:
+    class Pre(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l, self.k = nn.Linear(8, 8), nn.Linear(8, 8)
+            self.l.register_forward_pre_hook(lambda m, a: (a[0] @ self.k.weight,))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.k(self.l(x))
+
+    torch.manual_seed(0)
+    model, x = Pre(), torch.randn(2, 8)
+    with FlopCounterMode(display=False) as reference:
+        expected = model(x)
+    counter = TorchFLOPsByFX(model)
+    assert torch.equal(counter.propagate(x), expected)
+    # the hook's (2, 8) @ (8, 8): 2*2*8*8 = 256 FLOPs, then each linear's 256 (+ 16 bias adds)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 768
+    assert counter.profile.by_module()["l"].flops == 256 + 272

@@ -406,3 +406,37 @@ def test_complex_matmul_counts_real_operations() -> None:
     assert MODULE_FLOPs_MAPPING["Linear"](lin, lin(a), a) == (480 + 30, 240)
     # einsum: the same 60 complex MACs
     assert _fn("einsum", torch.einsum("ij,jk->ik", a, b), "ij,jk->ik", a, b) == (480, 240)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_vector_times_a_batch_in_flop_counter_mode_s_kernels(requires_grad: bool) -> None:
+    # (4,) @ (2, 4, 5): 2 * 4 * 5 MACs = 80 FLOPs; torch runs a bmm, but an mv when the vector requires
+    # grad (it folds the batch), which FlopCounterMode counts 0; the torch_flops count is the same 80
+    class MatMul(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.matmul(a, b)
+
+    a, b = torch.randn(4, requires_grad=requires_grad), torch.randn(2, 4, 5)
+    with FlopCounterMode(display=False) as reference:
+        MatMul()(a, b)
+    counter = TorchFLOPsByFX(MatMul())
+    counter.propagate(a, b)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() \
+        == (0 if requires_grad else 80)
+    assert counter.profile.total_flops == 80
+
+
+def test_in_place_addmm_is_work_flop_counter_mode_does_not_count() -> None:
+    # c.addmm_(a, b), (4, 6) + (4, 5) @ (5, 6): 2 * 4*5*6 = 240 FLOPs + 24 adds of c in torch_flops'
+    # count; FlopCounterMode's table has aten.addmm, not aten.addmm_: 0
+    class InPlace(nn.Module):
+        def forward(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return c.clone().addmm_(a, b)
+
+    args = (torch.randn(4, 6), torch.randn(4, 5), torch.randn(5, 6))
+    with FlopCounterMode(display=False) as reference:
+        InPlace()(*args)
+    counter = TorchFLOPsByFX(InPlace())
+    counter.propagate(*args)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 0
+    assert counter.profile.total_flops == 240 + 24

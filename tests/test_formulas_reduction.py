@@ -247,9 +247,9 @@ def test_method_meta_matches_cpu() -> None:
 def test_every_registered_key_is_tested() -> None:
     own = "torch_flops.formulas.reduction"
     assert {k for k, f in FUNCTION_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0].__name__ for c in FUNCTION_CASES} | {"bincount"}  # (bincount: its own test, on ids)
+        == {c[0].__name__ for c in FUNCTION_CASES} | {"bincount", "equal"}  # (their own tests, below)
     assert {k for k, f in METHOD_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0] for c in METHOD_CASES} | {"bincount"}
+        == {c[0] for c in METHOD_CASES} | {"bincount", "equal"}
     # no nn module is a reduction
     assert not {k for k, f in MODULE_FLOPs_MAPPING.items() if f.__module__ == own}
 
@@ -260,7 +260,8 @@ def test_bincount_counts_an_add_per_weight() -> None:
     # out[ids[i]] += weights[i]: 6 float adds; without weights, integer counting: 0
     assert FUNCTION_FLOPs_MAPPING["bincount"](torch.bincount(ids, weights), ids, weights) == (6, 0)
     assert FUNCTION_FLOPs_MAPPING["bincount"](torch.bincount(ids), ids) == (0, 0)
-    assert METHOD_FLOPs_MAPPING["bincount"](ids.bincount(weights=weights, minlength=8), ids, weights=weights,
+    # (the method form: self, then the output)
+    assert METHOD_FLOPs_MAPPING["bincount"](ids, ids.bincount(weights=weights, minlength=8), weights=weights,
                                             minlength=8) == (6, 0)
     counter = TorchFLOPsByFX(_Bincount())
     counter.propagate(ids, weights)
@@ -270,3 +271,12 @@ def test_bincount_counts_an_add_per_weight() -> None:
 class _Bincount(torch.nn.Module):
     def forward(self, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         return torch.bincount(ids, weights=weights, minlength=4)
+
+
+def test_equal_compares_each_element() -> None:
+    x = torch.randn(2, 3, 4)
+    # torch.equal -> bool: one comparison per element, 24; integer data: 0
+    assert FUNCTION_FLOPs_MAPPING["equal"](torch.equal(x, x), x, x) == (24, 0)
+    assert METHOD_FLOPs_MAPPING["equal"](x, x.equal(x), x) == (24, 0)  # (self, the output, other)
+    ints = torch.ones(5, dtype=torch.long)
+    assert FUNCTION_FLOPs_MAPPING["equal"](torch.equal(ints, ints), ints, ints) == (0, 0)

@@ -241,3 +241,40 @@ def test_register_refuses_a_formula_that_is_not_callable() -> None:
     with pytest.raises(TypeError, match="a formula must be callable, got int 3"):
         register(Block)(3)
     assert FORMULAS.resolve_module(Block) is None  # nothing registered
+
+
+def test_a_custom_op_counted_by_flop_counter_mode_s_registered_formula() -> None:
+    # a custom op with a formula registered for FlopCounterMode (torch.utils.flop_counter.
+    # register_flop_formula) and none of ours: counted by that formula, in every convention
+    import torch
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+
+    from torch_flops import TorchFLOPsByFX
+
+    @torch.library.custom_op("torch_flops_test::matmul_op", mutates_args=())
+    def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b
+
+    @matmul_op.register_fake
+    def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a.new_empty(a.shape[0], b.shape[1])
+
+    @register_flop_formula(torch.ops.torch_flops_test.matmul_op)
+    def _formula(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+    class Model(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.ops.torch_flops_test.matmul_op(a, b)
+
+    a, b = torch.randn(4, 5), torch.randn(5, 6)
+    with FlopCounterMode(display=False) as reference:
+        Model()(a, b)
+    counter = TorchFLOPsByFX(Model())
+    counter.propagate(a, b)
+    # 2 * 4*5*6 = 240, as 120 MACs
+    assert reference.get_total_flops() == 240
+    assert counter.profile.total_flops == counter.profile.with_convention("flop_counter").total_flops == 240
+    assert counter.profile.total_macs == 120
+    assert [r.status.value for r in counter.records if r.op == "call_function"] == ["counted"]

@@ -41,6 +41,7 @@ from torch_flops.paths import module_chain
 
 __all__ = [
     "ABSENT",
+    "ONE_KERNEL_MODULES",
     "TRACE_GATE",
     "Capture",
     "CaptureOptions",
@@ -1377,20 +1378,20 @@ def _readable_input(keypath: str, forward_names: Sequence[str]) -> str:
 
 def parametrized_holders(model: nn.Module) -> frozenset[int]:
     """The ids of the modules with a parametrized tensor (``torch.nn.utils.parametrize``) of their own
-    or in a submodule, but those of :data:`_ONE_KERNEL`: traced through rather than kept whole by
+    or in a submodule, but those of :data:`ONE_KERNEL_MODULES`: traced through rather than kept whole by
     their class's formula."""
     held = {id(m) for m in model.modules()  # (a TorchScript module's table is no dict, and it has none)
             if isinstance(m._modules, dict) and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)}
     if not held:
         return frozenset()
-    return frozenset(id(m) for m in model.modules() if not isinstance(m, _ONE_KERNEL)
+    return frozenset(id(m) for m in model.modules() if not isinstance(m, ONE_KERNEL_MODULES)
                      and any(id(sub) in held for sub in m.modules()))
 
 
 #: modules that run one fused kernel of torch's, chosen by what is installed around them (the
 #: attention fast paths, see _root_kept_whole) or called through torch._VF (RNNs): traced through, they
 #: would run other kernels than without the profiler (their parametrizations stay uncounted)
-_ONE_KERNEL = (nn.RNNBase, nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+ONE_KERNEL_MODULES = (nn.RNNBase, nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
 
 
 def _root_kept_whole(root: nn.Module) -> bool:

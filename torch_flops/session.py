@@ -72,7 +72,7 @@ from torch_flops.backward import (
     in_backward,
     saved_bytes,
 )
-from torch_flops.capture import ModelIndex, NodeLocation
+from torch_flops.capture import ONE_KERNEL_MODULES, ModelIndex, NodeLocation
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
@@ -606,8 +606,12 @@ class Recording:
         self._stack.append(outer)
         self._location = _location(outer.chain, path, self._types.get(path, "")) if path else \
             NodeLocation(path, self._types.get(path, ""), outer.chain)
+        # (a module with forward pre-hooks of the user's is recorded through its ops: its pre-hooks run
+        # after this global one, and their work would be inside the node, uncounted; but for the modules
+        # whose one kernel depends on what is installed around them)
         if self._open is None and id(module) in self._leaves and (_FORWARD_AD._current_level < 0 or (
-                module is self.model and self._root_whole)):
+                module is self.model and self._root_whole)) \
+                and (not module._forward_pre_hooks or isinstance(module, ONE_KERNEL_MODULES)):
             self._open, self._open_level = module, len(self._stack)
             self._open_before = self._read() if self._read is not None else None
             self._open_start = self._tick()

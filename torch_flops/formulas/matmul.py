@@ -108,8 +108,11 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tu
         # those of its stored elements (as torch.sparse.mm); FlopCounterMode counts the dense product
         sparse = sparse_macs(a, b) * factor
         return _dots(2 * sparse, sparse, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
-    # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0
-    return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
+    # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0; so is a
+    # vector on the left of a batch when it requires grad (torch folds the batch into one matrix then,
+    # ATen's should_fold in LinearAlgebra.cpp, and runs mv; without grad, a bmm)
+    mv = b.dim() == 1 or (a.dim() == 1 and b.dim() >= 3 and a.requires_grad and kwargs.get("out") is None)
+    return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if mv else macs)
 
 
 @register(*methods("__rmatmul__"))
@@ -171,7 +174,8 @@ def _addmm_operands(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any,
     raise TypeError(f"no matrix operands among {len(args)} argument(s) and keywords {sorted(kwargs)}")
 
 
-@register(*functions(*_ADDMM), *methods(*_ADDMM, *(f"{n}_" for n in _ADDMM)), *aten_ops(*_ADDMM))
+@register(*functions(*_ADDMM), *methods(*_ADDMM),
+          *(op for op in (getattr(torch.ops.aten, n, None) for n in _ADDMM) if op is not None))
 def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tuple[int, int]:
     # beta*input + alpha*(a @ b): 2*M*K*N for the product (addbmm sums the batch of products: its
     # batch sum is part of the accumulation, B*M*K*N MACs), + the scaled add per output element
@@ -186,6 +190,15 @@ def addmm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tup
         macs = sparse_macs(a, b)
     return _dots(2 * macs * factor + _scaled_add(out, kwargs) * (COMPLEX_ADD if factor > 1 else 1), macs * factor,
                  numel(out), counted)
+
+
+@register(*methods(*(f"{n}_" for n in _ADDMM)),
+          *(op for op in (getattr(torch.ops.aten, f"{n}_", None) for n in _ADDMM) if op is not None))
+def addmm_inplace_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
+    # x.addmm_(a, b), ...: the work of addmm; FlopCounterMode's table holds the functional packets only
+    # (aten.addmm, aten.baddbmm), so its kernels' count of the in-place forms is 0
+    count = addmm_flops(module, out, *args, **kwargs)
+    return count._replace(mm_macs=0) if isinstance(count, Count) else Count(*count, None, 0)
 
 
 def _stored(t: Any) -> int:

@@ -201,6 +201,13 @@ def bincount_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[in
     return (numel(weights) if isinstance(weights, Tensor) and is_float(weights) else 0, 0)
 
 
+@register(*functions("equal"), *methods("equal"), *aten_ops("equal"))
+def equal_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # torch.equal(a, b) -> bool: one comparison per element, as eq (0 for integer and boolean data)
+    x = arg(args, kwargs, 0, "input")
+    return (numel(x) if isinstance(x, Tensor) and is_float(x) else 0, 0)
+
+
 @register(*functions("histc"), *methods("histc"), *aten_ops("histc"))
 def histc_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # bin index per element: subtract min, multiply by bins/(max-min) (the floor is a cast): 2 each

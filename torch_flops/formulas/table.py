@@ -448,6 +448,8 @@ class FormulaTable:
             namesake = getattr(torch.ops.aten, op._opname, None) if hasattr(op, "_opname") else None
             if namesake is not None:
                 formula = self._entries.get(normalize_key(namesake))
+        if formula is None:  # an op FlopCounterMode has a formula for (a custom op's register_flop_formula)
+            formula = flop_counter_formula(packet)
         return self.bound(formula)
 
     # ------------------------------------------------------------------ the historical convention
@@ -544,3 +546,25 @@ class NameView(MutableMapping[Any, Formula]):
 
     def __repr__(self) -> str:
         return f"<{self._kind} formulas: {len(self)} names>"
+
+
+@functools.cache
+def _flop_counter_formula(packet: Any, registered: Any) -> Formula:
+    def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
+        # FlopCounterMode's own formula (registered with torch.utils.flop_counter.register_flop_formula),
+        # called as FlopCounterMode calls it; its FLOPs are taken as 2 per MAC of a matrix kernel (an odd
+        # count loses its last FLOP in the flop_counter convention)
+        flops = int(registered(*args, **kwargs, out_val=out))
+        return Count(flops, flops // 2, None, flops // 2)
+
+    formula.__qualname__ = f"flop_counter_formula[{packet}]"
+    return formula
+
+
+def flop_counter_formula(packet: Any) -> Formula | None:
+    """The formula FlopCounterMode has for an op packet none of ours covers (a custom op's, given with
+    ``register_flop_formula``), as one of ours; None when it has none."""
+    from torch.utils.flop_counter import flop_registry
+
+    registered = flop_registry.get(packet) if isinstance(packet, torch._ops.OpOverloadPacket) else None
+    return None if registered is None else _flop_counter_formula(packet, registered)
