@@ -1208,3 +1208,22 @@ def test_a_pre_hooks_work_on_a_module_kept_whole_is_counted() -> None:
     # the hook's (2, 8) @ (8, 8): 2*2*8*8 = 256 FLOPs, then each linear's 256 (+ 16 bias adds)
     assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 768
     assert counter.profile.by_module()["l"].flops == 256 + 272
+
+
+def test_every_spelling_of_a_stream_is_written_through_its_descriptor(tmp_path: Any) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("earlier line\n")
+    with open(log, "a") as stream:
+        n = stream.fileno()
+        for path in (f"/proc/{os.getpid()}/fd/{n}", f"/proc/thread-self/fd/{n}", f"/dev//fd/{n}", f"/dev/./fd/{n}"):
+            report.write_atomic(path, f"{path}\n")
+        # rows appended onto a stream redirected to a file already holding lines: no second header
+        counter = TorchFLOPsByFX(nn.Linear(4, 3))
+        counter.propagate(torch.randn(2, 4))
+        counter.save_result_to_csv(f"/dev/fd/{n}", mode="a")
+    lines = log.read_text().splitlines()
+    assert lines[:5] == ["earlier line", f"/proc/{os.getpid()}/fd/{n}", f"/proc/thread-self/fd/{n}",
+                         f"/dev//fd/{n}", f"/dev/./fd/{n}"]
+    assert not any(line.startswith("node,") for line in lines) and len(lines) == 5 + 5  # the 5 node rows
+    with open(log) as read_only, pytest.raises(PermissionError, match="not writable"):
+        report.check_writable(f"/dev/fd/{read_only.fileno()}")  # (before a run, not after it)

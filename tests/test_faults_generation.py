@@ -201,6 +201,8 @@ def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any)
     assert all(s.sliding_window == 4 for s in gp.kv_cache)
     assert gp.kv_cache_matches_formula is None and all(r.kv_cache_formula_bytes is None for r in gp.steps)
     assert gp.kv_bytes_per_token is None and gp.predict("h100-sxm").kv_cache_bytes is None
+    markdown = gp.markdown("h100-sxm")  # (no largest batch without a per-token figure: a dash, as the text says)
+    assert "largest batch at context 8: -" in markdown and "None" not in markdown
 
 
 def test_a_static_sliding_window_cache_is_seen(hf: Any) -> None:

@@ -223,6 +223,8 @@ def test_backward_work_no_node_caused_is_in_the_page(browser: Any, tmp_path: Pat
     _click(page, ".phases button[data-view=all]")
     optimizer = sum(r.flops or 0 for r in p.records if r.phase == "optimizer")  # (not in total_flops)
     assert page.evaluate(root_flops) == report.format_count(p.total_flops + p.total_backward_flops + optimizer)
+    _click(page, ".phases button[data-view=forward]")  # (a row of the backward's alone: not a forward node)
+    assert len(_rows(page, "#nodes", 0)) == sum(r.phase == "forward" for r in p.records)
     assert optimizer > 0 and page.errors() == []
 
 

@@ -140,7 +140,7 @@ def markdown(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         p = prediction
         parts.append(f"**Predicted on {p['hardware']}**: TTFT {format_time_ms(p['prefill_ms'])}, TPOT "
                      f"{format_time_ms(p['tpot_ms'])}, {_rate(p['decode_tokens_per_s'])} while decoding, largest "
-                     f"batch at context {p['context_length']}: {p['max_batch']}")
+                     f"batch at context {p['context_length']}: {'-' if p['max_batch'] is None else p['max_batch']}")
     return "\n\n".join(parts)
 
 

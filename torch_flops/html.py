@@ -115,7 +115,7 @@ def profile_data(profile: Profile, roofline: Roofline | None = None, title: str 
         # seed gradient): in the totals, so a row of the model's own, as the tables' totals count it
         rows.append([len(profile.records), "backward_unattributed", "backward", targets.setdefault(
             "gradient accumulation, seed gradient", len(targets)), index.get("", 0), chains.setdefault((), len(chains)),
-            "counted", None, None, None, None, None, None, "forward", None, None,  # (its work: in the backward tab)
+            "counted", None, None, None, None, None, None, None, None, None,  # (no phase: the backward tab's alone)
             backward.get("unattributed_flops", 0), backward.get("unattributed_macs", 0),
             backward.get("unattributed_time_ms"), None,
             _UNATTRIBUTED_NOTE, 0, 0])
@@ -444,7 +444,7 @@ const PHASE_ORDER = ["forward", "loss", "backward", "optimizer", "prefill", "dec
 function phaseRank(p) { const i = PHASE_ORDER.indexOf(p); return i < 0 ? PHASE_ORDER.length : i; }
 
 function views(nodes) {
-  const phases = Array.from(new Set(nodes.map(r => r.phase))).sort((a, b) => phaseRank(a) - phaseRank(b) || a.localeCompare(b));
+  const phases = Array.from(new Set(nodes.filter(r => r.phase !== null).map(r => r.phase))).sort((a, b) => phaseRank(a) - phaseRank(b) || a.localeCompare(b));
   const out = phases.map(p => ({id: p, label: p, test: r => r.phase === p, flops: r => r.flops, macs: r => r.macs,
                                 time: r => r.time_ms, bytes: r => r.bytes}));
   if (!phases.includes("backward") && nodes.some(r => r.backward_flops !== null)) {

@@ -1391,19 +1391,26 @@ def csv_text(profile: Profile, group_by: GroupBy = "node", all_nodes: bool = Tru
 def write_csv(records: Sequence[NodeRecord], path: str | os.PathLike[str], mode: str = "w") -> None:
     """The node rows as CSV; ``mode="a"`` appends to an existing file without a second header
     (``ValueError`` when its header names other columns: a profile with a backward has more); a
-    device or a pipe is written into, with the header."""
-    existing = ""
+    device or a pipe is written into, with the header (without it onto a stream redirected to a
+    file holding lines already: ``/dev/stdout >> rows.csv``)."""
+    existing, header = "", True
     columns = node_columns(records)
-    if mode == "a" and os.path.exists(path) and not write_target(path)[1]:
-        with open(path, encoding="utf-8", newline="") as f:
-            existing = f.read()
-        header = next(csv.reader(io.StringIO(existing)), None) if existing else None
-        names = list(columns)
-        if header is not None and header != names:
-            raise ValueError(f"cannot append to {os.fspath(path)!r}: its header has {len(header)} columns "
-                             f"({', '.join(header[:4])}...), these rows {len(names)} ({', '.join(names[:4])}...): "
-                             "write them to another file, or with mode='w'")
-    text = _csv(columns, node_rows(records), header=not existing)
+    if mode == "a" and os.path.exists(path):
+        target, special = write_target(path)
+        if special:
+            fd = _stream_fd(target)
+            header = fd is None or not _appends_to_a_file(fd)
+        else:
+            with open(path, encoding="utf-8", newline="") as f:
+                existing = f.read()
+            found = next(csv.reader(io.StringIO(existing)), None) if existing else None
+            names = list(columns)
+            if found is not None and found != names:
+                raise ValueError(f"cannot append to {os.fspath(path)!r}: its header has {len(found)} columns "
+                                 f"({', '.join(found[:4])}...), these rows {len(names)} ({', '.join(names[:4])}...): "
+                                 "write them to another file, or with mode='w'")
+            header = not existing
+    text = _csv(columns, node_rows(records), header=header)
     if existing and not existing.endswith("\n"):
         existing += "\n"
     write_atomic(path, existing + text)
@@ -1455,14 +1462,40 @@ def write_target(path: str | os.PathLike[str]) -> tuple[str, bool]:
 
 def _stream_fd(path: str) -> int | None:
     """The file descriptor a path of the process's own streams names (``/dev/stdout``,
-    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``), else None: written through it, so a
-    redirection to a file (``>> run.log``) is appended to, not replaced or truncated."""
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/thread-self/fd/N``,
+    ``/proc/<this pid>/fd/N``, however spelled), else None: written through it, so a redirection to a
+    file (``>> run.log``) is appended to, not replaced or truncated."""
+    path = os.path.normpath(path)
     if path in ("/dev/stdout", "/dev/stderr"):
         return 1 if path == "/dev/stdout" else 2
-    for prefix in ("/dev/fd/", "/proc/self/fd/"):
-        if path.startswith(prefix) and path[len(prefix):].isdigit():
-            return int(path[len(prefix):])
+    parts = path.split("/")
+    if len(parts) == 4 and parts[:3] == ["", "dev", "fd"] and parts[3].isdigit():
+        return int(parts[3])
+    if len(parts) == 5 and parts[:2] == ["", "proc"] and parts[3] == "fd" and parts[4].isdigit() \
+            and parts[2] in ("self", "thread-self", str(os.getpid())):
+        return int(parts[4])
     return None
+
+
+def _appends_to_a_file(fd: int) -> bool:
+    """Whether descriptor ``fd`` leads to a regular file that holds something already."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
+
+
+def _fd_writable(fd: int) -> bool:
+    """Whether descriptor ``fd`` is open for writing (where the system can tell)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX: the write will tell)
+        return True
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+    except OSError:  # closed
+        return False
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:
@@ -1471,7 +1504,8 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     given = os.fspath(path)
     target, special = write_target(path)
     if special:  # /dev/null, a pipe: written into where it is, not replaced
-        if not os.access(target, os.W_OK):
+        fd = _stream_fd(target)
+        if not os.access(target, os.W_OK) or (fd is not None and not _fd_writable(fd)):
             raise PermissionError(f"cannot write {given!r}: it is not writable")
         return
     directory = os.path.dirname(os.path.abspath(target))
