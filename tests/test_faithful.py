@@ -1208,6 +1208,27 @@ def test_a_pre_hooks_work_on_a_module_kept_whole_is_counted() -> None:
     # the hook's (2, 8) @ (8, 8): 2*2*8*8 = 256 FLOPs, then each linear's 256 (+ 16 bias adds)
     assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() == 768
     assert counter.profile.by_module()["l"].flops == 256 + 272
+    # a module the user asked to keep whole stays one node, hooks or not: their formula counts it
+    asked = TorchFLOPsByFX(model, custom_formulas={nn.Linear: lambda module, out, x: (1000, 400)})
+    asked.propagate(x)
+    assert [r.target for r in asked.records if r.op == "call_module"] == ["Linear", "Linear"]
+    assert asked.profile.by_module()["l"].flops == 1000
+
+
+def test_a_data_write_warning_names_the_users_line() -> None:
+    class Clamps(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.lin.weight.data.clamp_(-0.01, 0.01)
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="through .data") as caught:
+        TorchFLOPsByFX(Clamps(), warmup=1).propagate(torch.randn(2, 4))
+    assert [w.filename for w in caught if "through .data" in str(w.message)] == [__file__]
 
 
 def test_every_spelling_of_a_stream_is_written_through_its_descriptor(tmp_path: Any) -> None:

@@ -278,3 +278,8 @@ def test_a_custom_op_counted_by_flop_counter_mode_s_registered_formula() -> None
     assert counter.profile.total_flops == counter.profile.with_convention("flop_counter").total_flops == 240
     assert counter.profile.total_macs == 120
     assert [r.status.value for r in counter.records if r.op == "call_function"] == ["counted"]
+    # a formula dropped by the user stays dropped (FlopCounterMode's is not put back in its place)
+    dropped = TorchFLOPsByFX(Model(), custom_formulas={torch.ops.torch_flops_test.matmul_op: None})
+    with pytest.warns(UserWarning, match="no FLOPs formula"):
+        dropped.propagate(a, b)
+    assert [r.status.value for r in dropped.records if r.op == "call_function"] == ["unsupported"]

@@ -1444,6 +1444,7 @@ class ModelIndex:
         #: parameter dtype ("bfloat16") -> elements, each parameter once (the model's size by dtype)
         self.param_dtypes: dict[str, int] = {}
         leaves: set[int] = set()
+        asked: set[int] = set()
         through = parametrized_holders(model) if table is not None else frozenset()
         for path, module in model.named_modules():
             check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
@@ -1472,11 +1473,16 @@ class ModelIndex:
             # submodule's: the parametrization's work is the forward's, and a formula reading the
             # tensor would run it once more (unless asked for as a leaf by name, path or class)
             sharded = any(type(t).__name__ == "DTensor" for t in module._parameters.values() if t is not None)
-            if not sharded and ((id(module) not in through and table.resolve_module(type(module)) is not None)
-                                or isinstance(module, leaf_types) or path in paths or type(module).__name__ in names):
+            chosen = isinstance(module, leaf_types) or path in paths or type(module).__name__ in names
+            if not sharded and (chosen or (id(module) not in through and table.resolve_module(type(module)) is not None)):
                 leaves.add(id(module))
                 self.leaf_classes[path] = type(module)
+                if chosen:
+                    asked.add(id(module))
         self.leaves = frozenset(leaves)  #: ids of the modules recorded as one node each
+        #: of those, the ones the user asked for (leaf_modules, a formula or ignore_ops of theirs): one node,
+        #: whatever hooks they have
+        self.chosen = frozenset(asked)
         self.storages = frozenset(storage_key(t)[0] for _, t, _ in self.tensors)  #: their storages' keys
 
     @property

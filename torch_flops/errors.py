@@ -8,6 +8,11 @@ class a caller would otherwise catch, e.g. ``RuntimeError``). Bad arguments are 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from typing import Any
+
 __all__ = [
     "DroppedOutputWarning",
     "DuplicateFormulaError",
@@ -19,6 +24,7 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
+    "caller_stacklevel",
 ]
 
 
@@ -76,3 +82,18 @@ def add_note(e: BaseException, note: str) -> None:
             notes = []
             e.__notes__ = notes  # type: ignore[attr-defined]
         notes.append(note)
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PASSED_THROUGH = (_PACKAGE, os.path.abspath(contextlib.__file__))
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in this package that names the user's line: the first
+    frame outside it (and outside ``contextlib``, whose context managers it runs in), counted from the
+    function that calls ``warnings.warn``."""
+    frame: Any = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PASSED_THROUGH):
+        frame, level = frame.f_back, level + 1
+    return level

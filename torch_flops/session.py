@@ -236,6 +236,7 @@ class Recording:
         self._paths = index.paths
         self._types = index.types
         self._leaves = index.leaves
+        self._chosen = index.chosen  # (the leaves the user asked for: whole even with pre-hooks)
         #: the model itself is one node (capture._root_kept_whole: one that picks its kernels by what is
         #: installed on it, forward hooks included; an RNN layer): no hooks on it, its calls begin and end
         #: in post_module
@@ -607,11 +608,11 @@ class Recording:
         self._location = _location(outer.chain, path, self._types.get(path, "")) if path else \
             NodeLocation(path, self._types.get(path, ""), outer.chain)
         # (a module with forward pre-hooks of the user's is recorded through its ops: its pre-hooks run
-        # after this global one, and their work would be inside the node, uncounted; but for the modules
-        # whose one kernel depends on what is installed around them)
+        # after this global one, and their work would be inside the node, uncounted; but a module the user
+        # asked to keep whole, and those whose one kernel depends on what is installed around them)
         if self._open is None and id(module) in self._leaves and (_FORWARD_AD._current_level < 0 or (
                 module is self.model and self._root_whole)) \
-                and (not module._forward_pre_hooks or isinstance(module, ONE_KERNEL_MODULES)):
+                and (not module._forward_pre_hooks or id(module) in self._chosen or isinstance(module, ONE_KERNEL_MODULES)):
             self._open, self._open_level = module, len(self._stack)
             self._open_before = self._read() if self._read is not None else None
             self._open_start = self._tick()

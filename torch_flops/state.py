@@ -25,6 +25,7 @@ from torch.nn.utils import parametrize as _parametrize
 from torch.utils import _pytree
 
 from torch_flops.backward import autograd_nodes
+from torch_flops.errors import caller_stacklevel
 from torch_flops.measure import functions_off, storage_key
 from torch_flops.modelstate import ModelSnapshot, StateKind
 
@@ -212,7 +213,7 @@ class ExtraRuns:
                 f"torch_flops: the model writes its parameter {self._versions[position][0]!r} through .data in "
                 "forward, which an extra run cannot undo: the model is left as after each of the calls made "
                 f"(a clamp stays the same; a decay compounds). For one call's: warmup=0 and repeat=1{_ONE_CALL}",
-                UserWarning, stacklevel=2)
+                UserWarning, stacklevel=caller_stacklevel())
 
 
 _ONE_CALL = " (get_model_profile: warm_up=0; the command line: --warmup 0; profile_generate: baseline=False)"

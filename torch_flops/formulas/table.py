@@ -218,6 +218,8 @@ class FormulaTable:
         self._resolved: dict[type, Formula | None] | None = None
         self._builtin: dict[Any, Formula | Composite] = {}
         self._builtin_formulas: set[int] = set()
+        #: keys whose entry a user removed (custom_formulas {key: None}): no FlopCounterMode formula either
+        self._dropped: frozenset[Any] = frozenset()
         #: (with_module, method) -> formula -> its adapter in that historical convention
         self._legacy_adapters: dict[tuple[bool, bool], weakref.WeakKeyDictionary[Any, Formula]] = {
             key: weakref.WeakKeyDictionary() for key in ((False, False), (True, False), (False, True))}
@@ -227,7 +229,7 @@ class FormulaTable:
         """An independent table with the same entries (later edits to either do not leak)."""
         table = FormulaTable()
         table._entries = dict(self._entries)
-        table._builtin, table._builtin_formulas = self._builtin, self._builtin_formulas
+        table._builtin, table._builtin_formulas, table._dropped = self._builtin, self._builtin_formulas, self._dropped
         return table
 
     def with_overrides(self, overrides: Mapping[Any, Formula | None] | None) -> FormulaTable:
@@ -249,9 +251,11 @@ class FormulaTable:
             targets.append(normalize_key(target))
             if formula is None:
                 table._entries.pop(normalize_key(target), None)
+                table._dropped |= {normalize_key(target)}
                 table._index = table._resolved = None
             else:
                 table.add((target,), formula, override=True, where="custom_formulas")
+                table._dropped -= {normalize_key(target)}
         # an aten op's formula (FlopCounterMode's custom_mapping is keyed so) also serves the torch
         # bindings of that very op that have a formula of the package's own (``torch.mm``,
         # ``Tensor.add``, ``a + b`` for ``aten.mm`` / ``aten.add``): a front end records those calls
@@ -273,6 +277,7 @@ class FormulaTable:
     def restore(self, snapshot: FormulaTable) -> None:
         """Make this table's entries those of ``snapshot`` (a :meth:`copy` taken earlier)."""
         self._entries = dict(snapshot._entries)
+        self._dropped = snapshot._dropped
         self._index = self._resolved = None
 
     def add(self, keys: tuple[Any, ...], formula: Formula | Composite, override: bool = False,
@@ -448,8 +453,8 @@ class FormulaTable:
             namesake = getattr(torch.ops.aten, op._opname, None) if hasattr(op, "_opname") else None
             if namesake is not None:
                 formula = self._entries.get(normalize_key(namesake))
-        if formula is None:  # an op FlopCounterMode has a formula for (a custom op's register_flop_formula)
-            formula = flop_counter_formula(packet)
+        if formula is None and packet not in self._dropped:  # an op FlopCounterMode has a formula for (a
+            formula = flop_counter_formula(packet)  # custom op's register_flop_formula), unless dropped
         return self.bound(formula)
 
     # ------------------------------------------------------------------ the historical convention
