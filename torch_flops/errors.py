@@ -24,7 +24,6 @@ __all__ = [
     "UnsupportedOpError",
     "UnsupportedOpWarning",
     "UnsupportedOptimizerError",
-    "caller_stacklevel",
 ]
 
 
