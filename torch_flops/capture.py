@@ -1473,8 +1473,12 @@ class ModelIndex:
             # submodule's: the parametrization's work is the forward's, and a formula reading the
             # tensor would run it once more (unless asked for as a leaf by name, path or class)
             sharded = any(type(t).__name__ == "DTensor" for t in module._parameters.values() if t is not None)
-            chosen = isinstance(module, leaf_types) or path in paths or type(module).__name__ in names
-            if not sharded and (chosen or (id(module) not in through and table.resolve_module(type(module)) is not None)):
+            formula = table.resolve_module(type(module))
+            # (asked for: a leaf by class, path or name, or a class counted by a formula of the user's,
+            # however found: by the class, a base class, a name)
+            chosen = isinstance(module, leaf_types) or path in paths or type(module).__name__ in names \
+                or (formula is not None and not table.is_builtin(formula))
+            if not sharded and (chosen or (id(module) not in through and formula is not None)):
                 leaves.add(id(module))
                 self.leaf_classes[path] = type(module)
                 if chosen:

@@ -1465,7 +1465,11 @@ def _stream_fd(path: str) -> int | None:
     ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/thread-self/fd/N``,
     ``/proc/<this pid>/fd/N``, however spelled), else None: written through it, so a redirection to a
     file (``>> run.log``) is appended to, not replaced or truncated."""
-    path = os.path.normpath(path)
+    path = os.path.normpath(os.path.abspath(path))
+    if path.startswith("//"):  # (POSIX keeps a leading '//': the same root here)
+        path = "/" + path.lstrip("/")
+    if os.path.islink(path) and not path.startswith(("/dev/", "/proc/")):  # a link of one's own to a stream
+        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
     if path in ("/dev/stdout", "/dev/stderr"):
         return 1 if path == "/dev/stdout" else 2
     parts = path.split("/")
