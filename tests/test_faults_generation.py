@@ -189,12 +189,17 @@ def test_an_encoder_decoders_new_tokens_are_the_decoders(hf: Any) -> None:
         assert gp.tokens_per_s is not None and gp.tokens_per_s > 0
 
 
-def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any) -> None:
+def tiny_mistral(hf: Any) -> nn.Module:
+    """A two-layer Mistral whose layers keep a sliding window of 4 tokens."""
     config = hf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                               num_key_value_heads=2, vocab_size=128, sliding_window=4, attn_implementation="eager",
                               pad_token_id=0)
     torch.manual_seed(0)
-    model = hf.MistralForCausalLM(config).eval()
+    return hf.MistralForCausalLM(config).eval()
+
+
+def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any) -> None:
+    model = tiny_mistral(hf)
     gp = profile_generate(model, ids(1, 5), max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
     # each layer keeps sliding_window - 1 = 3 tokens once full, whatever the context: the formula over the
     # context (2 x layers x KV heads x head dim x tokens x batch x 4 B) does not describe it, nor one figure per token
@@ -206,11 +211,7 @@ def test_a_sliding_window_cache_is_not_checked_against_the_full_formula(hf: Any)
 
 
 def test_a_static_sliding_window_cache_is_seen(hf: Any) -> None:
-    config = hf.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, vocab_size=128, sliding_window=4, attn_implementation="eager",
-                              pad_token_id=0)
-    torch.manual_seed(0)
-    model = hf.MistralForCausalLM(config).eval()
+    model = tiny_mistral(hf)
     gp = profile_generate(model, ids(1, 5), max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0,
                           cache_implementation="static")
     # its sliding layers preallocate their window (4 slots) whatever the context: no formula, no per token
