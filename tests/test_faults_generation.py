@@ -217,3 +217,15 @@ def test_a_static_sliding_window_cache_is_seen(hf: Any) -> None:
     # its sliding layers preallocate their window (4 slots) whatever the context: no formula, no per token
     assert {s.sliding_window for s in gp.kv_cache} == {4} and gp.kv_cache_matches_formula is None
     assert gp.kv_bytes_per_token is None
+
+
+def test_a_sweep_does_not_extrapolate_a_sliding_window_cache(hf: Any) -> None:
+    config = hf.MistralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                              sliding_window=4)
+    with torch.device("meta"):
+        model = hf.MistralForCausalLM(config).eval()
+    sweep = sweep_generation(model, [1], [2, 8], [2], hardware="h100-sxm")
+    # prompt 2 + 2 generated - 1 = 3 tokens: within the window, the per-token figure holds (2 layers x K and V
+    # x 1 KV head x head dim 8 x 3 tokens x 4 B = 384); prompt 8: past it, each layer keeps its window: None
+    assert [p.kv_cache_bytes for p in sweep.points] == [384, None]
