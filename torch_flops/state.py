@@ -249,7 +249,10 @@ class _Sums:
     def changed(self) -> int | None:
         """The position of a parameter whose values changed since, or None."""
         for device, (positions, now) in self._take().items():
-            before = self._before[device][1]
+            taken = self._before.get(device)
+            if taken is None or taken[0] != positions:  # (a parameter moved to another device: changed)
+                return positions[0]
+            before = taken[1]
             differ = ~((now == before) | (now.isnan() & before.isnan()))
             if bool(differ.any()):
                 return positions[int(differ.nonzero()[0, 0])]
