@@ -308,3 +308,19 @@ def test_already_compiled_model_is_profiled_with_its_options() -> None:
         C.profile_compiled(model, x, compile_kwargs=[("dynamic", False)])  # type: ignore[arg-type]
     with torch.no_grad(), pytest.raises(ValueError, match="no_grad"):  # before anything compiles
         C.profile_compiled(model, x, loss_fn=lambda out: out.sum())
+
+
+def test_a_chain_of_batched_products_counts_both_kernels() -> None:
+    # (a @ b) @ c on 3-D tensors: two extern bmm kernels; Inductor's provenance names the first after
+    # the expand the second reads: it is the bmm that view comes from. Each: 2 * 2 batches x 8 x 16 x 8
+    # = 4096 FLOPs; the first reads a and b (2 x 2*8*16 x 4 B = 2 KiB), writes 2*8*8 x 4 B = 512 B
+    class Chain(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            return (a @ b) @ c
+
+    torch.manual_seed(0)
+    a, b, c = torch.randn(2, 8, 16), torch.randn(2, 16, 8), torch.randn(2, 8, 16)
+    result = C.profile_compiled(Chain(), a, b, c, repeat=1, warmup=0)
+    kernels = [r for r in result.profile.records if r.target == "aten.bmm"]
+    assert [r.flops for r in kernels] == [4096, 4096] and not result.eliminated
+    assert (kernels[0].bytes_read, kernels[0].bytes_written) == (2048, 512)

@@ -429,9 +429,19 @@ class RecordingBackend:
         kernels = [Kernel(key=k, name=k.rpartition(":")[0] or k, extern=_is_extern(k.rpartition(":")[0] or k),
                           nodes=tuple(v)) for k, v in mapping.items()]
         kernels.sort(key=lambda k: k.handle)
+        nodes = self._nodes(frame, gm, phase)
+        for k in kernels:
+            if k.extern and k.nodes and all(n in nodes and nodes[n].is_view for n in k.nodes):
+                # Inductor's provenance can name a view of the extern kernel's result rather than the op it
+                # ran ((a @ b) @ c: the first bmm named after the expand the second reads): the op the views
+                # come from, as long as no other extern kernel names it
+                sources = [src for n in k.nodes if (src := _view_source(nodes, n)) is not None]
+                named = {n for other in kernels if other.extern and other is not k for n in other.nodes}
+                if sources and not named.intersection(sources):
+                    k.nodes = tuple(dict.fromkeys(sources))
         graph_id = kw.get("graph_id")
         graph = CompiledGraph(frame=frame, phase=phase, graph_id=graph_id if isinstance(graph_id, int) else None,
-                              nodes=self._nodes(frame, gm, phase), kernels=kernels,
+                              nodes=nodes, kernels=kernels,
                               input_bytes={n.name: value_bytes(n.meta.get("val")) for n in gm.graph.nodes
                                            if n.op == "placeholder"},
                               compile_s=elapsed, source=str(getattr(out, "source_code", "") or ""),
@@ -498,6 +508,15 @@ def _is_view(target: Any) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         return bool(target.is_view)
     return False
+
+
+def _view_source(nodes: Mapping[str, PostGradNode], name: str) -> str | None:
+    """The node a chain of views starting at ``name`` reads (its first input, through views), or None."""
+    node, seen = nodes.get(name), set()
+    while node is not None and node.is_view and node.name not in seen:
+        seen.add(node.name)
+        node = next((nodes[i] for i in node.inputs if i in nodes), None)
+    return None if node is None or node.is_view else node.name
 
 
 def _is_extern(name: str) -> bool:
