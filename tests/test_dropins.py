@@ -507,3 +507,26 @@ def test_fvcore_counts_a_parametrized_norm_as_its_op() -> None:
     analysis = FlopCountAnalysis(model, torch.randn(2, 4, 3, 3))
     assert analysis.by_operator() == {"batch_norm": 144} and analysis.total() == 144
     assert not analysis.unsupported_ops()
+
+
+def test_fvcore_counts_a_transformer_layer_inside_a_model_as_its_ops() -> None:
+    # fvcore's trace shows a TransformerEncoderLayer's ops (no op of its own), inside a model as alone:
+    # linear, one MAC each: 10 tokens x (in_proj 8x24 + out_proj 8x8 + 8x16 + 16x8) = 5,120; layer_norm,
+    # fvcore's 5 per element with an affine weight: 2 norms x 10 tokens x 8 x 5 = 800
+    from torch import nn
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0)
+
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.l(x)
+
+    x = torch.randn(2, 5, 8)
+    alone, wrapped = FlopCountAnalysis(layer, x), FlopCountAnalysis(Wrapped(), x)
+    assert wrapped.by_operator() == alone.by_operator() == {"linear": 5120, "layer_norm": 800}
+    assert wrapped.total() == alone.total() == 5920

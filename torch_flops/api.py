@@ -451,7 +451,7 @@ class FlopCountAnalysis:
         return op in self._default_ops
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
-        custom: dict[Any, Formula | None] = {}
+        custom: dict[Any, Formula | None] = dict.fromkeys(fvcore_rules.TRACED_THROUGH)  # (no op of their own)
         for op, pairs in fvcore_rules.OVERRIDES.items():
             if op in self._default_ops and self._enabled(op):
                 for keys, formula in pairs:
@@ -662,8 +662,9 @@ class ActivationCountAnalysis(FlopCountAnalysis):
         # no fvcore FLOP rules here, but the handles set_op_handle was given; and fvcore's upsample rule,
         # whose count per output element (1 nearest, 4 bilinear) names the op an interpolate call shows
         # (_fvcore_op): an unsupported op here, counted 0 whatever its FLOPs
-        custom: dict[Any, Formula | None] = {cls: formulas[self._split_formula]
-                                             for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}
+        custom: dict[Any, Formula | None] = {**dict.fromkeys(fvcore_rules.TRACED_THROUGH),
+                                             **{cls: formulas[self._split_formula]
+                                                for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}}
         for keys, formula in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"]:
             custom.update(dict.fromkeys(keys, formula))
         for op, handle in self._handles.items():

@@ -28,7 +28,7 @@ from torch import nn
 from torch_flops.formulas import aten_ops, functions
 from torch_flops.formulas._shapes import arg, first_output, has_tensor, numel
 
-__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "SPLIT_MODULES", "op_targets", "snake"]
+__all__ = ["HANDLED", "IGNORED", "MAC_OPS", "OVERRIDES", "SPLIT_MODULES", "TRACED_THROUGH", "op_targets", "snake"]
 
 #: fvcore's ops counted by their multiply-accumulates (torch_flops' MACs), as fvcore names them
 MAC_OPS: dict[str, str] = {"aten::_convolution": "conv", "aten::addmm": "addmm", "aten::bmm": "bmm",
@@ -148,6 +148,10 @@ def mha_activations_fvcore(module: nn.MultiheadAttention, out: Any, query: Any, 
 
 #: modules fvcore's trace splits into two ops it counts, ``aten::linear`` and ``aten::bmm``: their
 #: formula returns (both counts, the linear one), for FlopCountAnalysis and ActivationCountAnalysis
+#: modules fvcore's trace shows as their ops (no op of their own): the drop-ins record them through
+TRACED_THROUGH: tuple[type, ...] = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
+                                    nn.TransformerDecoder, nn.Transformer)
+
 SPLIT_MODULES: dict[type, tuple[Callable[..., tuple[int, int]], Callable[..., tuple[int, int]]]] = {
     nn.MultiheadAttention: (mha_fvcore, mha_activations_fvcore)}
 
