@@ -30,6 +30,7 @@ import torch
 from torch import fx, nn
 from torch.fx.proxy import ParameterProxy
 from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.utils import parametrize
 from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
 
@@ -421,8 +422,7 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             return _trace_fx(model, options, parametrized)
         except Exception as e:  # noqa: BLE001  (traced again below: an error not from them recurs)
             gm = _trace_fx(model, options, frozenset())
-            holders = [path for path, m in model.named_modules() if id(m) in parametrized and path
-                       and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)]
+            holders = [path for path, m in model.named_modules() if path and parametrize.is_parametrized(m)]
             warnings.warn(f"torch_flops: torch.fx could not trace through the parametrized module(s) "
                           f"{', '.join(holders[:5]) or type(model).__name__} ({type(e).__name__}: {_first_line(e)}): "
                           "each is one node, its parametrization's work uncounted. The default front end "
@@ -1380,8 +1380,7 @@ def parametrized_holders(model: nn.Module) -> frozenset[int]:
     """The ids of the modules with a parametrized tensor (``torch.nn.utils.parametrize``) of their own
     or in a submodule, but those of :data:`ONE_KERNEL_MODULES`: traced through rather than kept whole by
     their class's formula."""
-    held = {id(m) for m in model.modules()  # (a TorchScript module's table is no dict, and it has none)
-            if isinstance(m._modules, dict) and isinstance(m._modules.get("parametrizations"), nn.ModuleDict)}
+    held = {id(m) for m in model.modules() if parametrize.is_parametrized(m)}
     if not held:
         return frozenset()
     return frozenset(id(m) for m in model.modules() if not isinstance(m, ONE_KERNEL_MODULES)

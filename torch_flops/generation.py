@@ -320,7 +320,7 @@ class GenerationProfile:
         (a preallocating cache: per slot of its length); None once a sliding-window layer held its
         window (it keeps no more tokens)."""
         states = [s for s in self.kv_cache if s is not None and s.tokens]
-        if not states or any(_past_window(s) for s in states):
+        if not states or any(s.window_full() for s in states):
             return None  # (a sliding window's layers keep their window of tokens only: no one figure per token)
         first, last = states[0], states[-1]
         if last.tokens > first.tokens and last.total_bytes > first.total_bytes:  # type: ignore[operator]
@@ -378,8 +378,7 @@ class GenerationProfile:
             raise ValueError(f"context_length must be an int >= 1, got {context_length!r}")
         context = context_length or self.context_length or 1
         per_token = self.kv_bytes_per_token
-        window = min((s.sliding_window for s in self.kv_cache if s is not None and s.sliding_window), default=None)
-        if window is not None and context >= window:  # (its sliding layers hold their window at that context)
+        if any(s is not None and s.window_full(context) for s in self.kv_cache):  # (no figure per token there)
             per_token = None
         prefill = roofline(self.prefill, spec)
         decode = [roofline(p, spec) for p in self.decode]
@@ -895,13 +894,6 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
     return profile
 
 
-def _past_window(state: KVCacheState) -> bool:
-    """Whether a sliding-window layer of the cache has held its window (it keeps the last
-    ``sliding_window - 1`` tokens from then on, whatever the context; a count it cannot give: assumed)."""
-    window = state.sliding_window
-    return window is not None and (state.seq_length is None or state.seq_length >= window)
-
-
 def _user_watches() -> bool:
     """Whether something of the user's sees every call of every model now: a global module hook
     (``register_module_forward_hook``), a torch function or dispatch mode (a ``FlopCounterMode``)."""
@@ -996,7 +988,7 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
         held = state.max_length if state is not None and state.max_length is not None else contexts[i]
         # (an encoder-decoder's cache also holds the cross-attention's keys, which the formula leaves out; a
         # sliding-window layer keeps its window of tokens only)
-        if state is not None and not state.recurrent_layers and not _past_window(state) and dtype is not None \
+        if state is not None and not state.recurrent_layers and not state.window_full() and dtype is not None \
                 and batch is not None \
                 and held is not None and not getattr(config, "is_encoder_decoder", False):
             formula = kv_cache_formula_bytes(config, held, batch, dtype)

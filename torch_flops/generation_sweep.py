@@ -308,8 +308,7 @@ def _sweep(model_or_config: Any, batches: tuple[int, ...], prompts: tuple[int, .
                 pre_line, dec_line = line(pre), line(dec)
                 state = decode_kv[(b, length)]
                 kv_total = None
-                window = None if state is None else state.sliding_window
-                if window is not None and p + g - 1 >= window:
+                if state is not None and state.window_full(p + g - 1):
                     state = None  # (its sliding layers hold their window at that length: no per-token extrapolation)
                 if state is not None:
                     held = state.tokens or (length + 1)

@@ -77,6 +77,13 @@ class KVCacheState:
     def total_bytes(self) -> int:
         return sum(self.layer_bytes)
 
+    def window_full(self, tokens: int | None = None) -> bool:
+        """Whether a sliding-window layer holds its whole window at ``tokens`` per sequence (default:
+        the count the cache gives, assumed full when it gives none): from then on it keeps its last
+        ``sliding_window - 1`` tokens whatever the context, so no bytes-per-token figure describes it."""
+        tokens = self.seq_length if tokens is None else tokens
+        return self.sliding_window is not None and (tokens is None or tokens >= self.sliding_window)
+
     def as_dict(self) -> dict[str, Any]:
         return {"layer_bytes": list(self.layer_bytes), "kind": self.kind, "tokens": self.tokens,
                 "max_length": self.max_length, "recurrent_layers": self.recurrent_layers,
@@ -243,16 +250,20 @@ def read_cache(cache: Any) -> KVCacheState:
     own_state = not recurrent and not isinstance(cache, (torch.Tensor, Mapping, Sequence)) \
         and getattr(cache, "layers", None) is None and getattr(cache, "key_cache", None) is None \
         and _recurrent_state(cache) is not None
-    # (a sliding layer's window: its own, or a static one's length, the window it preallocates)
-    windows = [w for layer in _cache_layer_objects(cache) if getattr(layer, "is_sliding", False)
-               or getattr(layer, "sliding_window", None) is not None
-               if isinstance(w := getattr(layer, "sliding_window", None) or getattr(layer, "max_cache_len", None), int)
-               and not isinstance(w, bool) and w > 0]
+    windows = [w for w in map(_window, _cache_layer_objects(cache)) if w is not None]
     return KVCacheState(layer_bytes=tuple(per_layer), kind=type(cache).__name__,
                         tokens=None if own_state else _tokens(cache, layers),
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
                         recurrent_layers=len(layers) if own_state else recurrent, seq_length=_seq_length(cache),
                         sliding_window=min(windows) if windows else None)
+
+
+def _window(layer: Any) -> int | None:
+    """A sliding layer's window: its own, or a static one's length (the window it preallocates)."""
+    if not getattr(layer, "is_sliding", False) and getattr(layer, "sliding_window", None) is None:
+        return None
+    window = getattr(layer, "sliding_window", None) or getattr(layer, "max_cache_len", None)
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
 def _seq_length(cache: Any) -> int | None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch.nn.utils import parametrize
 
 __all__ = [
     "COMPLEX_ADD",
@@ -27,7 +28,6 @@ __all__ = [
     "float_numel",
     "has_tensor",
     "is_float",
-    "is_parametrized",
     "matmul_macs",
     "numel",
     "parametrized_shape",
@@ -68,16 +68,7 @@ def has_tensor(module: Any, name: str) -> bool:
     a parametrized one (``torch.nn.utils.parametrize``) is computed by its parametrization on every
     read, which may draw random numbers or update buffers (``spectral_norm``'s power iteration),
     so its presence is taken from the parametrization itself."""
-    parametrizations = getattr(module, "__dict__", {}).get("_modules", {}).get("parametrizations")
-    if parametrizations is not None and name in parametrizations:
-        return True
-    return getattr(module, name, None) is not None
-
-
-def is_parametrized(module: Any, name: str) -> bool:
-    """Whether ``module.<name>`` is computed by a parametrization on every read."""
-    parametrizations = getattr(module, "__dict__", {}).get("_modules", {}).get("parametrizations")
-    return parametrizations is not None and name in parametrizations
+    return parametrize.is_parametrized(module, name) or getattr(module, name, None) is not None
 
 
 def parametrized_shape(module: Any, name: str) -> Any:
@@ -85,7 +76,7 @@ def parametrized_shape(module: Any, name: str) -> Any:
     original's (a parametrization registered without ``unsafe=True`` keeps the shape; one with
     several originals, or unsafe, is computed: its value tells); None when ``name`` is not parametrized
     or no original tells."""
-    if not is_parametrized(module, name):
+    if not parametrize.is_parametrized(module, name):
         return None
     holder = module.parametrizations[name]
     if getattr(holder, "unsafe", False):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.nn.utils import parametrize
+
 from torch_flops.formulas import Count, aten_ops, functions, modules, register
 from torch_flops.formulas._shapes import (
     COMPLEX_ADD,
@@ -12,7 +14,6 @@ from torch_flops.formulas._shapes import (
     arg,
     conv_macs,
     has_tensor,
-    is_parametrized,
     numel,
     parametrized_shape,
 )
@@ -41,7 +42,7 @@ def conv_module_flops(module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) 
     # reading it would run its parametrization once more than the call did (see has_tensor)
     transposed = bool(module.transposed)
     weight_shape = parametrized_shape(module, "weight")
-    if weight_shape is None and is_parametrized(module, "weight"):  # (several originals: weight_norm's)
+    if weight_shape is None and parametrize.is_parametrized(module, "weight"):  # (several originals: weight_norm's)
         c_in, c_out, groups = module.in_channels, module.out_channels, module.groups
         weight_shape = ((c_in, c_out // groups) if transposed else (c_out, c_in // groups)) + tuple(module.kernel_size)
     elif weight_shape is None:
