@@ -426,6 +426,38 @@ def test_a_vector_times_a_batch_in_flop_counter_mode_s_kernels(requires_grad: bo
     assert counter.profile.total_flops == 80
 
 
+_BATCHES = {
+    # (2, 3, 4) three ways: batch dims that view as one (folded: one mv, 0 in FlopCounterMode's
+    # table) or not (broadcast into a bmm: 2 * 2*3*4 = 48 FLOPs)
+    "contiguous": lambda: torch.randn(2, 3, 4),
+    "last two transposed": lambda: torch.randn(2, 4, 3).mT,  # strides (12, 1, 3): 12 != 1 * 3
+    "every other batch": lambda: torch.randn(4, 3, 4)[::2],  # strides (24, 4, 1): 24 != 4 * 3
+}
+
+
+@pytest.mark.parametrize("layout", list(_BATCHES))
+@pytest.mark.parametrize("side", ["batch @ vector", "vector @ batch"])
+def test_a_batch_and_a_vector_count_the_kernel_torch_chooses_by_strides(layout: str, side: str) -> None:
+    # ATen's matmul folds a batch with a vector into one mv when the batch's leading dimensions view
+    # as one without a copy; a batch on the right is read transposed (so a contiguous (2, 4, 3) there
+    # runs a bmm): it is given as batch.mT, folded when batch is. Either way 2*3*4 = 24 MACs = 48
+    # FLOPs of real work.
+    class MatMul(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.matmul(a, b)
+
+    batch = _BATCHES[layout]()
+    args = (batch, torch.randn(4)) if side == "batch @ vector" else (torch.randn(4), batch.mT)
+    with FlopCounterMode(display=False) as reference:
+        MatMul()(*args)
+    counter = TorchFLOPsByFX(MatMul())
+    counter.propagate(*args)
+    folded = layout == "contiguous"
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops() \
+        == (0 if folded else 48)
+    assert counter.profile.total_flops == 48
+
+
 def test_in_place_addmm_is_work_flop_counter_mode_does_not_count() -> None:
     # c.addmm_(a, b), (4, 6) + (4, 5) @ (5, 6): 2 * 4*5*6 = 240 FLOPs + 24 adds of c in torch_flops'
     # count; FlopCounterMode's table has aten.addmm, not aten.addmm_: 0

@@ -108,11 +108,30 @@ def matmul_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count | tu
         # those of its stored elements (as torch.sparse.mm); FlopCounterMode counts the dense product
         sparse = sparse_macs(a, b) * factor
         return _dots(2 * sparse, sparse, max(numel(first_output(out)), 1), 0 if b.dim() == 1 else macs)
-    # a vector on the right is a matrix-vector product (aten mv/dot): FlopCounterMode counts 0; so is a
-    # vector on the left of a batch when it requires grad (torch folds the batch into one matrix then,
-    # ATen's should_fold in LinearAlgebra.cpp, and runs mv; without grad, a bmm)
-    mv = b.dim() == 1 or (a.dim() == 1 and b.dim() >= 3 and a.requires_grad and kwargs.get("out") is None)
+    # which kernel runs decides FlopCounterMode's count: a matrix-vector product (aten mv/dot) counts 0
+    mv = _runs_mv(a, b, kwargs.get("out") is not None)
     return _dots(2 * macs * factor, macs * factor, max(numel(first_output(out)), 1), 0 if mv else macs)
+
+
+def _runs_mv(a: Any, b: Any, has_out: bool) -> bool:
+    """Whether ``torch.matmul(a, b)`` runs a matrix-vector kernel (mv, dot) rather than a bmm, as
+    ATen's ``matmul`` chooses (``should_fold`` in aten/src/ATen/native/LinearAlgebra.cpp): a vector
+    with a vector or a matrix, mv; a vector with a batch (3-D or more) is folded into one mv when the
+    vector requires grad (and there is no ``out=``), when the batch is empty, or when its batch
+    dimensions view as one without a copy (the batch on the right is read transposed); else the
+    vector is broadcast into a bmm."""
+    if b.dim() == 1:
+        if a.dim() <= 2:
+            return True
+        big, small = a, b
+    elif a.dim() == 1 and b.dim() >= 3:
+        big, small = b.mT, a
+    else:
+        return False
+    if (small.requires_grad and not has_out) or big.numel() == 0:
+        return True
+    shape, strides = big.shape, big.stride()
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(big.dim() - 2))
 
 
 @register(*methods("__rmatmul__"))
