@@ -528,3 +528,35 @@ def test_a_module_name_fx_cannot_write_into_its_code_is_a_tracing_error() -> Non
     counter = TorchFLOPsByFX(Quoted())  # the default front end runs it as it is
     counter.propagate(torch.randn(2, 4))
     assert counter.total_flops == 2 * 2 * 4 * 4 + 2 * 4  # 64 MAC flops + 8 bias adds
+
+
+def test_a_random_draw_with_plain_sizes_is_refused_and_the_generator_put_back() -> None:
+    # torch.randn(3, 4) takes no input: fx runs it once, at trace time, and the graph would add the
+    # same draw on every call, where eager draws anew (a different program)
+    class Noise(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.l(x) + torch.randn(3, 4)
+
+    model = Noise()
+    before = torch.get_rng_state()
+    with pytest.raises(TracingError, match=r"Noise's forward draws random numbers without the inputs"):
+        TorchFLOPsByFX(model, tracer="fx")
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_random_draw_shaped_by_the_input_traces_and_draws_as_eager() -> None:
+    # torch.randn_like(x) and dropout are graph nodes: each call draws, as eager's
+    class Noise(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.dropout(x, 0.5) + torch.randn_like(x)
+
+    x = torch.randn(3, 4)
+    torch.manual_seed(1)
+    eager = [Noise()(x), Noise()(x)]
+    torch.manual_seed(1)
+    counter = TorchFLOPsByFX(Noise(), tracer="fx")
+    assert all(torch.equal(counter.propagate(x), e) for e in eager)

@@ -440,7 +440,8 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
         # one trace at a time; and what the forward does to real buffers while tracing is undone
         with TRACE_GATE.tracing(), _buffers_kept(model):
             snapshot = ModelSnapshot(model.named_modules(), _FX_WATCHED, keep_data=True)
-            with _attributes_kept(snapshot) as assigned, _fx_guarded(snapshot, model, tracer):
+            with _random_draws_undone() as drawn, _attributes_kept(snapshot) as assigned, \
+                    _fx_guarded(snapshot, model, tracer):
                 graph = tracer.trace(model, concrete_args=concrete)
     except TracingError:  # what the graph could not replay (_FxGuard)
         raise
@@ -471,11 +472,37 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
             ", e.g. self.count += 1 on a buffer): a torch.fx graph cannot replay an assignment, so it would run a "
             "different program (they were left as they were). Profile it with the default front end "
             "(tracer='auto'), which runs the model as it is")
+    if drawn:
+        raise TracingError(
+            f"{type(model).__name__}'s forward draws random numbers without the inputs (e.g. torch.randn with plain "
+            "sizes, or a layer built in forward): torch.fx runs such a call once, at trace time, and keeps its result "
+            "as a constant, so every call would reuse one draw where eager draws anew (the random generators were "
+            "left as they were). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     try:
         return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
     except SyntaxError as e:  # fx's generated code (a module or attribute name it cannot write)
         raise TracingError(f"torch.fx could not write the code of {type(model).__name__}'s graph: {e}\n"
                            f"{_FX_HINTS}") from e
+
+
+@contextlib.contextmanager
+def _random_draws_undone() -> Iterator[list[bool]]:
+    """Whether tracing drew from torch's default random generators (``[True]`` once the block ends),
+    which are put back as they were before it: a random call with plain arguments (``torch.randn(3,
+    4)``, a layer built in forward, ``if torch.rand(1) < p``) runs once, at trace time, and its result
+    is a constant of the graph, where each eager call draws anew."""
+    cuda = torch.cuda.is_initialized()
+    before = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else [])
+    drawn: list[bool] = []
+    try:
+        yield drawn
+    finally:
+        after = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else [])
+        if not (torch.equal(before[0], after[0]) and all(map(torch.equal, before[1], after[1]))):
+            drawn.append(True)
+            torch.set_rng_state(before[0])
+            if cuda:
+                torch.cuda.set_rng_state_all(before[1])
 
 
 _HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
