@@ -473,3 +473,35 @@ def test_a_later_call_needing_other_gradients_runs_on_the_same_graph() -> None:
     x = torch.randn(2, 4, requires_grad=True)
     out = counter.propagate(x)
     assert out.requires_grad and torch.equal(out, model(x))
+
+
+@pytest.mark.parametrize(("forward", "inputs"), [
+    ("view", ((3, 4),)),  # x.view(5, -1) of 12 elements
+    ("linear", ((3, 5),)),  # a (3, 5) input to Linear(4, 4)
+    ("broadcast", ((3,), (4,))),  # (3,) + (4,)
+])
+def test_an_op_s_own_error_comes_out_as_the_eager_call_raises_it(forward: str, inputs: tuple[Any, ...]) -> None:
+    # torch.export meets the error through fake tensors, in their words ("a and b must have same
+    # reduction dim"); the profiled call raises what the plain call raises, its input and model untouched
+    class Bad(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+            if forward == "view":
+                return self.l(x.view(5, -1))
+            if forward == "linear":
+                return self.l(x)
+            return x + y
+
+    model = Bad()
+    args = [torch.randn(*shape) for shape in inputs]
+    copies = [a.clone() for a in args]
+    with pytest.raises(RuntimeError) as eager:
+        model(*args)
+    before = _state(model)
+    with pytest.raises(RuntimeError) as profiled:
+        TorchFLOPsByFX(model, tracer="export").propagate(*args)
+    assert type(profiled.value) is type(eager.value) and str(profiled.value) == str(eager.value)
+    assert _same(before, _state(model)) and all(torch.equal(a, c) for a, c in zip(args, copies))

@@ -852,6 +852,30 @@ def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
 _TRACING_ERRORS = (TypeError, RuntimeError, NotImplementedError, AttributeError, ValueError, IndexError)
 
 
+def _eager_error(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Exception | None:
+    """After torch.export failed with one of the errors an op raises (``RuntimeError``, ``ValueError``,
+    ...), the error the same eager call raises, if any: an op's own error (a matmul of shapes that do
+    not fit) reaches torch.export through fake tensors, in their words. The call runs on copies of the
+    input tensors, under the caller's grad mode, with torch's random generator put back after it (the
+    model's state is put back by the caller)."""
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        c = t.detach().clone()
+        if t.requires_grad:
+            c.requires_grad_(True)
+            return c if t.is_leaf else c.clone()
+        return c
+
+    rng = torch.get_rng_state()
+    try:
+        copied_args, copied_kwargs = _pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs)))
+        model(*copied_args, **copied_kwargs)
+    except Exception as eager:  # noqa: BLE001  (the forward's own error, whatever it is)
+        return eager
+    finally:
+        torch.set_rng_state(rng)
+    return None
+
+
 def _models_own(e: BaseException) -> bool:
     """Whether an exception raised while tracing is the model's own (a class of the user's or of a
     library's that is neither torch's nor one of the built-in errors a traced value causes, e.g. a
@@ -1016,6 +1040,11 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.export traced it "
                         f"with inputs ({_describe(args, kwargs)})")
             raise
+        eager = _eager_error(model, args, kwargs) if type(e) in _TRACING_ERRORS and not counts_only else None
+        if eager is not None:  # an op's error (shapes that do not fit), worded by torch's fake tensors
+            add_note(eager, f"torch_flops: raised by {type(model).__name__}'s forward, which torch.export could not "
+                            f"trace with inputs ({_describe(args, kwargs)}); the same call raises it without the profiler")
+            raise eager from None
         error = TracingError(
             f"torch.export could not trace {type(model).__name__} with inputs "
             f"({_describe(args, kwargs)}): {type(e).__name__}: {_first_line(e)}\n"
