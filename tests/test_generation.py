@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from _flop_counts import flop_counter_per_call  # tests/_flop_counts.py (pytest 
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import get_model_profile, hardware, profile_generate, sweep_generation
+from torch_flops import UnsupportedOpWarning, get_model_profile, hardware, profile_generate, sweep_generation
 from torch_flops.cli import main
 from torch_flops.generation import max_batch
 from torch_flops.generation_report import sweep_table
@@ -784,3 +785,33 @@ def test_the_whole_generation_s_summary_claims_no_one_call_throughput(hf: Any) -
     summary = report.summary_text(gp.total)  # every step merged: batch x prompt / summed node times is no rate
     assert "Throughput:  - (a generation's steps summed: see its tokens/s)" in summary
     assert report.model_summary(gp.total).tokens_per_s is None and gp.tokens_per_s is not None
+
+
+@torch.library.custom_op("torch_flops_generation_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_an_op_without_a_formula_is_warned_about_once_for_the_whole_generation() -> None:
+    # three calls (a prefill and two decode steps) each run the op: one UnsupportedOpWarning, at the
+    # user's profile_generate line, as propagate warns once per target
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _twice(self.l(x))
+
+    model = Twice()
+
+    def loop() -> list[torch.Tensor]:
+        return [model(torch.randn(1, 8)) for _ in range(3)]
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gp = profile_generate(model, loop=loop)
+    unsupported = [w for w in seen if issubclass(w.category, UnsupportedOpWarning)]
+    assert len(unsupported) == 1 and "torch_flops_generation_test.twice" in str(unsupported[0].message)
+    assert unsupported[0].filename == __file__
+    assert len(gp.decode) == 2

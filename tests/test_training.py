@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import csv
 import io
+import warnings
 from typing import Any
 
 import pytest
@@ -16,7 +17,15 @@ from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-from torch_flops import TorchFLOPsByFX, TrainingProfiler, UnsupportedOptimizerError, hardware, report, utilization
+from torch_flops import (
+    TorchFLOPsByFX,
+    TrainingProfiler,
+    UnsupportedOptimizerError,
+    UnsupportedOpWarning,
+    hardware,
+    report,
+    utilization,
+)
 
 PARAMS = 8 * 16 + 16 + 16 * 4 + 4  # 212
 
@@ -417,3 +426,37 @@ def test_a_gradient_penalty_is_loss_work_inside_the_forward_or_in_the_loop() -> 
     assert (phases["linalg_vector_norm"], phases["clamp"]) == ("optimizer", "optimizer")  # the clipping
     # and the items of its _foreach_norm it reads, in its phase (they were 'forward')
     assert (phases["getitem"], phases["getitem_1"]) == ("optimizer", "optimizer")
+
+
+@torch.library.custom_op("torch_flops_training_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+_twice.register_autograd(lambda ctx, grad: grad * 2)
+
+
+def test_an_op_without_a_formula_is_warned_about_once_at_the_user_s_line() -> None:
+    # as propagate warns: once per target for the whole recording (two steps here), at the line of the
+    # user's that ended the step (optimizer.step(), where the step's profile is made)
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return _twice(self.l(x))
+
+    model = Twice()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with TrainingProfiler(model, optimizer) as prof:
+            for _ in range(2):
+                model(torch.randn(4, 8)).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    unsupported = [w for w in seen if issubclass(w.category, UnsupportedOpWarning)]
+    assert len(unsupported) == 1 and "torch_flops_training_test.twice" in str(unsupported[0].message)
+    assert unsupported[0].filename == __file__
+    assert len(prof.profiles) == 2

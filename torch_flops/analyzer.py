@@ -30,11 +30,11 @@ from torch_flops.calls import (
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import is_compiled
-from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning
+from torch_flops.errors import TracerFallbackWarning, TracingError
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.html import write_html
 from torch_flops.measure import Timer, batch_size_of, input_device
-from torch_flops.measuring import Measurements, add_note
+from torch_flops.measuring import add_note
 from torch_flops.options import Options, TracerName
 from torch_flops.progress import Progress
 from torch_flops.records import NodeRecord, Profile, Status
@@ -194,7 +194,7 @@ class TorchFLOPsByFX:
             progress.done()
         self._measured, self._profile = (result, batch_size_of((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up
-        self._warn_unsupported(result.measurements)
+        result.measurements.warn_unsupported(self._warned)  # once per target, per counter
         if self.options.ignore_ops and not self._ignores_checked:
             self._warn_unmatched_ignores()
         return result.output
@@ -277,19 +277,6 @@ class TorchFLOPsByFX:
                       "of from a run" + (" (its gradients land on the graph's own parameters, not the model's)"
                                          if backward else "") + ".", TracerFallbackWarning, stacklevel=3)
         return result
-
-    def _warn_unsupported(self, measurements: Measurements) -> None:
-        """One warning per target without a formula, per counter, at the caller's line."""
-        for target, nodes in measurements.unsupported().items():
-            if target in self._warned:
-                continue
-            self._warned.add(target)
-            listed = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
-            warnings.warn(
-                f"torch_flops: no FLOPs formula for {target} ({len(nodes)} node(s): {listed}; {nodes[0][1]}); "
-                "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
-                "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
-                UnsupportedOpWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ results
     @property

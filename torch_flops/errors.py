@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+import torch
+
 __all__ = [
     "DroppedOutputWarning",
     "DuplicateFormulaError",
@@ -85,14 +87,17 @@ def add_note(e: BaseException, note: str) -> None:
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PASSED_THROUGH = (_PACKAGE, os.path.abspath(contextlib.__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def caller_stacklevel() -> int:
+def caller_stacklevel(through_torch: bool = False) -> int:
     """The ``stacklevel`` for a ``warnings.warn`` in this package that names the user's line: the first
-    frame outside it (and outside ``contextlib``, whose context managers it runs in), counted from the
-    function that calls ``warnings.warn``."""
+    frame outside it (and outside ``contextlib``, whose context managers it runs in; ``through_torch``:
+    and outside torch, for a warning from a hook torch calls, e.g. at the end of ``optimizer.step()``),
+    counted from the function that calls ``warnings.warn``."""
+    passed = _PASSED_THROUGH + (_TORCH,) if through_torch else _PASSED_THROUGH
     frame: Any = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PASSED_THROUGH):
+    while frame is not None and frame.f_code.co_filename.startswith(passed):
         frame, level = frame.f_back, level + 1
     return level

@@ -734,8 +734,11 @@ class _Session:
 
 
 def _step_profile(step: Step, index: ModelIndex, timer: Timer, device: torch.device,
-                  settings: Mapping[str, Any]) -> Profile:
-    return Profile.from_measurements(step.measurements(timer, device), tracer="eager", module_types=index.types,
+                  settings: Mapping[str, Any], warned: set[str]) -> Profile:
+    """A step's profile; a target without a formula is warned about unless in ``warned`` (which it joins)."""
+    measurements = step.measurements(timer, device)
+    measurements.warn_unsupported(warned)
+    return Profile.from_measurements(measurements, tracer="eager", module_types=index.types,
                                      module_params=index.params, batch_size=step.batch_size, settings=settings)
 
 
@@ -762,7 +765,7 @@ def profile_one_call(model: nn.Module, kwargs: Mapping[str, Any], *, table: Form
         finally:
             recording.stop()
     step = recording.steps[0]
-    return output, _step_profile(step, index, timer, device, settings or {})
+    return output, _step_profile(step, index, timer, device, settings or {}, set())
 
 
 def _sequences(output: Any) -> torch.Tensor | None:
@@ -973,10 +976,11 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
                 and not state.recurrent_layers and contexts[i] is not None \
                 and state.tokens > contexts[i]:  # type: ignore[operator]
             contexts[i] = state.tokens
+    warned: set[str] = set()  # (one warning per target for the whole generation)
     with gc_paused():  # (thousands of records per step)
         profiles = [_step_profile(step, index, session.timer, device, {
             "generation_step": i, "generation_phase": PREFILL if i == 0 else DECODE, "tokens_in": inputs[i][1],
-            "context_length": contexts[i]}) for i, step in enumerate(steps)]
+            "context_length": contexts[i]}, warned) for i, step in enumerate(steps)]
     rows: list[GenerationStep] = []
     for i, step in enumerate(steps):
         batch, tokens = inputs[i]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -22,7 +23,7 @@ from torch import fx
 
 from torch_flops.backward import BackwardRun, SequenceMap
 from torch_flops.comm import comm_bytes, is_dtensor_value, local_value
-from torch_flops.errors import UnsupportedOpError, add_note
+from torch_flops.errors import UnsupportedOpError, UnsupportedOpWarning, add_note, caller_stacklevel
 from torch_flops.formulas import evaluate
 from torch_flops.measure import (
     LiveTensors,
@@ -162,6 +163,20 @@ class Measurements:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return cls(runs=tuple(runs), device=str(device), memory_source=memory_source, device_name=name,
                    run_times_ms=tuple(run_times_ms))
+
+    def warn_unsupported(self, warned: set[str]) -> None:
+        """One :class:`UnsupportedOpWarning` per target without a count not in ``warned`` (which it
+        joins), at the user's line."""
+        for target, nodes in self.unsupported().items():
+            if target in warned:
+                continue
+            warned.add(target)
+            listed = ", ".join(name for name, _ in nodes[:5]) + (", ..." if len(nodes) > 5 else "")
+            warnings.warn(
+                f"torch_flops: no FLOPs formula for {target} ({len(nodes)} node(s): {listed}; {nodes[0][1]}); "
+                "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
+                "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
+                UnsupportedOpWarning, stacklevel=caller_stacklevel(through_torch=True))
 
     def unsupported(self) -> dict[str, list[tuple[str, str]]]:
         """Readable target -> ``(node name, why)`` for nodes without a count (no formula, or a

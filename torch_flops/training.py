@@ -103,6 +103,7 @@ class TrainingProfiler:
         self.tables = formulas.FORMULAS.copy()
         #: one profile per finished step, in order
         self.profiles: list[Profile] = []
+        self._warned: set[str] = set()  #: the targets without a formula warned about
         self._durations: list[float] = []  # ms per step, wall clock
         self._peaks: list[int | None] = []
         self._recording: Recording | None = None
@@ -267,6 +268,7 @@ class TrainingProfiler:
     def _step_done(self, step: Step) -> None:
         """A step of the recording finished: its profile, with one optimizer record per parameter."""
         measurements = step.measurements(self._timer, self._device)
+        measurements.warn_unsupported(self._warned)  # (once per target for the whole recording)
         index = step.graph.index
         profile = Profile.from_measurements(
             measurements, tracer="eager", module_types=index.types, module_params=index.params,

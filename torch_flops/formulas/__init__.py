@@ -263,6 +263,7 @@ from torch_flops.formulas import (  # noqa: F401
     elementwise,
     embedding,
     fft,
+    foreach,
     linalg,
     loss,
     matmul,
