@@ -743,9 +743,11 @@ def _step_profile(step: Step, index: ModelIndex, timer: Timer, device: torch.dev
 
 
 def profile_one_call(model: nn.Module, kwargs: Mapping[str, Any], *, table: FormulaTable | None = None,
-                     index: ModelIndex | None = None, settings: Mapping[str, Any] | None = None) -> tuple[Any, Profile]:
+                     index: ModelIndex | None = None, settings: Mapping[str, Any] | None = None,
+                     warned: set[str] | None = None) -> tuple[Any, Profile]:
     """One call ``model(**kwargs)`` recorded (on meta: counted): its output and profile. Used by
-    the sweeps for one prefill or one decode step."""
+    the sweeps for one prefill or one decode step (``warned``: the targets without a formula already
+    warned about, shared by a sweep's calls)."""
     table = table if table is not None else formulas.FORMULAS.copy()
     index = index if index is not None else ModelIndex(model, table)
     device = input_device(((), kwargs), model)
@@ -765,7 +767,7 @@ def profile_one_call(model: nn.Module, kwargs: Mapping[str, Any], *, table: Form
         finally:
             recording.stop()
     step = recording.steps[0]
-    return output, _step_profile(step, index, timer, device, settings or {}, set())
+    return output, _step_profile(step, index, timer, device, settings or {}, warned if warned is not None else set())
 
 
 def _sequences(output: Any) -> torch.Tensor | None:

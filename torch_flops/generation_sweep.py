@@ -284,8 +284,11 @@ def _sweep(model_or_config: Any, batches: tuple[int, ...], prompts: tuple[int, .
             rooflines[key] = roofline(profile, spec)
         return rooflines[key]
 
+    warned: set[str] = set()  # (one warning per target for the whole sweep)
+
     def call(kwargs: Mapping[str, Any], phase: str) -> tuple[Any, Profile]:
-        return profile_one_call(model, kwargs, table=table, index=index, settings={"generation_phase": phase})
+        return profile_one_call(model, kwargs, table=table, index=index, settings={"generation_phase": phase},
+                                warned=warned)
 
     # what generate() passes: the cache, and logits for the last position alone where the model can
     extra: dict[str, Any] = {"use_cache": True}
