@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import (
     TorchFLOPsByFX,
@@ -460,3 +461,47 @@ def test_an_op_without_a_formula_is_warned_about_once_at_the_user_s_line() -> No
     assert len(unsupported) == 1 and "torch_flops_training_test.twice" in str(unsupported[0].message)
     assert unsupported[0].filename == __file__
     assert len(prof.profiles) == 2
+
+
+def test_a_forward_that_raises_and_is_caught_ends_its_step() -> None:
+    # iteration 2's forward raises after its first Linear (8 -> 16 on 4 rows: 2*4*8*16 = 1024 FLOPs plus
+    # the bias 64: FlopCounterMode counts the mm only, 1024) and the loop goes on: that iteration is a step
+    # of its own, as FlopCounterMode around each iteration sees it, not added to iteration 3's
+    class Flaky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.calls = nn.Linear(8, 16), nn.Linear(16, 3), 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            h = F.relu(self.a(x))
+            if self.calls == 2:
+                raise ValueError("bad batch")
+            return self.b(h)
+
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+
+    def loop(model: nn.Module, optimizer: torch.optim.Optimizer, per_step: list[int] | None) -> None:
+        for _ in range(4):
+            with FlopCounterMode(display=False) as counted:
+                try:
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                except ValueError:
+                    pass
+                optimizer.zero_grad()
+            if per_step is not None:
+                per_step.append(counted.get_total_flops())
+
+    reference: list[int] = []
+    torch.manual_seed(0)
+    model = Flaky()
+    loop(model, torch.optim.SGD(model.parameters(), lr=0.1), reference)
+    torch.manual_seed(0)
+    model = Flaky()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TrainingProfiler(model, optimizer) as prof:
+        loop(model, optimizer, None)
+    steps = [p.with_convention("flop_counter") for p in prof.profiles]
+    assert [s.total_flops + s.total_backward_flops for s in steps] == reference
+    assert reference[1] == 1024 and len(reference) == 4

@@ -470,6 +470,7 @@ class Recording:
         self._after_backward = False
         self._just_stepped = False  # the optimizer stepped and no forward since (its machinery may follow)
         self._skipped_update = False
+        self._raised = False  # the model's last call raised (the step ends at the next forward)
         self._pending: list[int] = []
         self._in_optimizer = False
         self._in_closure = False
@@ -545,6 +546,8 @@ class Recording:
 
     def _forward_begins(self) -> None:
         """A call of one of the model's modules begins with none running (an event of the steps)."""
+        if self._raised:  # the last call raised, and the loop went on: that step is over
+            self._new_step()
         if self._pending:  # after a step: its machinery (GradScaler's update); else the loop's own work
             self._label(OPTIMIZER if self._just_stepped else LOSS)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
@@ -641,6 +644,10 @@ class Recording:
                 if module is self.model and self._root_whole:
                     self._call_ends(module, args, result)
         self._location = self._stack.pop()
+        if failed and not self._stack and not self._in_optimizer and threading.get_ident() == self._thread:
+            # the model's call raised: a step that raises ends its step, as an optimizer step that raises
+            # does; a loop that catches it and goes on starts the next step with its next forward
+            self._raised = True
 
     # ------------------------------------------------------------------ op events (from the hub)
     def _phase(self) -> str | None:
