@@ -33,6 +33,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note
 from torch_flops.formulas import FormulaTable
@@ -474,8 +475,8 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
             "(tracer='auto'), which runs the model as it is")
     if drawn:
         raise TracingError(
-            f"{type(model).__name__}'s forward draws random numbers without the inputs (e.g. torch.randn with plain "
-            "sizes, or a layer built in forward): torch.fx runs such a call once, at trace time, and keeps its result "
+            f"{type(model).__name__}'s forward draws random numbers without the inputs ({drawn[0]}: e.g. torch.randn "
+            "with plain sizes, or a layer built in forward): torch.fx runs such a call once, at trace time, and keeps its result "
             "as a constant, so every call would reuse one draw where eager draws anew (the random generators were "
             "left as they were). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     try:
@@ -485,21 +486,39 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
                            f"{_FX_HINTS}") from e
 
 
+class _RandomDraws(TorchDispatchMode):
+    """The random aten ops (tagged ``nondeterministic_seeded``: randn, rand, normal_, bernoulli, ...) that
+    run for real in this thread while fx traces: a random call with plain arguments (``torch.randn(3,
+    4)``, a layer built in forward, ``if torch.rand(1) < p``) runs once, at trace time, and its result is
+    a constant of the graph, where each eager call draws anew. (Traced calls are Proxies: no aten op.)"""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # (see session._DispatchMode: nothing here is compiled)
+        return False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.drawn.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
 @contextlib.contextmanager
-def _random_draws_undone() -> Iterator[list[bool]]:
-    """Whether tracing drew from torch's default random generators (``[True]`` once the block ends),
-    which are put back as they were before it: a random call with plain arguments (``torch.randn(3,
-    4)``, a layer built in forward, ``if torch.rand(1) < p``) runs once, at trace time, and its result
-    is a constant of the graph, where each eager call draws anew."""
+def _random_draws_undone() -> Iterator[list[str]]:
+    """The random ops tracing ran (see :class:`_RandomDraws`), once the block ends; torch's random
+    generators are then put back as they were before it."""
     cuda = torch.cuda.is_initialized()
     before = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else [])
-    drawn: list[bool] = []
+    mode = _RandomDraws()
     try:
-        yield drawn
+        with mode:
+            yield mode.drawn
     finally:
-        after = torch.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else [])
-        if not (torch.equal(before[0], after[0]) and all(map(torch.equal, before[1], after[1]))):
-            drawn.append(True)
+        if mode.drawn:
             torch.set_rng_state(before[0])
             if cuda:
                 torch.cuda.set_rng_state_all(before[1])
