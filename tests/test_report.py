@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,6 +238,47 @@ def test_format_helpers() -> None:
     assert report.format_time_ms(4.864999999999999) == report.format_time_ms(4.865000000000001) == "4.87 ms"
     assert report.format_percent(1, 8) == "12.50%"
     assert report.format_percent(None, 8) == report.format_percent(1, 0) == "-"
+
+
+@pytest.mark.parametrize(("value", "formatter", "text"), [
+    # the unit is the one the rounded number needs: 999,999 is 999.999 K, three digits 1000 K = 1.00 M
+    (999_999, report.format_count, "1.00 M"), (999_999_999, report.format_count, "1.00 G"),
+    (99_950, report.format_count, "100 K"),  # 99.95 K: three digits 100 (not 100.0)
+    (9.996, report.format_count, "10.0"), (999, report.format_count, "999"), (999.6, report.format_count, "1.00 K"),
+    (1_048_572, report.format_bytes, "1.00 MiB"),  # 1023.996 KiB: 1024 KiB = 1.00 MiB
+    (1_073_741_823, report.format_bytes, "1.00 GiB"), (10_238, report.format_bytes, "10.0 KiB"),  # 9.998 KiB
+    (1_047_552, report.format_bytes, "1023 KiB"), (1023, report.format_bytes, "1023 B"),
+    (999.9, report.format_time_ms, "1.00 s"), (0.99996, report.format_time_ms, "1.00 ms"),
+    (0.0009995, report.format_time_ms, "1.00 us"),  # 0.9995 us: 1.00 us
+])
+def test_numbers_at_a_unit_s_edge_print_in_the_unit_their_rounding_needs(value: float, formatter: Any,
+                                                                           text: str) -> None:
+    assert formatter(value) == text
+
+
+def test_the_html_page_prints_numbers_as_the_report_does(tmp_path: Any) -> None:
+    # the page's JavaScript formatters (torch_flops/html.py) against report's, on the edges above and
+    # random values, run in node where it is installed
+    import random
+    import shutil
+    import subprocess
+
+    from torch_flops import html
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    source = Path(html.__file__).read_text(encoding="utf-8")
+    script = source[source.index("const PREFIX"):source.index("function pct(part, whole)")]
+    rng = random.Random(0)
+    counts = [999_999, 99_950, 9.996, 999, 999.6, 10.25, 424.5, 0.125, 99.95] + \
+        [rng.choice([1, 1e3, 1e6, 1e9]) * rng.random() * 1000 for _ in range(200)]
+    counts += [round(c) for c in counts]
+    sizes = [1_048_572, 1_073_741_823, 10_238, 1_047_552, 1023, -1_048_572] + [round(abs(c)) for c in counts]
+    times = [999.9, 0.99996, 0.0009995, 0.0] + [abs(c) / 1e4 for c in counts]
+    run = script + f"console.log(JSON.stringify([{json.dumps(counts)}.map(count), {json.dumps(sizes)}.map(bytes), " \
+                   f"{json.dumps(times)}.map(time)]));"
+    page = json.loads(subprocess.run(["node", "-e", run], capture_output=True, text=True, check=True).stdout)
+    assert page == [[report.format_count(c) for c in counts], [report.format_bytes(b) for b in sizes],
+                    [report.format_time_ms(t) for t in times]]
 
 
 def test_rows_for_each_grouping(hand_profile: Any) -> None:

@@ -341,29 +341,43 @@ function fixed(x, d) {
   }
   return x.toFixed(d);
 }
-function three(x) { x = Number(x.toPrecision(12)); const a = Math.abs(x); return fixed(x, a >= 100 ? 0 : a >= 10 ? 1 : 2); }
-function count(n) {
+function three(x) {  // report._three_digits: the decimals chosen from the rounded number (9.996 -> "10.0")
+  x = Number(x.toPrecision(12));
+  return fixed(x, Math.abs(Number(fixed(x, 1))) >= 100 ? 0 : Math.abs(Number(fixed(x, 2))) >= 10 ? 1 : 2);
+}
+function count(n) {  // report.format_count: the unit the rounded number needs (999999 -> "1.00 M")
   if (n === null || n === undefined) return "-";
   if (!Number.isInteger(n)) n = Number(n.toPrecision(12));  // report.snap: the unit from the snapped value
-  for (const [s, p] of PREFIX) if (Math.abs(n) >= s) return three(n / s) + " " + p;
-  return Number.isInteger(n) ? String(n) : three(n);
+  let k = PREFIX.findIndex(([s]) => Math.abs(n) >= s);
+  if (k === -1) {
+    if (!Number.isInteger(n)) { const t = three(n); if (Math.abs(Number(t)) < 1000) return t; }
+    else if (Math.abs(n) < 1000) return String(n);
+    k = PREFIX.length - 1;
+  }
+  let t = three(n / PREFIX[k][0]);
+  if (Math.abs(Number(t)) >= 1000 && k > 0) { k -= 1; t = three(n / PREFIX[k][0]); }
+  return t + " " + PREFIX[k][1];
 }
+// report._in_units: v in the largest unit it reaches, one up when its three digits round to step or more
+function inUnits(v, units, step) {
+  let k = 0;
+  units.forEach(([size], i) => { if (v >= size) k = i; });
+  let t = three(v / units[k][0]);
+  if (Number(t) >= step && k + 1 < units.length) { k += 1; t = three(v / units[k][0]); }
+  return t + " " + units[k][1];
+}
+const TIMES = [[1e-6, "ns"], [1e-3, "us"], [1, "ms"], [1000, "s"]];
+const BINARY = [[1, "B"], [1024, "KiB"], [1024 ** 2, "MiB"], [1024 ** 3, "GiB"], [1024 ** 4, "TiB"]];
 function time(ms) {
   if (ms === null || ms === undefined) return "-";
   ms = Number(ms.toPrecision(12));  // report.snap: the unit from the snapped value
   if (ms < 0) return "-" + time(-ms);
-  if (ms >= 1000) return three(ms / 1000) + " s";
-  if (ms >= 1) return three(ms) + " ms";
-  if (ms >= 0.001 || ms === 0) return three(ms * 1000) + " us";
-  return three(ms * 1e6) + " ns";
+  return ms === 0 ? "0.00 us" : inUnits(ms, TIMES, 1000);
 }
 function bytes(n) {
   if (n === null || n === undefined) return "-";
-  const sign = n < 0 ? "-" : ""; let v = Math.abs(n);
-  for (const u of ["B", "KiB", "MiB", "GiB", "TiB"]) {
-    if (v < 1024 || u === "TiB") return u === "B" ? sign + Math.round(v) + " B" : sign + three(v) + " " + u;
-    v /= 1024;
-  }
+  const sign = n < 0 ? "-" : "", v = Math.abs(n);
+  return v < 1024 ? sign + Math.round(v) + " B" : sign + inUnits(v, BINARY, 1024);
 }
 function pct(part, whole) { return part === null || part === undefined || !whole ? "-" : fixed(100 * part / whole, 2) + "%"; }
 // a change in % as torch_flops.diff writes it: f"{v:+.2f}%" ("+0.00%", "-0.00%" for a tiny fall), and "new" /

@@ -227,17 +227,26 @@ _SUFFIXES = ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "
 
 
 def format_count(n: float | None, unit: str = "") -> str:
-    """``4089184256 -> '4.09 G'`` (three significant digits); ``None -> '-'``."""
+    """``4089184256 -> '4.09 G'`` (three significant digits); ``None -> '-'``. The unit is the one the
+    rounded number needs: ``999999 -> '1.00 M'``, not ``'1000 K'``."""
     if n is None:
         return "-"
     if isinstance(n, float):
         n = snap(n)  # the unit too is chosen from the snapped value
-    for scale, suffix in _SUFFIXES:
-        if abs(n) >= scale:
-            return f"{_three_digits(n / scale)} {suffix}{unit}"
-    if isinstance(n, float) and not n.is_integer():
-        return f"{_three_digits(n)} {unit}".rstrip()
-    return f"{int(n)} {unit}".rstrip()
+    k = next((k for k, (scale, _) in enumerate(_SUFFIXES) if abs(n) >= scale), len(_SUFFIXES))
+    if k == len(_SUFFIXES):
+        if isinstance(n, float) and not n.is_integer():
+            text = _three_digits(n)
+            if abs(float(text)) < 1000:
+                return f"{text} {unit}".rstrip()
+        elif abs(n) < 1000:
+            return f"{int(n)} {unit}".rstrip()
+    k = min(k, len(_SUFFIXES) - 1)
+    text = _three_digits(n / _SUFFIXES[k][0])
+    if abs(float(text)) >= 1000 and k > 0:  # (999999: '1000 K' is '1.00 M')
+        k -= 1
+        text = _three_digits(n / _SUFFIXES[k][0])
+    return f"{text} {_SUFFIXES[k][1]}{unit}"
 
 
 def snap(x: float) -> float:
@@ -249,42 +258,54 @@ def snap(x: float) -> float:
 
 
 def _three_digits(x: float) -> str:
+    """Three significant digits (four for 1000 to 1023, in binary units), the digits after the point
+    chosen from the rounded number: ``9.996 -> '10.0'``, ``99.95 -> '100'``."""
     x = snap(x)
-    if abs(x) >= 100:
+    if abs(float(f"{x:.1f}")) >= 100:
         return f"{x:.0f}"
-    if abs(x) >= 10:
+    if abs(float(f"{x:.2f}")) >= 10:
         return f"{x:.1f}"
     return f"{x:.2f}"
 
 
+def _in_units(value: float, units: Sequence[tuple[float, str]], step: float) -> str:
+    """``value`` in the largest of ``units`` (ascending ``(size, name)``) it reaches, moved one up when its
+    three digits round to ``step`` (the ratio of two units) or more: ``999.9 ms -> '1.00 s'``."""
+    k = max((k for k, (size, _) in enumerate(units) if value >= size), default=0)
+    text = _three_digits(value / units[k][0])
+    if float(text) >= step and k + 1 < len(units):
+        k += 1
+        text = _three_digits(value / units[k][0])
+    return f"{text} {units[k][1]}"
+
+
+_BINARY = ((1, "B"), (1024, "KiB"), (1024**2, "MiB"), (1024**3, "GiB"), (1024**4, "TiB"))
+_TIMES = ((1e-6, "ns"), (1e-3, "us"), (1.0, "ms"), (1000.0, "s"))
+
+
 def format_bytes(n: int | None) -> str:
-    """Binary units: ``1572864 -> '1.50 MiB'``; signed for deltas."""
+    """Binary units: ``1572864 -> '1.50 MiB'``; signed for deltas. The unit is the one the rounded
+    number needs: ``1048572 -> '1.00 MiB'``, not ``'1024 KiB'``."""
     if n is None:
         return "-"
     sign = "-" if n < 0 else ""
-    value = float(abs(n))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{sign}{int(value)} B" if unit == "B" else f"{sign}{_three_digits(value)} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    if abs(n) < 1024:
+        return f"{sign}{int(abs(n))} B"
+    return sign + _in_units(float(abs(n)), _BINARY, 1024)
 
 
 def format_time_ms(ms: float | None) -> str:
     """``3.2104 -> '3.21 ms'``, ``0.0123 -> '12.3 us'``, ``0.0000042 -> '4.20 ns'``, ``1530.0 -> '1.53 s'``;
-    a negative time (a node faster than its roofline) keeps its sign."""
+    a negative time (a node faster than its roofline) keeps its sign. The unit is the one the rounded
+    number needs: ``999.9 -> '1.00 s'``."""
     if ms is None:
         return "-"
     ms = snap(ms)  # the unit too is chosen from the snapped value
     if ms < 0:
         return "-" + format_time_ms(-ms)
-    if ms >= 1000:
-        return f"{_three_digits(ms / 1000)} s"
-    if ms >= 1:
-        return f"{_three_digits(ms)} ms"
-    if ms >= 0.001 or ms == 0:
-        return f"{_three_digits(ms * 1000)} us"
-    return f"{_three_digits(ms * 1e6)} ns"
+    if ms == 0:
+        return "0.00 us"
+    return _in_units(ms, _TIMES, 1000)
 
 
 def format_percent(part: float | None, whole: float | None) -> str:
