@@ -341,6 +341,8 @@ def test_meta_steps_have_no_mfu_and_bad_peaks_are_refused() -> None:
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match="positive, finite"):
             utilization(10, 1.0, bad)
+        with pytest.raises(ValueError, match="time_ms must be a finite number of milliseconds >= 0"):
+            utilization(10, bad, 1e12)  # (NaN gave nan, inf 0.0, a negative time None: 'untimed')
 
 
 def test_lazy_modules_get_a_clear_error() -> None:

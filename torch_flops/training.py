@@ -67,7 +67,9 @@ def utilization(flops: int, time_ms: float | None, peak: float | str | hardware.
     rate = float(peak) if isinstance(peak, (int, float)) else hardware.get(peak).peak_flops(dtype)
     if not math.isfinite(rate) or rate <= 0:
         raise ValueError(f"peak must be a positive, finite FLOP/s, got {peak!r}")
-    if time_ms is None or time_ms <= 0:
+    if time_ms is not None and (not math.isfinite(time_ms) or time_ms < 0):
+        raise ValueError(f"time_ms must be a finite number of milliseconds >= 0 (or None: untimed), got {time_ms!r}")
+    if time_ms is None or time_ms == 0:
         return None
     return flops / (time_ms / 1e3 * rate)
 
