@@ -570,3 +570,31 @@ def test_registered_module_class_is_kept_whole_and_counted_by_its_formula(clean_
     scaler = [r for r in counter.records if r.module_path == "1"]
     # one call_module node counted by the user's formula: 7 x 8 outputs, not mul + add = 16
     assert [(r.op, r.target, r.flops) for r in scaler] == [("call_module", "Scaler", 56)]
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx", "export"])
+def test_the_counter_keeps_no_value_of_the_model_s_once_the_caller_lets_the_output_go(tracer: str) -> None:
+    # a counter kept for its tables held the last output, and in grad mode every activation autograd saved
+    # for it (the first Linear's output, which the second saves): as without the profiler, both are freed
+    # when the caller drops the output
+    import gc
+    import weakref
+
+    made: list[weakref.ref[torch.Tensor]] = []
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden = self.a(x)
+            made.append(weakref.ref(hidden))
+            return self.b(hidden).relu()
+
+    counter = TorchFLOPsByFX(Two(), tracer=tracer)
+    made.clear()
+    output = weakref.ref(counter.propagate(torch.randn(4, 8)))
+    gc.collect()
+    assert output() is None and all(m() is None for m in made)
+    assert counter.total_flops > 0  # (what it measured stays)

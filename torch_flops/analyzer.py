@@ -192,7 +192,9 @@ class TorchFLOPsByFX:
         finally:
             self._propagating = outer
             progress.done()
-        self._measured, self._profile = (result, batch_size_of((args, kwargs))), None
+        # (the output is the caller's: the counter keeps what it measured, never the model's values, which in
+        # grad mode hold every activation autograd saved)
+        self._measured, self._profile = (result._replace(output=None), batch_size_of((args, kwargs))), None
         self._distributed = distributed_settings()  # rank and world size, while the group is up
         result.measurements.warn_unsupported(self._warned)  # once per target, per counter
         if self.options.ignore_ops and not self._ignores_checked:
