@@ -192,3 +192,18 @@ def test_merge_refuses_a_world_size_that_is_no_rank_count(world: Any) -> None:
     bad = dataclasses.replace(counter.profile, settings={"rank": 1, "world_size": world})
     with pytest.raises(ValueError, match=rf"profile 1 has settings.world_size {re.escape(repr(world))}, not a rank count"):
         merge_profiles([good, bad])
+
+
+def test_merged_global_work_keeps_every_phase_of_the_plain_tensor_work() -> None:
+    # no DTensor: global_flops is the ranks' summed work. Per rank: Linear(4, 3) on (2, 4): 2*2*4*3 = 48 +
+    # bias 6 = 54 in the forward; the loss (o ** 2).mean() on 6 outputs: 6 squares, the mean's 6 adds and
+    # 1 divide = 13: 67 per rank, 134 merged (the global figure dropped the loss phase: 108)
+    profiles = []
+    for rank in range(2):
+        torch.manual_seed(0)
+        counter = TorchFLOPsByFX(nn.Linear(4, 3))
+        counter.propagate(torch.randn(2, 4), loss_fn=lambda o: (o ** 2).mean())
+        assert {r.phase for r in counter.records if r.flops} == {"forward", "loss"}
+        profiles.append(dataclasses.replace(counter.profile, settings={"rank": rank, "world_size": 2}))
+    merged = merge_profiles(profiles)
+    assert merged.global_flops == merged.total_flops == 2 * profiles[0].total_flops == 134
