@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from torch_flops import TorchFLOPsByFX
 
@@ -107,6 +108,11 @@ def main() -> None:
             model(x).sum().backward()
             optimizer.step()
         step = prof.profiles[0]
+        with FlopCounterMode(display=False) as reference:  # the same step's forward and backward
+            model(x).sum().backward()
+        counted = step.with_convention("flop_counter")
+        facts.update(flop_counter=counted.total_flops + counted.total_backward_flops,
+                     flop_counter_mode=reference.get_total_flops())
         facts.update(macs=step.total_macs, backward_macs=step.total_backward_macs,
                      optimizer_flops=sum(r.flops for r in step.records if r.phase == "optimizer"),
                      optimizer_paths=[r.module_path for r in step.records if r.op == "optimizer_step"])
@@ -133,6 +139,10 @@ def main() -> None:
         parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
         counter = TorchFLOPsByFX(model)
         counter.propagate(x)
+        with FlopCounterMode(display=False) as reference:
+            model(x)
+        facts.update(flop_counter=counter.profile.with_convention("flop_counter").total_flops,
+                     flop_counter_mode=reference.get_total_flops())
     elif case == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 

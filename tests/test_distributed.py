@@ -54,6 +54,9 @@ def test_tensor_parallel_mlp(out_dir: str) -> None:
         assert f["unsharded_macs"] == 3072 and f["macs"] == 1536
         assert f["node_macs"]["linear"] == [1024, 2048] and f["node_macs"]["linear_1"] == [512, 1024]
         assert f["params"] == 16 * 32 + 32 + 32 * 8 + 8  # 808: the DTensor parameters, counted once
+        # FlopCounterMode counts each DTensor op's logical work on every rank: 2 x 3072 = 6144, and so
+        # does the flop_counter convention (it counted the local shards, 3072)
+        assert f["flop_counter"] == f["flop_counter_mode"] == 6144
         # the rowwise output's all-reduce: 4x8 floats = 128 B, ring 2(n-1)/n x 128 = 128 B
         assert f["comm"] == [["_c10d_functional.all_reduce.default", "", 128]]
     assert sum(f["macs"] for f in facts) == 3072
@@ -87,6 +90,9 @@ def test_tensor_parallel_training_step_is_each_rank_s_share(out_dir: str) -> Non
         # 8x16 + 8 (rowwise weight; its bias is replicated, whole on every rank) = 408 elements
         assert f["optimizer_flops"] == 2 * 408
         assert f["optimizer_paths"] == ["0", "0", "2", "2"]  # in the modules owning the (sharded) parameters
+        # FlopCounterMode on the same rank: the logical ops, forward 2 x 3072 and backward 2 x (4*16*32 dW of
+        # the first + 4*32*8 dX and 4*32*8 dW of the second = 4096): 6144 + 8192 = 14336
+        assert f["flop_counter"] == f["flop_counter_mode"] == 14336
 
 
 def test_fsdp2_counts_as_one_device(out_dir: str) -> None:

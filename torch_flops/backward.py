@@ -90,11 +90,13 @@ class SequenceMap:
 def formula_count(formula: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int]:
     """``(flops, macs, mm_macs)`` of one backward op's formula (:func:`torch_flops.formulas.evaluate`;
     ``mm_macs``: the MACs FlopCounterMode counts for this kernel, all of them when the formula does
-    not say); on DTensors, this rank's shard's work (the formula on the local tensors)."""
-    if is_dtensor_value(out) or has_dtensor(args):
-        out, args, kwargs = local_value(out), local_value(args), local_value(kwargs)
+    not say); on DTensors, this rank's shard's work (the formula on the local tensors), and the MACs
+    FlopCounterMode counts of the logical op (the formula on the DTensors: it counts the DTensor op)."""
     count = evaluate(formula, None, out, args, kwargs)
-    return count[0], count[1], count[1] if count[3] is None else count[3]
+    mm = count[1] if count[3] is None else count[3]
+    if is_dtensor_value(out) or has_dtensor(args):
+        count = evaluate(formula, None, local_value(out), local_value(args), local_value(kwargs))
+    return count[0], count[1], mm
 
 
 @dataclass

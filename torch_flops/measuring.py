@@ -351,22 +351,25 @@ class NodeMeasurer:
                     if od is not dtype and od in _FLOATS and dtype is not None and od.itemsize < dtype.itemsize:
                         dtype = od
                 if type(out) is not torch.Tensor and is_dtensor_value(out):
-                    self._local_work(i, plan, out, args, kwargs)
+                    self._local_work(i, plan, out, args, kwargs, mm)
             except Exception as e:  # noqa: BLE001  (a broken formula marks its node unsupported, never stops the run)
                 self._formula_failed(i, plan, e)
         elif kind is _COMMUNICATION:
             self._comm[i] = comm_bytes(plan.call_target, args, kwargs, out)
         self._seen[i] = (shape, nbytes, entries, dtype)
 
-    def _local_work(self, i: int, plan: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _local_work(self, i: int, plan: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    global_mm: int | None) -> None:
         """An op on DTensors: what the formula counted on their (global) shapes is the logical
-        op's work; this rank's is the same formula on the local shards."""
-        self._global[i] = (self.flops[i], self.macs[i])  # type: ignore[assignment]
-        flops, macs, dots, mm = evaluate(plan.formula, plan.module, local_value(out), local_value(args),
-                                         local_value(kwargs))
+        op's work; this rank's is the same formula on the local shards. The MACs FlopCounterMode
+        counts (``mm_macs``, the ``flop_counter`` convention) stay the logical op's: it counts the
+        DTensor op, not the local kernels DTensor runs for it (``global_mm``; None: all its MACs)."""
+        global_macs = self.macs[i]
+        self._global[i] = (self.flops[i], global_macs)  # type: ignore[assignment]
+        flops, macs, dots, _ = evaluate(plan.formula, plan.module, local_value(out), local_value(args),
+                                        local_value(kwargs))
         self.flops[i], self.macs[i] = flops, macs
-        if dots is not None or mm is not None:
-            self._dots[i] = (dots, mm)
+        self._dots[i] = (dots, global_macs if global_mm is None else global_mm)
 
     def node_name(self, i: int) -> str:
         """The name of node ``i`` (for messages)."""
