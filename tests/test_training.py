@@ -507,3 +507,29 @@ def test_a_forward_that_raises_and_is_caught_ends_its_step() -> None:
     steps = [p.with_convention("flop_counter") for p in prof.profiles]
     assert [s.total_flops + s.total_backward_flops for s in steps] == reference
     assert reference[1] == 1024 and len(reference) == 4
+
+
+def test_the_loop_s_own_work_before_a_forward_is_loss_work_in_every_step() -> None:
+    # the next batch's inputs, made between one step and the next forward ((raw - 0.5) * 2: 2 x 8*4 = 64
+    # FLOPs): "loss" (the loop's own) in every step, as before the first; it was "optimizer" work from
+    # the second step on (the optimizer's FLOPs then 2 x 212 + 64). GradScaler's update after the step
+    # stays optimizer work (its _amp_update_scale_)
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    raw = torch.randn(3, 8, 8)
+    with TrainingProfiler(model, optimizer) as prof:
+        for batch in raw:
+            x = (batch - 0.5) * 2.0
+            scaler.scale(F.mse_loss(model(x), torch.zeros(8, 4))).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    for step in prof.profiles:
+        prep = [(r.target, r.phase, r.flops) for r in step.records if r.target in ("Tensor.sub", "Tensor.mul")][:2]
+        assert prep == [("Tensor.sub", "loss", 64), ("Tensor.mul", "loss", 64)]
+        assert sum(r.flops for r in step.records if r.op == "optimizer_step") == 2 * PARAMS  # SGD: 2 per element
+    updates = [(r.phase, r.flops) for step in prof.profiles for r in step.records if "amp_update_scale" in r.target]
+    # (the last step's update is after the recording's last step; its found_inf test and scale's multiply: 2)
+    assert updates == [("optimizer", 2), ("optimizer", 2)]

@@ -504,7 +504,7 @@ class Recording:
         if not self._calls:  # the model did not run in it (stopped right after a step): no step
             return
         if self._pending:  # after the last backward, with no optimizer step: the loop's own work
-            self._label(OPTIMIZER if self._just_stepped else LOSS, graph)
+            self._label(LOSS, graph)
         graph.add_output(self._last_output)
         graph.finish()
         backward = None
@@ -548,8 +548,8 @@ class Recording:
         """A call of one of the model's modules begins with none running (an event of the steps)."""
         if self._raised:  # the last call raised, and the loop went on: that step is over
             self._new_step()
-        if self._pending:  # after a step: its machinery (GradScaler's update); else the loop's own work
-            self._label(OPTIMIZER if self._just_stepped else LOSS)
+        if self._pending:  # the loop's own work (the next batch's inputs), after a step as before the first
+            self._label(LOSS)  # (GradScaler's update after a step is labelled at its op)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
             self._new_step()  # without an optimizer, a forward after a backward begins a step
         self._after_backward = self._just_stepped = False
@@ -711,6 +711,8 @@ class Recording:
             # GradScaler.update() with no optimizer step since the forward: it skipped the step
             self._skipped_update = True
             self._end_step()
+        elif func._opname == _AMP_UPDATE and self._pending:  # GradScaler.update() after a step: its machinery
+            self._label(OPTIMIZER)
         return out
 
     def function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
