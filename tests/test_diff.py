@@ -337,3 +337,36 @@ def test_gates_that_cannot_be_evaluated_are_refused(pair: dict[str, Any]) -> Non
     with pytest.raises(ValueError, match="different conventions"):  # 22304 FLOPs vs its own MACs is no regression
         in_macs.check(["flops<-1%"])
     assert result.check(["params>0"])  # a gate that can be evaluated still is: B has 784 more parameters
+
+
+def test_the_whole_model_s_time_is_one_number_in_its_row_and_its_gate() -> None:
+    # two nodes timed over 3 calls each by a scripted timer. A: every node 1 ms (calls 2, 2, 2 ms).
+    # B: node 0 takes 1, 1, 10 and node 1 10, 1, 1 ms: the calls 11, 2, 11 ms, median latency 11 ms; the
+    # node medians are 1 and 1 (2 ms summed). The total row said 2 -> 2 ms, +0%, while time>+10% failed
+    # on 2 -> 11 ms: both are the median latency now, +450%
+    class Scripted:
+        def __init__(self, times: list[float]) -> None:
+            self.times, self.n = list(times), 0
+
+        def tick(self) -> int:
+            self.n += 1
+            return self.n
+
+        def finish(self) -> None:
+            pass
+
+        def elapsed_ms(self, start: int, end: int) -> float:
+            return self.times.pop(0)
+
+    def profiled(times: list[float]) -> torch_flops.Profile:
+        torch.manual_seed(0)
+        counter = TorchFLOPsByFX(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), timer=Scripted(times), repeat=3)
+        with torch.no_grad():
+            counter.propagate(torch.randn(2, 4))
+        return counter.profile
+
+    d = torch_flops.diff(profiled([1.0] * 6), profiled([1.0, 10.0, 1.0, 1.0, 10.0, 1.0]))
+    assert (d.total.a["time_ms"], d.total.b["time_ms"]) == (2.0, 11.0)
+    assert d.total.relative("time_ms") == pytest.approx(450.0)
+    [violation] = d.check(["time>+10%"])
+    assert "from 2.00 ms to 11.0 ms (+450.00%)" in violation.message

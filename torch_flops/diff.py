@@ -243,6 +243,11 @@ class ProfileDiff:
                 target = mods_b[new_of[path]]
                 rows.append(self._row("module", new_of[path], _module_values(m), _module_values(target),
                                       target.module_type, (True, True), old_key=path))
+            elif path == "":  # the whole model's time: its median latency (of the calls, when the run kept
+                # them), one number for its row, its change and its gate
+                a, b = _module_values(m), _module_values(mods_b[""])
+                a["time_ms"], b["time_ms"] = (report.model_summary(p).latency_ms for p in (self.a, self.b))
+                rows.append(self._row("module", "", a, b, m.module_type, (True, True)))
             else:
                 other = mods_b.get(path)
                 rows.append(self._row("module", path, _module_values(m), _module_values(other),
@@ -335,15 +340,8 @@ class ProfileDiff:
                 raise ValueError(f"check {expr!r}: {label} was timed with repeat={repeat}; time gates compare medians "
                                  f"and need both profiles timed with repeat >= {MIN_REPEAT_FOR_TIME}")
 
-    def _values(self, c: _Check, row: DiffRow) -> tuple[float | None, float | None]:
-        if c.metric == "time_ms" and row.kind == "module" and row.key == "" and row.old_key is None:
-            # the whole model's time: the median latency (of the calls, when the run kept them)
-            return (report.model_summary(self.a).latency_ms if row.a else None,
-                    report.model_summary(self.b).latency_ms if row.b else None)
-        return row.a.get(c.metric), row.b.get(c.metric)
-
     def _violation(self, c: _Check, row: DiffRow) -> Violation | None:
-        a, b = self._values(c, row)
+        a, b = row.a.get(c.metric), row.b.get(c.metric)
         if a is None and b is None:
             return None
         change = (b or 0) - (a or 0)
