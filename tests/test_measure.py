@@ -362,3 +362,23 @@ def test_cuda_timer_events_follow_the_current_stream(monkeypatch: pytest.MonkeyP
     timer.tick()
     assert script.recorded == [("stream", 7), ("stream", 9), ("stream", 9), ("stream", 7)]
     assert script.built == [7, 9, 7]  # a Stream object built only when the current one changes
+
+
+def test_a_storage_grown_in_place_counts_its_growth_and_is_released_with_it() -> None:
+    # x (4, 8) float32: 128 B. f = x.new_empty(0): 0 B; f.resize_(64): the same storage, 256 B now,
+    # counted where it grew (128 + 256 = 384 live); fill_ holds it again; f.sum(): 4 B more (388, the
+    # peak). It was released with its 256 B where only 0 B had been counted: -244 B live at the end,
+    # a 132 B peak
+    class Resize(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            f = x.new_empty(0)
+            f.resize_(64).fill_(1.0)
+            return f.sum() + x.sum()
+
+    counter = TorchFLOPsByFX(Resize())
+    with torch.no_grad():
+        counter.propagate(torch.randn(4, 8))
+    after = {r.name: r.mem_after for r in counter.records}
+    assert (after["new_empty"], after["resize_"], after["fill_"], after["sum_1"]) == (128, 384, 384, 388)
+    assert all(r.mem_before >= 0 and r.mem_after >= 0 for r in counter.records)
+    assert counter.profile.max_memory == 388

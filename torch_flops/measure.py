@@ -366,11 +366,15 @@ class LiveTensors:
     live but keeps the run itself lean.
     """
 
-    __slots__ = ("_by_value", "_excluded", "_held", "_kept", "bytes")
+    __slots__ = ("_by_value", "_excluded", "_held", "_kept", "_sizes", "bytes")
 
     def __init__(self, excluded_keys: frozenset[int] = frozenset(), kept_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
         self._held: dict[int, int] = {}  # storage key -> how many live values hold it
+        #: storage key -> the bytes counted for it: the largest any value holding it saw (a storage that
+        #: grows in place, ``out=`` resizing it or ``resize_``, counts its growth where it grew, and is
+        #: released with what was counted)
+        self._sizes: dict[int, int] = {}
         #: value -> the (storage key, bytes) pairs it holds: one pair, or a tuple of pairs
         self._by_value: dict[Any, Any] = {}
         self._excluded = excluded_keys
@@ -388,7 +392,7 @@ class LiveTensors:
             return
         pairs = (entries,) if type(entries[0]) is int else entries
         kept = []
-        held = self._held
+        held, sizes = self._held, self._sizes
         for pair in pairs:  # type: ignore[union-attr]
             skey, nbytes = pair  # type: ignore[misc]
             if skey in self._excluded:
@@ -396,9 +400,13 @@ class LiveTensors:
             count = held.get(skey)
             if count is None:
                 held[skey] = 2 if skey in self._kept else 1
+                sizes[skey] = nbytes
                 self.bytes += nbytes
             else:
                 held[skey] = count + 1
+                if nbytes > sizes[skey]:  # (grown in place)
+                    self.bytes += nbytes - sizes[skey]
+                    sizes[skey] = nbytes
             kept.append(pair)
         if kept:
             self._by_value[key] = tuple(kept)
@@ -408,13 +416,13 @@ class LiveTensors:
         if pairs is None:
             return
         held = self._held
-        for skey, nbytes in ((pairs,) if type(pairs[0]) is int else pairs):
+        for skey, _ in ((pairs,) if type(pairs[0]) is int else pairs):
             count = held[skey] - 1
             if count:
                 held[skey] = count
             else:
                 del held[skey]
-                self.bytes -= nbytes
+                self.bytes -= self._sizes.pop(skey)
 
     def timeline(self, entries: Sequence[StorageEntries],
                  frees: Sequence[Iterable[int]]) -> tuple[list[int], list[int]]:
@@ -425,6 +433,7 @@ class LiveTensors:
         before: list[int] = []
         after: list[int] = []
         held, by_value, excluded, first = self._held, self._by_value, self._excluded, 2 if self._kept else 1
+        sizes = self._sizes
         kept = self._kept
         live = self.bytes
         for i, value in enumerate(entries):
@@ -436,9 +445,13 @@ class LiveTensors:
                         count = held.get(skey)
                         if count is None:
                             held[skey] = first if skey in kept else 1
+                            sizes[skey] = value[1]  # type: ignore[misc]
                             live += value[1]  # type: ignore[misc]
                         else:
                             held[skey] = count + 1
+                            if value[1] > sizes[skey]:  # type: ignore[misc]  (grown in place)
+                                live += value[1] - sizes[skey]  # type: ignore[misc]
+                                sizes[skey] = value[1]  # type: ignore[misc]
                         by_value[i] = value
                 else:
                     self.bytes = live
@@ -456,7 +469,7 @@ class LiveTensors:
                         held[skey] = count
                     else:
                         del held[skey]
-                        live -= pairs[1]
+                        live -= sizes.pop(skey)
                 else:
                     self.bytes = live
                     by_value[dead] = pairs
