@@ -815,3 +815,29 @@ def test_an_op_without_a_formula_is_warned_about_once_for_the_whole_generation()
     assert len(unsupported) == 1 and "torch_flops_generation_test.twice" in str(unsupported[0].message)
     assert unsupported[0].filename == __file__
     assert len(gp.decode) == 2
+
+
+def test_a_step_s_activations_are_the_tensors_it_made_not_the_cache_it_read() -> None:
+    # each call: new = cat(cache, x) along the tokens, returned with new.sum(1). float32, width 16: a
+    # token is 64 B. Prefill, 4 tokens into an empty cache: new 256 B + its sum 64 = 320. Decode steps, one
+    # token into a cache of 4 and 5: new 320 / 384 B + 64 = 384 / 448. The input x and the cache read were
+    # made before the step (the cache is the KV cache's figure), and counted in the activations before
+    class Cat(nn.Module):
+        def forward(self, x: torch.Tensor, cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            new = torch.cat([cache, x], 1)
+            return new.sum(1), new
+
+    model = Cat()
+    held = [torch.zeros(1, 0, 16)]
+
+    def loop() -> torch.Tensor:
+        x = torch.randn(1, 4, 16)
+        for _ in range(3):
+            out, held[0] = model(x, held[0])
+            x = out[:, None]
+        return held[0]
+
+    gp = profile_generate(model, loop=loop, kv_cache=lambda: held[0])
+    assert [s.activation_bytes for s in gp.steps] == [320, 384, 448]
+    # the whole peak, with them: at the cat, x + cache + new: 256 + 0 + 256, 64 + 256 + 320, 64 + 320 + 384
+    assert [p.max_memory for p in gp.profiles] == [512, 640, 768]

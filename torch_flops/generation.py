@@ -24,8 +24,9 @@ run left it), and the times above come from that run; ``overhead`` is the ratio 
 
 Memory: the weights (every parameter and buffer storage once), the KV cache (bytes held by the
 live cache after each step, per layer: :mod:`torch_flops.kvcache`), and the activations (the peak
-of each step's live tensors on CPU and meta; on CUDA the allocator's peak in the step above what
-was allocated when it began) are kept apart.
+of the live tensors each step made on CPU and meta, its inputs and the cache tensors earlier steps
+made left out; on CUDA the allocator's peak in the step above what was allocated when it began) are
+kept apart.
 
 Prediction (:meth:`GenerationProfile.predict`): each step's measured graph on the roofline of a
 hardware spec (:func:`torch_flops.roofline.roofline`): prefill time (the predicted TTFT), decode
@@ -76,8 +77,8 @@ from torch_flops.roofline import roofline
 from torch_flops.session import Recording, Step, Steps
 from torch_flops.state import ExtraRuns
 
-__all__ = ["GenerationPrediction", "GenerationProfile", "GenerationStep", "GenerationTiming", "context_lengths",
-           "max_batch", "profile_generate", "profile_generation_call", "profile_one_call", "tokens_in",
+__all__ = ["GenerationPrediction", "GenerationProfile", "GenerationStep", "GenerationTiming", "activation_bytes",
+           "context_lengths", "max_batch", "profile_generate", "profile_generation_call", "profile_one_call", "tokens_in",
            "weights_bytes"]
 
 PREFILL, DECODE = "prefill", "decode"
@@ -735,11 +736,23 @@ class _Session:
 
 def _step_profile(step: Step, index: ModelIndex, timer: Timer, device: torch.device,
                   settings: Mapping[str, Any], warned: set[str]) -> Profile:
-    """A step's profile; a target without a formula is warned about unless in ``warned`` (which it joins)."""
+    """A step's profile; a target without a formula is warned about unless in ``warned`` (which it joins).
+    Its settings hold ``activation_bytes``: the peak of the live tensors the step made itself (its inputs,
+    and the cache tensors earlier steps made, left out: they are the KV cache's), on CPU and meta."""
     measurements = step.measurements(timer, device)
     measurements.warn_unsupported(warned)
+    made = [run.made_peak() for run in measurements.runs]
+    if made and all(m is not None for m in made):
+        settings = {**settings, "activation_bytes": max(m for m in made if m is not None)}
     return Profile.from_measurements(measurements, tracer="eager", module_types=index.types,
                                      module_params=index.params, batch_size=step.batch_size, settings=settings)
+
+
+def activation_bytes(profile: Profile) -> int | None:
+    """A generation step's peak activations (see :func:`_step_profile`); the profile's peak memory for
+    one recorded without that figure."""
+    made = profile.settings.get("activation_bytes")
+    return made if isinstance(made, int) else profile.max_memory
 
 
 def profile_one_call(model: nn.Module, kwargs: Mapping[str, Any], *, table: FormulaTable | None = None,
@@ -998,7 +1011,7 @@ def _assemble(session: _Session, output: Any, steps: list[Step], timing: Generat
                 and batch is not None \
                 and held is not None and not getattr(config, "is_encoder_decoder", False):
             formula = kv_cache_formula_bytes(config, held, batch, dtype)
-        activation = profile.max_memory
+        activation = activation_bytes(profile)
         if device.type == "cuda" and step.peak_memory is not None and i < len(log.allocated):
             activation = max(0, step.peak_memory - log.allocated[i])
         rows.append(GenerationStep(

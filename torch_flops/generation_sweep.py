@@ -38,7 +38,7 @@ from torch import nn
 
 from torch_flops import formulas, generation_report, report
 from torch_flops.capture import ModelIndex
-from torch_flops.generation import profile_one_call, weights_bytes
+from torch_flops.generation import activation_bytes, profile_one_call, weights_bytes
 from torch_flops.hardware import HardwareSpec
 from torch_flops.hardware import get as get_hardware
 from torch_flops.kvcache import KVCacheState, cache_argument, found_cache, read_cache
@@ -317,7 +317,7 @@ def _sweep(model_or_config: Any, batches: tuple[int, ...], prompts: tuple[int, .
                     held = state.tokens or (length + 1)
                     kv_total = round(state.total_bytes / held * (p + g - 1)) if state.max_length is None else \
                         state.total_bytes
-                activations = [m for m in (pre.max_memory, dec.max_memory) if m is not None]
+                activations = [m for m in (activation_bytes(pre), activation_bytes(dec)) if m is not None]
                 points.append(SweepPoint(
                     batch=b, prompt=p, generated=g, decode_context=length + 1, prefill_flops=pre.total_flops,
                     prefill_bytes=_bytes(pre), decode_flops=dec.total_flops, decode_bytes=_bytes(dec),

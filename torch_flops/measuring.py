@@ -84,6 +84,10 @@ class GraphRun:
     #: pay for them
     traffic: Callable[[], tuple[list[int], list[int]]] = field(repr=False, default=lambda: ([], []))
     memory: Callable[[], tuple[list[int | None], list[int | None]]] = field(repr=False, default=lambda: ([], []))
+    #: computes the peak of the live tensor bytes made during the run: the replay of :attr:`memory`
+    #: without the storages of its inputs and of the tensors it read that were made before it (a
+    #: decode step's cache); None with the allocator's readings (CUDA), which say nothing of storages
+    made_peak: Callable[[], int | None] = field(repr=False, default=lambda: None)
     #: what the backward of this run did per node (torch_flops.backward), and its times per node
     #: (medians over the timed runs); None when no backward ran
     backward: BackwardRun | None = None
@@ -269,6 +273,26 @@ class NodeMeasurer:
 
         return replay
 
+    def made_peak(self, plan: Callable[[], Plan], frees: Sequence[Sequence[int]] | Callable[[], Any]
+                  ) -> Callable[[], int | None]:
+        """What gives the peak of the live tensor bytes the run made itself (:attr:`GraphRun.made_peak`):
+        the replay of :meth:`memory` with the storages of the placeholders and the tensors read as
+        attributes or constants (made before the run) left out, as the model's own are."""
+        if self._memory.read is not None:
+            return lambda: None
+        storages, model, kept = self._storages, self._memory.model_storages, self.kept_storages
+
+        def replay() -> int | None:
+            outside = set(model)
+            for p, entries in zip(plan().nodes, storages):
+                if entries is not None and p.node.op in ("placeholder", "get_attr"):
+                    pairs: Any = (entries,) if type(entries[0]) is int else entries
+                    outside.update(key for key, _ in pairs)
+            _, after = LiveTensors(frozenset(outside), kept).timeline(storages, frees() if callable(frees) else frees)
+            return max(after, default=0)
+
+        return replay
+
     def traffic(self, table: Callable[[], _TrafficTable]) -> Callable[[], tuple[list[int], list[int]]]:
         """What computes the counting run's bytes read and written per node (:func:`node_traffic`)
         from the sizes and storages it saw; each run gets fresh lists, so it stays valid."""
@@ -289,6 +313,7 @@ class NodeMeasurer:
             plan_of=plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=dot_outputs, mm_macs=mm_macs,
             time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
             skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(frees),
+            made_peak=self.made_peak(plan, frees),
             filled=self.filled, comm_bytes=_sparse(self._comm, n),
             global_flops=_sparse({k: v[0] for k, v in self._global.items()}, n),
             global_macs=_sparse({k: v[1] for k, v in self._global.items()}, n), phases=phases,
