@@ -87,6 +87,10 @@ def test_get_model_profile_big_numbers_read_well() -> None:
     # 4096*4096 = 16.8 M MACs; 2*MACs + 4096 bias FLOPs; 4096*4096 + 4096 params
     # DeepSpeed's text (2 decimals): 33,558,528 -> "33.56 M", 16,777,216 -> "16.78 MMACs", 16,781,312 -> "16.78 M"
     assert (flops, macs, params) == ("33.56 M", "16.78 MMACs", "16.78 M")
+    # a billion parameters and more: DeepSpeed's params_to_string writes B. Linear(50000, 30000) without
+    # bias on meta: 1.5e9 parameters = MACs at batch 1, 3e9 FLOPs
+    big = nn.Linear(50_000, 30_000, bias=False, device="meta")
+    assert get_model_profile(big, input_shape=(1, 50_000), print_profile=False) == ("3 G", "1.5 GMACs", "1.5 B")
 
 
 def test_get_model_profile_output_file_and_kwargs(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -530,3 +531,45 @@ def test_fvcore_counts_a_transformer_layer_inside_a_model_as_its_ops() -> None:
     alone, wrapped = FlopCountAnalysis(layer, x), FlopCountAnalysis(Wrapped(), x)
     assert wrapped.by_operator() == alone.by_operator() == {"linear": 5120, "layer_norm": 800}
     assert wrapped.total() == alone.total() == 5920
+
+
+def test_fvcore_names_a_module_inside_a_model_by_the_op_its_trace_shows() -> None:
+    # nested, nn.SiLU, nn.LeakyReLU and nn.PReLU were named after their classes (aten::si_lu, leaky_re_lu,
+    # pre_lu) and a handle for the real op never reached them. fvcore's trace: aten::silu, leaky_relu,
+    # prelu. With a handle counting one per output element (8 each): linear 2*4*4 = 32 + 3 * 8 = 56
+    logging.disable(logging.WARNING)
+    try:
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SiLU(), torch.nn.LeakyReLU(), torch.nn.PReLU())
+        x = torch.randn(2, 4)
+        assert dict(FlopCountAnalysis(net, x).unsupported_ops()) == \
+            {"aten::silu": 1, "aten::leaky_relu": 1, "aten::prelu": 1}
+        count = lambda module, out, *args, **kwargs: out.numel()
+        handled = FlopCountAnalysis(net, x).set_op_handle("aten::silu", count, "aten::leaky_relu", count,
+                                                          "aten::prelu", count)
+        assert handled.total() == 56 and not handled.unsupported_ops()
+        assert dict(handled.by_operator()) == {"linear": 32, "silu": 8, "leaky_relu": 8, "prelu": 8}
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize(("cell", "total"), [
+    (torch.nn.LSTMCell(3, 4), 2 * 3 * 16 + 2 * 4 * 16),  # two linears into 4 gates x 4: 96 + 128 = 224
+    (torch.nn.GRUCell(3, 4), 2 * 3 * 12 + 2 * 4 * 12),  # into 3 gates x 4: 72 + 96 = 168
+])
+def test_fvcore_counts_a_recurrent_cell_inside_a_model_as_alone(cell: torch.nn.Module, total: int) -> None:
+    # fvcore's trace shows a cell's linears, bare or nested; nested it was one unsupported aten::lstmcell (0)
+    logging.disable(logging.WARNING)
+    try:
+        x = torch.randn(2, 3)
+        assert FlopCountAnalysis(cell, x).total() == FlopCountAnalysis(torch.nn.Sequential(cell), x).total() == total
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("call", [lambda a, b: a @ b, lambda a, b: a.matmul(b), torch.matmul])
+def test_fvcore_matmul_handle_reaches_every_spelling(call: Any) -> None:
+    # (2, 3) @ (3, 4): fvcore's 24 MACs; a handle for aten::matmul counts every spelling of it (a @ b
+    # kept torch_flops' count, 48, whatever the handle)
+    x = (torch.randn(2, 3), torch.randn(3, 4))
+    assert FlopCountAnalysis(_Fn(call), x).total() == 24
+    assert FlopCountAnalysis(_Fn(call), x).set_op_handle("aten::matmul", lambda m, o, *a, **k: 1000).total() == 1000

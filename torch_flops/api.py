@@ -28,7 +28,7 @@ from tabulate import tabulate
 from torch import nn
 from torch.nn.utils import parametrize
 
-from torch_flops import _validate, report
+from torch_flops import _validate, formulas, report
 from torch_flops.analyzer import TorchFLOPsByFX
 from torch_flops.compiled import (
     CompareRow,
@@ -242,8 +242,10 @@ def _emit(text: str, output_file: str | None) -> None:
 def _totals(profile: Profile, as_string: bool) -> tuple[int | str, int | str, int | str]:
     """DeepSpeed's return value: ``(flops, macs, params)``, as numbers or as text."""
     flops, macs, params = profile.total_flops, profile.total_macs, profile.total_params
-    if as_string:  # DeepSpeed's own text: '33.56 M' (FLOPs carry no unit there), '16.78 MMACs', '16.78 M'
-        return _deepspeed_count(flops), _deepspeed_count(macs) + "MACs", _deepspeed_count(params).strip()
+    if as_string:  # DeepSpeed's own text: '33.56 M' (FLOPs carry no unit there), '16.78 MMACs', '16.78 M'; its
+        # params_to_string writes a billion parameters with a B: '1.5 B'
+        return (_deepspeed_count(flops), _deepspeed_count(macs) + "MACs",
+                _deepspeed_count(params).replace("G", "B").strip())
     return flops, macs, params
 
 
@@ -312,6 +314,36 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "item": "Int", "_local_scalar_dense": "Int",  # a trace reads .item() as aten::Int (ignored)
                  "dim": None,  # a Python int: a trace records no op for x.dim()
                  "grid_sample": "grid_sampler", "grid_sampler_2d": "grid_sampler", "grid_sampler_3d": "grid_sampler"}
+
+
+def _kept_whole_by_fvcore(cls: type) -> bool:
+    """Whether fvcore's trace shows a call of module class ``cls`` as one op whose name
+    :func:`_fvcore_op` knows (a convolution, ``aten::linear``, a norm, an upsample, an RNN, MHA's
+    parts); any other module with a formula of torch_flops' is recorded through its ops in the drop-ins,
+    as the trace shows them (``nn.SiLU``: ``aten::silu``; ``nn.LSTMCell``: its two ``aten::linear``)."""
+    while cls.__name__.startswith("Parametrized") and cls.__bases__[0] is not nn.Module:
+        cls = cls.__bases__[0]  # (parametrize's class ParametrizedX: X's)
+    name = cls.__name__
+    return (name in _MODULE_OPS or name == "ReLU" or name.startswith(("Conv", "LazyConv", "Upsample", "Upsampling"))
+            or issubclass(cls, (nn.RNNBase, nn.MultiheadAttention))
+            or any(cls in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs))
+
+
+def _traced_through(model: nn.Module) -> dict[Any, None]:
+    """The module classes of ``model`` torch_flops keeps whole that fvcore's trace shows through
+    their ops (see :func:`_kept_whole_by_fvcore`): dropped formulas, for ``custom_formulas``."""
+    table = formulas.FORMULAS
+    return {cls: None for cls in {type(m) for m in model.modules()}
+            if table.resolve_module(cls) is not None and not _kept_whole_by_fvcore(cls)}
+
+
+def _handle_targets(op: str) -> tuple[Any, ...]:
+    """Every target a handle for fvcore's ``op`` applies to: :func:`fvcore_rules.op_targets`, and the
+    Tensor methods and Python operators a trace shows as that op (``a @ b``, ``a.matmul(b)``)."""
+    name = op.removeprefix("aten::")
+    aliases = [alias for alias, traced in _OPERATOR_OPS.items() if traced == name]
+    return (*fvcore_rules.op_targets(op), *formulas.methods(name, *aliases),
+            *(f for f in formulas.functions(*aliases) if callable(f)))
 
 
 def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
@@ -452,15 +484,16 @@ class FlopCountAnalysis:
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
         custom: dict[Any, Formula | None] = dict.fromkeys(fvcore_rules.TRACED_THROUGH)  # (no op of their own)
+        custom.update(_traced_through(self._model))
         for op, pairs in fvcore_rules.OVERRIDES.items():
             if op in self._default_ops and self._enabled(op):
                 for keys, formula in pairs:
                     custom.update(dict.fromkeys(keys, formula))
-        for cls, formulas in fvcore_rules.SPLIT_MODULES.items():
-            custom[cls] = formulas[self._split_formula]
+        for cls, split in fvcore_rules.SPLIT_MODULES.items():
+            custom[cls] = split[self._split_formula]
         for op, handle in self._handles.items():
             if handle is not None:
-                custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
+                custom.update(dict.fromkeys(_handle_targets(op), handle))
         return custom
 
     @property
@@ -662,14 +695,14 @@ class ActivationCountAnalysis(FlopCountAnalysis):
         # no fvcore FLOP rules here, but the handles set_op_handle was given; and fvcore's upsample rule,
         # whose count per output element (1 nearest, 4 bilinear) names the op an interpolate call shows
         # (_fvcore_op): an unsupported op here, counted 0 whatever its FLOPs
-        custom: dict[Any, Formula | None] = {**dict.fromkeys(fvcore_rules.TRACED_THROUGH),
-                                             **{cls: formulas[self._split_formula]
-                                                for cls, formulas in fvcore_rules.SPLIT_MODULES.items()}}
+        custom: dict[Any, Formula | None] = {**dict.fromkeys(fvcore_rules.TRACED_THROUGH), **_traced_through(self._model),
+                                             **{cls: split[self._split_formula]
+                                                for cls, split in fvcore_rules.SPLIT_MODULES.items()}}
         for keys, formula in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"]:
             custom.update(dict.fromkeys(keys, formula))
         for op, handle in self._handles.items():
             if handle is not None:
-                custom.update(dict.fromkeys(fvcore_rules.op_targets(op), handle))
+                custom.update(dict.fromkeys(_handle_targets(op), handle))
         return custom
 
     def _count(self, r: NodeRecord, op: str) -> int:
