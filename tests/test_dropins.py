@@ -573,3 +573,24 @@ def test_fvcore_matmul_handle_reaches_every_spelling(call: Any) -> None:
     x = (torch.randn(2, 3), torch.randn(3, 4))
     assert FlopCountAnalysis(_Fn(call), x).total() == 24
     assert FlopCountAnalysis(_Fn(call), x).set_op_handle("aten::matmul", lambda m, o, *a, **k: 1000).total() == 1000
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _Fn(lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear")),
+    lambda: torch.nn.Upsample(scale_factor=2, mode="bilinear"),
+])
+def test_fvcore_upsample_handle_counts_the_mode_it_is_for(make: Any) -> None:
+    # (1, 2, 4, 4) up 2x: 128 outputs. fvcore's bilinear rule 4 each = 512; a handle of 11 per output for
+    # aten::upsample_bilinear2d: 1408 (it turned the op into an unsupported aten::upsample counting 0); a
+    # handle for the nearest op leaves a bilinear call to fvcore's rule
+    logging.disable(logging.WARNING)
+    try:
+        x = torch.randn(1, 2, 4, 4)
+        per_output = lambda m, out, *a, **k: 11 * out.numel()
+        assert dict(FlopCountAnalysis(make(), x).by_operator()) == {"upsample_bilinear2d": 512}
+        handled = FlopCountAnalysis(make(), x).set_op_handle("aten::upsample_bilinear2d", per_output)
+        assert dict(handled.by_operator()) == {"upsample_bilinear2d": 1408} and not handled.unsupported_ops()
+        other = FlopCountAnalysis(make(), x).set_op_handle("aten::upsample_nearest2d", per_output)
+        assert dict(other.by_operator()) == {"upsample_bilinear2d": 512}
+    finally:
+        logging.disable(logging.NOTSET)

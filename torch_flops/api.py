@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -346,7 +346,33 @@ def _handle_targets(op: str) -> tuple[Any, ...]:
             *(f for f in formulas.functions(*aliases) if callable(f)))
 
 
-def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
+class _Resamplings:
+    """The formula of every upsampling call (``nn.Upsample``, ``F.interpolate``, ``F.upsample``) in the
+    fvcore drop-ins: it names the op the call shows in a trace from its mode and rank
+    (``aten::upsample_bilinear2d``), keeps the names in call order (the records' order: :func:`_fvcore_op`
+    reads them back) and counts it with that op's handle, else fvcore's rule for 2-D nearest and
+    bilinear, else 0 (an unsupported op)."""
+
+    TARGETS = tuple(key for keys, _ in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"] for key in keys)
+
+    def __init__(self, handles: Mapping[str, Formula | None], fvcore_rule: bool) -> None:
+        self.handles, self.fvcore_rule = handles, fvcore_rule
+        self.ops: list[str] = []
+
+    def __call__(self, module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = module.mode if module is not None else (args[2] if len(args) > 2 else kwargs.get("mode", "nearest"))
+        op = f"aten::upsample_{mode}{max(out.dim() - 2, 1) if isinstance(out, torch.Tensor) else 2}d"
+        self.ops.append(op)
+        handle = self.handles.get(op)
+        if handle is not None:
+            return handle(module, out, x, *args, **kwargs)
+        if self.fvcore_rule and op in ("aten::upsample_nearest2d", "aten::upsample_bilinear2d") \
+                and op not in self.handles:  # (a None handle: ignored)
+            return fvcore_rules.upsample_fvcore(module, out, x, *args, **kwargs)
+        return 0
+
+
+def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Iterator[str] | None = None) -> str | None:
     """The op fvcore's TorchScript trace shows for this node (``"aten::add"``), None for a node
     that records no op (an input, a ``getitem``, ``nn.Identity``)."""
     if r.op in ("placeholder", "output", "get_attr") or is_internal(r):
@@ -358,6 +384,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
             cls = type(module).__bases__[0].__name__  # (parametrize's class ParametrizedX: X's op)
         if cls.startswith(("Conv", "LazyConv")):
             return "aten::_convolution"
+        if cls.startswith(("Upsample", "Upsampling")) and resampled is not None:
+            return next(resampled, "aten::upsample")
         if cls.startswith(("Upsample", "Upsampling")) and module is not None:
             mode = getattr(module, "mode", "nearest")
             dims = max(len(r.output_shape or ()) - 2, 1)
@@ -374,6 +402,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module]) -> str | None:
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
+    if name in ("interpolate", "upsample") and resampled is not None:  # (named by its formula: _Resamplings)
+        return next(resampled, "aten::upsample")
     if name in ("interpolate", "upsample"):  # the mode decides: read it off fvcore's own count
         per_output = r.flops // max(prod(r.output_shape or ()), 1) if r.flops else 0
         return {1: "aten::upsample_nearest2d", 4: "aten::upsample_bilinear2d"}.get(per_output, "aten::upsample")
@@ -494,6 +524,8 @@ class FlopCountAnalysis:
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(_handle_targets(op), handle))
+        self._resamplings = _Resamplings(self._handles, fvcore_rule=True)
+        custom.update(dict.fromkeys(_Resamplings.TARGETS, self._resamplings))
         return custom
 
     @property
@@ -555,8 +587,9 @@ class FlopCountAnalysis:
             by_module: dict[str, Counter[str]] = {path: Counter() for path in modules}
             unsupported: Counter[tuple[str, str]] = Counter()
             called: set[str] = set()
+            resampled = iter(self._resamplings.ops)
             for r in result.records:
-                op = _fvcore_op(r, modules)
+                op = _fvcore_op(r, modules, resampled)
                 if op is None:
                     continue
                 counted, seen = self._ancestors(r, stacks)
@@ -692,17 +725,16 @@ class ActivationCountAnalysis(FlopCountAnalysis):
     _split_formula = 1
 
     def _custom_formulas(self) -> dict[Any, Formula | None]:
-        # no fvcore FLOP rules here, but the handles set_op_handle was given; and fvcore's upsample rule,
-        # whose count per output element (1 nearest, 4 bilinear) names the op an interpolate call shows
-        # (_fvcore_op): an unsupported op here, counted 0 whatever its FLOPs
+        # no fvcore FLOP rules here, but the handles set_op_handle was given; and the upsampling calls'
+        # formula, which names the op each shows (_Resamplings): an unsupported op here, unless handled
         custom: dict[Any, Formula | None] = {**dict.fromkeys(fvcore_rules.TRACED_THROUGH), **_traced_through(self._model),
                                              **{cls: split[self._split_formula]
                                                 for cls, split in fvcore_rules.SPLIT_MODULES.items()}}
-        for keys, formula in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"]:
-            custom.update(dict.fromkeys(keys, formula))
         for op, handle in self._handles.items():
             if handle is not None:
                 custom.update(dict.fromkeys(_handle_targets(op), handle))
+        self._resamplings = _Resamplings(self._handles, fvcore_rule=False)
+        custom.update(dict.fromkeys(_Resamplings.TARGETS, self._resamplings))
         return custom
 
     def _count(self, r: NodeRecord, op: str) -> int:
