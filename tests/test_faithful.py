@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import errno
 import json
 import os
@@ -294,6 +295,22 @@ def test_fx_outputs_come_back_in_plain_containers() -> None:
         assert type(out.extras[1]["d"]) is list
         out.extras[0].append(1)
         out.extras[1]["e"] = 2
+
+    @dataclasses.dataclass
+    class Result:
+        a: torch.Tensor
+        c: list[Any]
+
+    class Fields(nn.Module):
+        def forward(self, x: torch.Tensor) -> Result:
+            return Result(a=x * 2, c=[x.relu(), None])
+
+    for tracer in ("auto", "fx"):  # (fx builds the dataclass in its graph: a container, no op without a formula)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnsupportedOpWarning)
+            out = TorchFLOPsByFX(Fields(), tracer=tracer).propagate(torch.ones(2))  # type: ignore[arg-type]
+        assert type(out) is Result and type(out.c) is list
+        out.c.append(1)
 
 
 # ----------------------------------------------------------------------------- signatures

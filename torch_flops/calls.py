@@ -499,4 +499,10 @@ def _plain_containers(value: Any) -> Any:
         return [_plain_containers(v) for v in value]
     if type(value) is dict:
         return {k: _plain_containers(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # (built by the graph: its fields, in place)
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name, None)
+            plain = _plain_containers(item)
+            if plain is not item:
+                object.__setattr__(value, f.name, plain)
     return value

@@ -12,6 +12,7 @@ formula table, so that running a node costs a lookup, a formula call and the mea
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import itertools
@@ -467,7 +468,8 @@ def _choose(op: str, target: Any, module: nn.Module | None, key: str, table: For
         formula = table.resolve_aten(target)
     else:
         formula = table.resolve_function(target)
-        if formula is None and target is operator.getitem:
+        if formula is None and (target is operator.getitem or (isinstance(target, type) and dataclasses.is_dataclass(
+                target) and op == "call_function")):  # (fx builds a dataclass the forward returns: a container)
             formula = zero_flops
     if formula is None:
         return NodeKind.UNSUPPORTED, None
