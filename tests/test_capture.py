@@ -131,6 +131,17 @@ def test_concrete_args_need_not_be_passed_again(how: str) -> None:
     assert torch.equal(out, x * 2)
 
 
+@pytest.mark.parametrize("how", ["position", "keyword"])
+def test_another_value_for_a_concrete_arg_is_refused_before_running(how: str) -> None:
+    # the graph holds double=True's branch: double=False would run it all the same (fx's own check raised a
+    # bare AssertionError from inside the graph)
+    counter = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": True})
+    x = torch.randn(3, 4)
+    with pytest.raises(TracingError, match=r"input 'double' was fixed to True by concrete_args .* gives False"):
+        counter.propagate(x, False) if how == "position" else counter.propagate(x, double=False)
+    assert torch.equal(counter.propagate(x, 1), x * 2)  # (1 == True: the same value)
+
+
 class Masked(nn.Module):
     """``forward(x, mask=None)``: fx traces ``mask`` as an input, so its graph has the masked branch."""
 

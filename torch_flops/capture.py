@@ -113,6 +113,8 @@ class FxBinder:
     #: the placeholders of arguments with the default None that no node uses: a value given for
     #: one changes nothing in the graph (though the model's Python may branch on it when it runs)
     unused: tuple[str, ...] = ()
+    #: the placeholders fixed by ``concrete_args`` (the graph holds their value: a call giving another is refused)
+    concrete: tuple[str, ...] = ()
 
     @classmethod
     def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None) -> FxBinder:
@@ -126,7 +128,7 @@ class FxBinder:
                          if name not in concrete and node.args == (None,) and node.users)
         unused = tuple(name for node, name in zip(placeholders, names)
                        if name not in concrete and node.args == (None,) and not node.users)
-        return cls(names, fallbacks, optional, unused)
+        return cls(names, fallbacks, optional, unused, tuple(name for name in names if name in concrete))
 
     def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
         """The :attr:`unused` arguments this call gives a value other than None."""
@@ -158,11 +160,29 @@ class FxBinder:
                 flat.append(args[i])
             elif name in kwargs:
                 flat.append(kwargs[name])
-            elif has_fallback:
+            if name in self.concrete and len(flat) == i + 1 and not _same_value(flat[i], fallback):
+                raise TracingError(
+                    f"input {name!r} was fixed to {fallback!r} by concrete_args when torch.fx traced the model, and "
+                    f"this call gives {flat[i]!r}: the graph holds the traced value. Give concrete_args={{{name!r}: "
+                    f"{flat[i]!r}}} for these calls, or profile with the default front end (tracer='auto')")
+            if len(flat) == i + 1:
+                continue
+            if has_fallback:
                 flat.append(fallback)  # the concrete value fx specialised to, or the recorded default
             else:
                 raise TypeError(f"missing input {name!r}; the graph's inputs are {list(names)}")
         return flat
+
+
+def _same_value(given: Any, fixed: Any) -> bool:
+    """Whether a value given for a concrete argument is the one fx traced with (the same object, or
+    an equal plain value)."""
+    if given is fixed or isinstance(given, torch.Tensor) or isinstance(fixed, torch.Tensor):
+        return True  # (a tensor: fx's own check, in the graph, decides)
+    try:
+        return bool(given == fixed)
+    except Exception:  # noqa: BLE001  (an == that is no bool: not known to be the same)
+        return False
 
 
 @dataclass(frozen=True)
