@@ -244,6 +244,25 @@ def test_sparse_inputs_profile() -> None:
         assert all(r.bytes_read is not None for r in p.records if r.op not in ("placeholder", "output"))
 
 
+@pytest.mark.parametrize("tracer", ["auto", "fx", "export"])
+def test_sparse_mm_counts_the_stored_elements_on_every_front_end(tracer: str) -> None:
+    # a (5, 6) COO matrix with 4 stored elements times a (6, 4) weight: 4 x 4 = 16 MACs, 32 FLOPs. fx kept
+    # torch.sparse.mm whole and counted it through meta copies of its arguments, which a sparse tensor has
+    # not: 0, unsupported
+    class Sparse(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(6, 4))
+
+        def forward(self, a: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(a, self.w)
+
+    a = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2, 4], [1, 3, 5, 0]]), torch.randn(4), (5, 6))
+    counter = torch_flops.TorchFLOPsByFX(Sparse(), tracer=tracer)
+    counter.propagate(a)
+    assert (counter.total_flops, counter.total_macs) == (32, 16)
+
+
 # ------------------------------------------------------------------ custom_formulas
 def test_custom_formulas_override_and_remove() -> None:
     model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4)

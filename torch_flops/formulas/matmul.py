@@ -241,12 +241,12 @@ def sparse_macs(a: Any, b: Any) -> int:
     return _stored(b) * (numel(a) // a.shape[-1] if a.dim() > 1 and a.shape[-1] else 1)
 
 
-@register(*aten_ops("_sparse_addmm", "_sparse_mm", "_sparse_sparse_matmul"))
+@register(*aten_ops("_sparse_addmm", "_sparse_mm", "_sparse_sparse_matmul"), torch.sparse.mm, torch.sparse.addmm)
 def sparse_mm_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
     # torch.sparse.mm / torch.sparse.addmm (aten._sparse_addmm(input, sparse, dense, beta, alpha),
     # _sparse_mm(sparse, dense), _sparse_sparse_matmul(sparse, sparse)): the stored elements' MACs
     # (sparse_macs; 4 real ones a complex one) + the scaled add of addmm per output element.
-    # FlopCounterMode: 0
+    # FlopCounterMode: 0. (The torch functions too: a graph front end keeps them as one call.)
     a, b = (args[1], args[2]) if len(args) >= 3 else (args[0], args[1])
     factor = complex_factor(COMPLEX_MAC, a, b)
     macs = sparse_macs(a, b) * factor
