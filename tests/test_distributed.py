@@ -213,3 +213,21 @@ def test_merged_global_work_keeps_every_phase_of_the_plain_tensor_work() -> None
         profiles.append(dataclasses.replace(counter.profile, settings={"rank": rank, "world_size": 2}))
     merged = merge_profiles(profiles)
     assert merged.global_flops == merged.total_flops == 2 * profiles[0].total_flops == 134
+
+
+def test_merged_global_work_leaves_the_optimizer_s_out_as_the_totals_do() -> None:
+    # a training step: forward, loss and the optimizer's own column (Profile.optimizer_flops, not in
+    # total_flops). Without DTensors the merged global work is the ranks' totals, optimizer left out
+    from torch_flops import TrainingProfiler
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TrainingProfiler(model, optimizer) as prof:
+        (model(torch.randn(2, 4)) ** 2).mean().backward()
+        optimizer.step()
+    step = dataclasses.replace(prof.profiles[0], settings={"rank": 0, "world_size": 1})
+    assert any(r.phase == "optimizer" and r.flops for r in step.records)
+    merged = merge_profiles([step])
+    # forward 54 + the loss's 13 (see above); SGD's 2 x 15 parameters = 30 FLOPs in the optimizer's column
+    assert merged.global_flops == merged.total_flops == step.total_flops == 67

@@ -143,8 +143,8 @@ def merge_profiles(paths_or_profiles: Iterable[Any]) -> MergedProfile:
     global_flops = global_macs = 0
     for k, p in enumerate(profiles):
         for r in p.records:
-            if r.flops is None:  # (every phase: the loss's and the optimizer's work are in the ranks' totals too)
-                continue
+            if r.flops is None or r.phase == "optimizer":  # (as the ranks' totals: the loss's work in, the
+                continue  # optimizer's in its own column)
             if r.global_flops is not None:  # a DTensor op: the same logical op on every rank, once
                 if k == 0:
                     global_flops += r.global_flops
