@@ -370,3 +370,31 @@ def test_the_whole_model_s_time_is_one_number_in_its_row_and_its_gate() -> None:
     assert d.total.relative("time_ms") == pytest.approx(450.0)
     [violation] = d.check(["time>+10%"])
     assert "from 2.00 ms to 11.0 ms (+450.00%)" in violation.message
+
+
+def test_a_profile_whose_timed_call_raised_is_timed_by_fewer_calls_and_refused_by_a_time_gate() -> None:
+    # warmup=1, repeat=3: the model raises on its 2nd call (the first timed one), which ends the extra calls;
+    # the real call runs and succeeds. Its times come from that one call: said in a warning and in the
+    # summary (1 timed call, not repeat's 3), and a time gate, which needs medians of 3, refuses it
+    calls: list[int] = []  # (outside the model: the extra calls put its own attributes back)
+
+    class Flaky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("once")
+            return self.l(x)
+
+    steady = TorchFLOPsByFX(nn.Linear(4, 4), warmup=1, repeat=3)
+    steady.propagate(torch.randn(2, 4))
+    flaky = TorchFLOPsByFX(Flaky(), warmup=1, repeat=3)
+    with pytest.warns(UserWarning, match=r"timed call 2 of 4 raised RuntimeError: once; .* from 1 of the 3 timed"):
+        flaky.propagate(torch.randn(2, 4))
+    assert torch_flops.report.model_summary(flaky.profile).timed_calls == 1
+    assert torch_flops.report.model_summary(steady.profile).timed_calls == 3
+    with pytest.raises(ValueError, match=r"B's times come from 1 call\(s\) of the 3 asked for"):
+        torch_flops.diff(steady.profile, flaky.profile).check(["time>+10%"])

@@ -14,12 +14,14 @@ timer). The measurements are frozen in one place, :meth:`Measurements.of`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch.utils import _pytree
 
+from torch_flops.errors import caller_stacklevel
 from torch_flops.measuring import GraphRun, Measurements, medians
 from torch_flops.progress import Progress
 from torch_flops.state import ExtraRuns, copy_inputs
@@ -63,6 +65,7 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
     total = warmups + repeats + 1
     step = progress.step if progress is not None else _quiet
     runs: list[RunTimes] = []
+    failed = ""
     if warmups or repeats:
         leaves = _pytree.tree_leaves(inputs)
         used_up = next((leaf for leaf in leaves if isinstance(leaf, Iterator)), None)
@@ -80,14 +83,20 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
                     times = runner.run_times()
                     if times is not None:
                         runs.append(times)
-            except Exception:  # noqa: BLE001  (the model's own error: the real call below raises it, and
-                break  # leaves buffers, statistics and RNG as one call does; undone first, as below)
+            except Exception as e:  # noqa: BLE001  (the model's own error: the real call below raises it, and
+                # leaves buffers, statistics and RNG as one call does; undone first, as below)
+                failed = f"{'warm-up' if i < warmups else 'timed'} call {i + 1} of {total} raised {type(e).__name__}: {e}"
+                break
             finally:  # also when the run failed: buffers, gradients and RNG as they were
                 for g, state in generators:  # a torch.Generator among the inputs: its draws too
                     g.set_state(state)
                 saved.undo()
     step(f"run {total}/{total}")
     output = runner.call(inputs, count=True, timed=timed)
+    if failed:  # (the real call did not raise it: the model raises now and then)
+        warnings.warn(f"torch_flops: the {failed}; the extra calls stopped there, so the times come from "
+                      f"{len(runs) + 1} of the {repeats + 1} timed call(s) asked for (repeat={repeat})",
+                      UserWarning, stacklevel=caller_stacklevel())
     counted = runner.run_times()
     assert counted is not None, "the counting run has times"
     runs = [counted, *(r for r in runs if r.program == counted.program and len(r.forward) == len(counted.forward))]
@@ -97,8 +106,10 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
         backward = medians([r.backward for r in runs
                             if r.backward is not None and len(r.backward) == len(counted.backward)])
     graph_run = runner.measured(RunTimes(forward, backward))
-    totals = [] if not timed or len(runs) < 2 else [sum(t for t in r.forward if t is not None)
-                                                    + sum(t for t in (r.backward or ()) if t is not None) for r in runs]
+    # per timed call, its total (with repeat > 1 even when one call is left of them: the calls timed are
+    # then the times' own count, not repeat's)
+    totals = [] if not timed or repeats == 0 else [sum(t for t in r.forward if t is not None)
+                                                   + sum(t for t in (r.backward or ()) if t is not None) for r in runs]
     return output, Measurements.of([graph_run], device, runner.memory_source, totals)
 
 
