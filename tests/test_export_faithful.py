@@ -505,3 +505,26 @@ def test_an_op_s_own_error_comes_out_as_the_eager_call_raises_it(forward: str, i
         TorchFLOPsByFX(model, tracer="export").propagate(*args)
     assert type(profiled.value) is type(eager.value) and str(profiled.value) == str(eager.value)
     assert _same(before, _state(model)) and all(torch.equal(a, c) for a, c in zip(args, copies))
+
+
+def test_a_refusal_after_an_error_leaves_the_model_and_its_hooks_as_they_were() -> None:
+    # torch.export refuses .numpy() with a RuntimeError; the plain call runs. Finding out (the same call
+    # eagerly) ran the real model: its buffer write, BatchNorm's statistics and a second pre-hook call stayed
+    class Numpy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count += 1
+            return torch.from_numpy(self.bn(x).detach().numpy().copy())
+
+    model = Numpy().train()
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    before = _state(model)
+    with pytest.raises(TracingError, match=r"numpy"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(3, 4))
+    assert _same(before, _state(model))  # count 0, num_batches_tracked 0, running stats as made
+    assert len(calls) == 1  # (torch.export's trace runs the forward once)

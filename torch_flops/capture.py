@@ -15,6 +15,7 @@ the cause and what the user can do.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import logging
 import operator
@@ -894,10 +895,11 @@ _TRACING_ERRORS = (TypeError, RuntimeError, NotImplementedError, AttributeError,
 def _eager_error(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Exception | None:
     """After torch.export failed with one of the errors an op raises (``RuntimeError``, ``ValueError``,
     ...), the error the same eager call raises, if any: an op's own error (a matmul of shapes that do
-    not fit) reaches torch.export through fake tensors, in their words. The call runs on copies of the
-    input tensors, under the caller's grad mode, with torch's random generator put back after it (the
-    model's state is put back by the caller)."""
-    def copy(t: torch.Tensor) -> torch.Tensor:
+    not fit) reaches torch.export through fake tensors, in their words. The call runs on a copy of the
+    model without its hooks (a forward's writes to buffers and attributes, a hook's effects, stay out
+    of the user's model) and on copies of the input tensors, under the caller's grad mode, with torch's
+    random generator put back after it. None also when the model cannot be copied."""
+    def copy_tensor(t: torch.Tensor) -> torch.Tensor:
         c = t.detach().clone()
         if t.requires_grad:
             c.requires_grad_(True)
@@ -906,13 +908,29 @@ def _eager_error(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, A
 
     rng = torch.get_rng_state()
     try:
-        copied_args, copied_kwargs = _pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs)))
-        model(*copied_args, **copied_kwargs)
-    except Exception as eager:  # noqa: BLE001  (the forward's own error, whatever it is)
-        return eager
+        try:
+            twin = copy.deepcopy(model)
+            copied_args, copied_kwargs = _pytree.tree_map_only(torch.Tensor, copy_tensor, (tuple(args), dict(kwargs)))
+        except Exception:  # noqa: BLE001  (a model that cannot be copied: its error stays torch.export's)
+            return None
+        for m in twin.modules():
+            for attr in _MODULE_HOOK_DICTS:
+                hooks = getattr(m, attr, None)
+                if hooks:
+                    hooks.clear()
+        try:
+            twin(*copied_args, **copied_kwargs)
+        except Exception as eager:  # noqa: BLE001  (the forward's own error, whatever it is)
+            return eager
     finally:
         torch.set_rng_state(rng)
     return None
+
+
+#: a module's hook dictionaries (cleared on the copy :func:`_eager_error` runs)
+_MODULE_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                      "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
+                      "_backward_pre_hooks")
 
 
 def _models_own(e: BaseException) -> bool:
