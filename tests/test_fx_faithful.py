@@ -548,6 +548,22 @@ def test_a_random_draw_with_plain_sizes_is_refused_and_the_generator_put_back() 
     assert torch.equal(torch.get_rng_state(), before)
 
 
+def test_a_refused_draw_from_the_model_s_own_generator_puts_it_back() -> None:
+    class Seeded(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.g = torch.Generator().manual_seed(5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.randn(3, 4, generator=self.g)
+
+    model = Seeded()
+    before = model.g.get_state().clone()
+    with pytest.raises(TracingError, match="draws random numbers"):
+        TorchFLOPsByFX(model, tracer="fx")
+    assert torch.equal(model.g.get_state(), before)
+
+
 def test_a_random_draw_shaped_by_the_input_traces_and_draws_as_eager() -> None:
     # torch.randn_like(x) and dropout are graph nodes: each call draws, as eager's
     class Noise(nn.Module):

@@ -520,12 +520,18 @@ class _RandomDraws(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.drawn: list[str] = []
+        #: the torch.Generator objects the draws were given (``generator=``), with their state before the first
+        self.generators: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.drawn.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
+            generator = kwargs.get("generator")
+            if isinstance(generator, torch.Generator) and id(generator) not in self.generators:
+                self.generators[id(generator)] = (generator, generator.get_state())
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -543,6 +549,8 @@ def _random_draws_undone() -> Iterator[list[str]]:
             torch.set_rng_state(before[0])
             if cuda:
                 torch.cuda.set_rng_state_all(before[1])
+            for generator, state in mode.generators.values():  # (a model's own torch.Generator)
+                generator.set_state(state)
 
 
 _HOOKS = (("_forward_pre_hooks", "forward pre-hook"), ("_forward_hooks", "forward hook"),
