@@ -533,3 +533,39 @@ def test_the_loop_s_own_work_before_a_forward_is_loss_work_in_every_step() -> No
     updates = [(r.phase, r.flops) for step in prof.profiles for r in step.records if "amp_update_scale" in r.target]
     # (the last step's update is after the recording's last step; its found_inf test and scale's multiply: 2)
     assert updates == [("optimizer", 2), ("optimizer", 2)]
+
+
+@pytest.mark.parametrize("where", ["loss", "backward"])
+def test_a_loss_or_backward_that_raises_and_is_caught_ends_its_step(where: str) -> None:
+    # iteration 2 of 3 raises outside the model (a target of the wrong shape in the loss; a tensor hook in
+    # the backward) and the loop goes on: a step of its own, as FlopCounterMode around each iteration sees
+    # it; it was added to the next step
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 8)
+
+    def loop(per_step: list[int] | None) -> None:
+        for i in range(3):
+            with FlopCounterMode(display=False) as counted:
+                try:
+                    out = model(x)
+                    target = torch.zeros(3, 5 if (i == 1 and where == "loss") else 4)
+                    loss = F.mse_loss(out, target)
+                    if i == 1 and where == "backward":
+                        out.register_hook(lambda grad: (_ for _ in ()).throw(ValueError("bad gradient")))
+                    loss.backward()
+                    optimizer.step()
+                except (RuntimeError, ValueError):
+                    pass
+                optimizer.zero_grad()
+            if per_step is not None:
+                per_step.append(counted.get_total_flops())
+
+    reference: list[int] = []
+    loop(reference)
+    with TrainingProfiler(model, optimizer) as prof:
+        loop(None)
+    steps = [p.with_convention("flop_counter") for p in prof.profiles]
+    assert [s.total_flops + s.total_backward_flops for s in steps] == reference
+    assert len(reference) == 3 and reference[1] < reference[0]

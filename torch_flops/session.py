@@ -546,8 +546,10 @@ class Recording:
 
     def _forward_begins(self) -> None:
         """A call of one of the model's modules begins with none running (an event of the steps)."""
-        if self._raised:  # the last call raised, and the loop went on: that step is over
-            self._new_step()
+        if self._raised:  # the step raised, and the loop went on: that step is over (if the model ran in it)
+            self._raised = False
+            if self._calls:
+                self._new_step()
         if self._pending:  # the loop's own work (the next batch's inputs), after a step as before the first
             self._label(LOSS)  # (GradScaler's update after a step is labelled at its op)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
@@ -730,6 +732,9 @@ class Recording:
             self._seeding = True
             try:
                 return func(*args, **kwargs) if inner is None else inner()
+            except Exception:
+                self._raised_outside()
+                raise
             finally:
                 self._seeding = False
         target = self._function_target(func) if self._open is None and not self._seeding \
@@ -759,6 +764,7 @@ class Recording:
                 if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta
                                                  for a in (*args, *kwargs.values())):
                     self.needs_values = True  # torch.masked_select, torch.repeat_interleave: a node of their own
+                self._raised_outside()
                 raise
             finally:
                 end = self._tick()
@@ -829,8 +835,15 @@ class Recording:
     def _op_failed(self, func: Any, args: tuple[Any, ...]) -> None:
         name = op_name(func)
         self._failed = (f"node {self._next_name(name)!r} (aten.{name})", args)
+        self._raised_outside()
         if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             self.needs_values = True
+
+    def _raised_outside(self) -> None:
+        """An op (or the backward) outside the model raised: a step that raises ends its step, as one
+        whose forward raises does (the loss of a bad batch, which the loop skips)."""
+        if not self._stack and not self._in_optimizer:
+            self._raised = True
 
     def _next_name(self, candidate: str) -> str:
         return self._graph.next_name(candidate) if self._graph is not None else candidate
