@@ -841,3 +841,23 @@ def test_a_step_s_activations_are_the_tensors_it_made_not_the_cache_it_read() ->
     assert [s.activation_bytes for s in gp.steps] == [320, 384, 448]
     # the whole peak, with them: at the cat, x + cache + new: 256 + 0 + 256, 64 + 256 + 320, 64 + 320 + 384
     assert [p.max_memory for p in gp.profiles] == [512, 640, 768]
+
+
+def test_a_recurrent_state_kept_on_the_model_s_modules_is_in_the_cache_bytes() -> None:
+    # RecurrentGemma keeps its recurrent layers' state on its modules (recurrent_states, conv1d_state), its
+    # cache layers for them hold nothing. Batch 2, float32; 2 recurrent layers of lru_width 32: the LRU
+    # state 2 x 32 x 4 B = 256, the conv state 2 x 32 x (conv width 4 - 1) x 4 B = 768: 2 x 1024 = 2048 B;
+    # the attention layer (1 KV head of 8) after the prompt of 6: 2 x 2 x 6 x 8 x 4 B = 768. Prefill:
+    # 2816 (768 alone before). Decode steps: keys and values + 128 B a token, and each conv state a view of
+    # its 2 x 32 x 4 concatenation, whose 1024 B storage it keeps alive (+256 a layer): 896 + 2560, 1024 + 2560
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = T.RecurrentGemmaForCausalLM(T.RecurrentGemmaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=1, lru_width=32, attention_window_size=8, head_dim=8,
+        block_types=["recurrent", "attention"])).eval()
+    ids = torch.randint(1, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    gp = profile_generate(model, ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, min_new_tokens=3,
+                          do_sample=False, pad_token_id=0, baseline=False)
+    assert gp.kv_cache_bytes == [2816, 3456, 3584]
+    assert gp.kv_cache[0].layer_bytes == (1024, 768, 1024) and gp.kv_cache[0].recurrent_layers == 2

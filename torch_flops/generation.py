@@ -70,6 +70,7 @@ from torch_flops.kvcache import (
     kv_cache_formula_bytes,
     kv_cache_shape,
     read_cache,
+    with_module_states,
 )
 from torch_flops.measure import Timer, functions_off, input_device, make_memory_probe, make_timer, storage_key
 from torch_flops.records import NodeRecord, Profile
@@ -727,7 +728,7 @@ class _Session:
                     cache = found_cache(step.output)
                     cache = cache if cache is not None else found_state(step.output)  # RWKV's stacked state
                     cache = cache if cache is not None else self.log.cache
-                state = None if cache is None else read_cache(cache)
+                state = None if cache is None else with_module_states(read_cache(cache), cache, self.model)
             except Exception as e:  # noqa: BLE001  (the user's generation must not fail on the profiler's reading)
                 self.kv_error = f"{type(e).__name__}: {e}"
         self.kv.append(state)

@@ -36,6 +36,7 @@ attention) and head dimension read off the model's config.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -256,6 +257,41 @@ def read_cache(cache: Any) -> KVCacheState:
                         max_length=max_length if isinstance(max_length, int) and max_length > 0 else None,
                         recurrent_layers=len(layers) if own_state else recurrent, seq_length=_seq_length(cache),
                         sliding_window=min(windows) if windows else None)
+
+
+def with_module_states(state: KVCacheState, cache: Any, model: torch.nn.Module) -> KVCacheState:
+    """``state`` with the recurrent state a model keeps on its own modules, beside its cache object:
+    tensors held as plain attributes named ``*_state``/``*_states`` (RecurrentGemma's
+    ``recurrent_states`` and ``conv1d_state``, whose cache layers hold none), each storage once and
+    none the cache holds, added to the cache layer of the decoder layer that holds it (when the
+    model has a list of as many layers as the cache), else as layers of their own."""
+    held = [(m, [v for name, v in vars(m).items() if name.endswith(("_state", "_states"))
+                 and isinstance(v, torch.Tensor)]) for m in model.modules()]
+    held = [(m, tensors) for m, tensors in held if tensors]
+    if not held:
+        return state
+    seen = {storage_key(t)[0] for layer in cache_layers(cache) for t in layer} if cache is not None else set()
+    per_layer = list(state.layer_bytes)
+    stack = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(per_layer)
+                  and len(m) > 0), None)
+    owner = {id(sub): i for i, layer in enumerate(stack or ()) for sub in layer.modules()}
+    extra: list[int] = []
+    recurrent: set[int] = set()
+    for module, tensors in held:
+        total = 0
+        for t in tensors:
+            key, nbytes = storage_key(t)
+            if key not in seen:
+                seen.add(key)
+                total += nbytes
+        i = owner.get(id(module))
+        if i is None:
+            extra.append(total)
+        else:
+            per_layer[i] += total
+            recurrent.add(i)
+    return dataclasses.replace(state, layer_bytes=tuple(per_layer + extra),
+                               recurrent_layers=state.recurrent_layers + len(recurrent) + len(extra))
 
 
 def _window(layer: Any) -> int | None:
