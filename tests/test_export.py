@@ -175,6 +175,27 @@ def test_meta_skips_data_dependent_checks_the_output_does_not_need() -> None:
     assert counter.total_time_ms is None
 
 
+def test_meta_never_skips_a_write_into_the_caller_s_tensor() -> None:
+    # x[m] = x[m] * 3 + 1 writes into the input: real arithmetic the caller reads afterwards (48 FLOPs on
+    # CPU), not a check the output can do without. On meta it needs the mask's values: refused, naming
+    # the cause, as plain PyTorch refuses the call there (it was skipped, 216 FLOPs for CPU's 264)
+    class Writes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            x[m] = x[m] * 3 + 1
+            return y
+
+    with torch.device("meta"):
+        model = Writes()
+    x, m = torch.empty(6, 4, device="meta"), torch.ones(6, 4, dtype=torch.bool, device="meta")
+    with torch.no_grad(), pytest.raises(RuntimeError, match="this model cannot be profiled on meta"):
+        TorchFLOPsByFX(model).propagate(x, m)
+
+
 def test_meta_data_dependent_node_the_output_needs_names_the_node() -> None:
     class NeedsNonzero(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -266,7 +266,8 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
     nodes = list(gm.graph.nodes)
     positions = {node: i for i, node in enumerate(nodes)}
     inputs = [tuple(dict.fromkeys(positions[a] for a in node.all_input_nodes)) for node in nodes]
-    needed = needed_nodes(inputs, positions[next(n for n in reversed(nodes) if n.op == "output")])
+    needed = needed_nodes(inputs, positions[next(n for n in reversed(nodes) if n.op == "output")],
+                          [i for i, node in enumerate(nodes) if _writes(node)])
     frees = last_uses(inputs)
     plans = []
     for i, node in enumerate(nodes):
@@ -277,6 +278,18 @@ def make_plan(graph: CapturedGraph, table: FormulaTable, ignore_ops: Iterable[st
             op = _through_aten_ops(op, node, module, table, ignored)
         plans.append(node_plan(op, node, i, graph.locations[node], inputs[i], needed[i], frees[i], _flat_args(node)))
     return Plan(graph=graph, nodes=tuple(plans), by_node={p.node: p for p in plans}, frees=tuple(frees))
+
+
+def _writes(node: fx.Node) -> bool:
+    """Whether a graph node writes into a tensor of its arguments (an aten op whose schema says so,
+    ``index_put_``, ``copy_``; an in-place method or function, ``x.add_``; ``x[m] = v``): what it
+    writes may be an input's or a buffer's, which the caller reads afterwards, output or not."""
+    target = node.target
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+        return any(a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments)
+    name = target if node.op == "call_method" else getattr(target, "__name__", "")
+    return node.op in ("call_method", "call_function") and isinstance(name, str) and (
+        target is operator.setitem or (name.endswith("_") and not name.endswith("__")))
 
 
 def _through_aten_ops(op: OpPlan, node: fx.Node, module: nn.Module | None, table: FormulaTable,
@@ -351,12 +364,14 @@ def plan_op(op: str, target: Any, module: nn.Module | None, location: NodeLocati
                   indexed=traffic is Traffic.GATHER or traffic is Traffic.SCATTER)
 
 
-def needed_nodes(inputs: Sequence[tuple[int, ...]], output: int) -> list[bool]:
-    """Per node, whether the output (at position ``output``) depends on it; the rest (e.g. runtime
-    assertions of export) are checks."""
+def needed_nodes(inputs: Sequence[tuple[int, ...]], output: int, also: Iterable[int] = ()) -> list[bool]:
+    """Per node, whether the output (at position ``output``), or one of the nodes ``also`` (those
+    that write into a tensor: an input, a buffer), depends on it; the rest (e.g. runtime assertions
+    of export) are checks."""
     needed = [False] * len(inputs)
-    needed[output] = True
-    todo = [output]
+    todo = [output, *also]
+    for root in todo:
+        needed[root] = True
     while todo:
         for parent in inputs[todo.pop()]:
             if not needed[parent]:
