@@ -569,3 +569,40 @@ def test_a_loss_or_backward_that_raises_and_is_caught_ends_its_step(where: str) 
     steps = [p.with_convention("flop_counter") for p in prof.profiles]
     assert [s.total_flops + s.total_backward_flops for s in steps] == reference
     assert len(reference) == 3 and reference[1] < reference[0]
+
+
+def test_an_error_the_loop_recovers_from_inside_a_step_ends_nothing() -> None:
+    # one update from 2 micro-batches; in each, a bad sample the loop replaces before the forward and a
+    # loss that raises before a fallback loss is backpropagated: the loop recovered both times, so each
+    # iteration is one step (the errors split every update in two: 4 profiles for 2)
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 8)
+
+    def iteration() -> None:
+        for _ in range(2):
+            try:
+                batch = torch.cat([x, torch.randn(3, 9)])
+            except RuntimeError:
+                batch = x
+            out = model(batch)
+            try:
+                loss = F.mse_loss(out, torch.zeros(3, 5))
+            except RuntimeError:
+                loss = F.mse_loss(out, torch.zeros(3, 4))
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    reference = []
+    for _ in range(2):
+        with FlopCounterMode(display=False) as counted:
+            iteration()
+        reference.append(counted.get_total_flops())
+    with TrainingProfiler(model, optimizer) as prof:
+        for _ in range(2):
+            iteration()
+    steps = [p.with_convention("flop_counter") for p in prof.profiles]
+    assert [s.total_flops + s.total_backward_flops for s in steps] == reference
+    assert [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles] == [2 * PARAMS] * 2

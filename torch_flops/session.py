@@ -730,10 +730,11 @@ class Recording:
             with self.paused():
                 self._saved(args[0].grad_fn)
             self._seeding = True
+            self._raised = False  # (a backward: the loop goes on with this step, whatever raised before it)
             try:
                 return func(*args, **kwargs) if inner is None else inner()
             except Exception:
-                self._raised_outside()
+                self._raised = not self._in_optimizer  # a backward that raises ends its step
                 raise
             finally:
                 self._seeding = False
@@ -840,9 +841,11 @@ class Recording:
             self.needs_values = True
 
     def _raised_outside(self) -> None:
-        """An op (or the backward) outside the model raised: a step that raises ends its step, as one
-        whose forward raises does (the loss of a bad batch, which the loop skips)."""
-        if not self._stack and not self._in_optimizer:
+        """An op outside the model raised after a forward whose backward has not run (the loss of a bad
+        batch): a step that raises ends its step, as one whose forward raises does, unless a backward
+        follows (the loop recovered: a fallback loss). Before the step's forward (a bad sample the loop
+        replaces) or after its backward, it ends nothing."""
+        if not self._stack and not self._in_optimizer and self._calls and not self._after_backward:
             self._raised = True
 
     def _next_name(self, candidate: str) -> str:
