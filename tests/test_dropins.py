@@ -594,3 +594,31 @@ def test_fvcore_upsample_handle_counts_the_mode_it_is_for(make: Any) -> None:
         assert dict(other.by_operator()) == {"upsample_bilinear2d": 512}
     finally:
         logging.disable(logging.NOTSET)
+
+
+def test_fvcore_upsample_subclass_and_other_modes_are_named_as_their_trace_ops() -> None:
+    # a subclass of nn.Upsample (its forward) is an upsample_nearest2d, in step with the F.interpolate after
+    # it (its name went to the next call, and the subclass was an unsupported aten::my_up): 2 x 8 x 8 = 128
+    # outputs, nearest 1 each, bilinear 4 each = 128 + 512. F.interpolate(mode="area") runs an adaptive
+    # average pooling, fvcore's 1 per input element: 2 x 4 x 4 = 32 (it was an unsupported upsample_area2d)
+    class MyUp(torch.nn.Upsample):
+        pass
+
+    class Two(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = MyUp(scale_factor=2, mode="nearest")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.up(x) + torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear")
+
+    logging.disable(logging.WARNING)
+    try:
+        x = torch.randn(1, 2, 4, 4)
+        two = FlopCountAnalysis(Two(), x)
+        assert dict(two.by_operator()) == {"upsample_nearest2d": 128, "upsample_bilinear2d": 512}
+        assert two.by_module()["up"] == 128
+        area = FlopCountAnalysis(_Fn(lambda t: torch.nn.functional.interpolate(t, size=(2, 2), mode="area")), x)
+        assert dict(area.by_operator()) == {"adaptive_avg_pool2d": 32} and not area.unsupported_ops()
+    finally:
+        logging.disable(logging.NOTSET)

@@ -26,7 +26,6 @@ import tabulate as tabulate_module
 import torch
 from tabulate import tabulate
 from torch import nn
-from torch.nn.utils import parametrize
 
 from torch_flops import _validate, formulas, report
 from torch_flops.analyzer import TorchFLOPsByFX
@@ -321,12 +320,25 @@ def _kept_whole_by_fvcore(cls: type) -> bool:
     :func:`_fvcore_op` knows (a convolution, ``aten::linear``, a norm, an upsample, an RNN, MHA's
     parts); any other module with a formula of torch_flops' is recorded through its ops in the drop-ins,
     as the trace shows them (``nn.SiLU``: ``aten::silu``; ``nn.LSTMCell``: its two ``aten::linear``)."""
-    while cls.__name__.startswith("Parametrized") and cls.__bases__[0] is not nn.Module:
-        cls = cls.__bases__[0]  # (parametrize's class ParametrizedX: X's)
-    name = cls.__name__
-    return (name in _MODULE_OPS or name == "ReLU" or name.startswith(("Conv", "LazyConv", "Upsample", "Upsampling"))
-            or issubclass(cls, (nn.RNNBase, nn.MultiheadAttention))
-            or any(cls in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs))
+    return _known_class(cls) is not None
+
+
+def _known_class(cls: type) -> str | None:
+    """The name of the class, ``cls`` or one it derives from running its forward (a subclass of
+    ``nn.Upsample``, parametrize's ``ParametrizedLinear``), whose op :func:`_fvcore_op` knows."""
+    for klass in cls.__mro__:
+        if klass is nn.Module or not issubclass(klass, nn.Module):
+            break
+        name = klass.__name__
+        if name.startswith("Parametrized"):
+            continue
+        if (name in _MODULE_OPS or name == "ReLU" or name.startswith(("Conv", "LazyConv", "Upsample", "Upsampling"))
+                or klass in (nn.RNN, nn.LSTM, nn.GRU, nn.RNNBase, nn.MultiheadAttention)
+                or any(klass in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs)):
+            return name
+        if klass.forward is not cls.forward:  # (a class whose forward the module does not run)
+            break
+    return None
 
 
 def _traced_through(model: nn.Module) -> dict[Any, None]:
@@ -354,6 +366,7 @@ class _Resamplings:
     bilinear, else 0 (an unsupported op)."""
 
     TARGETS = tuple(key for keys, _ in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"] for key in keys)
+    MODULES = tuple(t for t in TARGETS if isinstance(t, type))
 
     def __init__(self, handles: Mapping[str, Formula | None], fvcore_rule: bool) -> None:
         self.handles, self.fvcore_rule = handles, fvcore_rule
@@ -361,14 +374,20 @@ class _Resamplings:
 
     def __call__(self, module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
         mode = module.mode if module is not None else (args[2] if len(args) > 2 else kwargs.get("mode", "nearest"))
-        op = f"aten::upsample_{mode}{max(out.dim() - 2, 1) if isinstance(out, torch.Tensor) else 2}d"
+        rank = max(out.dim() - 2, 1) if isinstance(out, torch.Tensor) else 2
+        # (the ops a trace shows: "area" is an adaptive average pooling, "nearest-exact" its own op)
+        op = {"area": f"aten::adaptive_avg_pool{rank}d",
+              "nearest-exact": f"aten::_upsample_nearest_exact{rank}d"}.get(mode, f"aten::upsample_{mode}{rank}d")
         self.ops.append(op)
         handle = self.handles.get(op)
         if handle is not None:
             return handle(module, out, x, *args, **kwargs)
-        if self.fvcore_rule and op in ("aten::upsample_nearest2d", "aten::upsample_bilinear2d") \
-                and op not in self.handles:  # (a None handle: ignored)
+        if not self.fvcore_rule or op in self.handles:  # (a None handle: ignored)
+            return 0
+        if op in ("aten::upsample_nearest2d", "aten::upsample_bilinear2d"):
             return fvcore_rules.upsample_fvcore(module, out, x, *args, **kwargs)
+        if op == "aten::adaptive_avg_pool2d":
+            return fvcore_rules.adaptive_avg_pool2d_fvcore(module, out, x)
         return 0
 
 
@@ -380,11 +399,11 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Itera
     if r.op == "call_module":
         cls = r.module_type
         module = modules.get(r.module_path)
-        if module is not None and cls.startswith("Parametrized") and parametrize.is_parametrized(module):
-            cls = type(module).__bases__[0].__name__  # (parametrize's class ParametrizedX: X's op)
+        if module is not None:  # (a subclass running its base's forward, ParametrizedX: the base's op)
+            cls = _known_class(type(module)) or cls
         if cls.startswith(("Conv", "LazyConv")):
             return "aten::_convolution"
-        if cls.startswith(("Upsample", "Upsampling")) and resampled is not None:
+        if isinstance(module, _Resamplings.MODULES) and resampled is not None:
             return next(resampled, "aten::upsample")
         if cls.startswith(("Upsample", "Upsampling")) and module is not None:
             mode = getattr(module, "mode", "nearest")
