@@ -398,3 +398,26 @@ def test_a_profile_whose_timed_call_raised_is_timed_by_fewer_calls_and_refused_b
     assert torch_flops.report.model_summary(steady.profile).timed_calls == 3
     with pytest.raises(ValueError, match=r"B's times come from 1 call\(s\) of the 3 asked for"):
         torch_flops.diff(steady.profile, flaky.profile).check(["time>+10%"])
+
+
+def test_timed_calls_that_ran_other_ops_are_left_out_and_said_so() -> None:
+    # repeat=3: the model runs one more op on its 2nd call (a branch on a count kept outside it), so that
+    # call's times are not the real call's program: left out, with a warning; 2 calls time the profile
+    calls: list[int] = []
+
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            y = self.l(x)
+            return y.relu() if len(calls) == 2 else y
+
+    counter = TorchFLOPsByFX(Branchy(), repeat=3)
+    with pytest.warns(UserWarning, match=r"1 of the 3 timed calls ran other ops than the real call"):
+        counter.propagate(torch.randn(2, 4))
+    assert torch_flops.report.model_summary(counter.profile).timed_calls == 2
+    with pytest.raises(ValueError, match=r"come from 2 call\(s\) of the 3 asked for \(a timed call raised, or ran"):
+        torch_flops.diff(counter.profile, counter.profile).check(["time>+10%"])

@@ -342,7 +342,8 @@ class ProfileDiff:
             timed = report.model_summary(profile).timed_calls
             if timed < MIN_REPEAT_FOR_TIME:  # (a timed call raised: the times are fewer calls')
                 raise ValueError(f"check {expr!r}: {label}'s times come from {timed} call(s) of the {repeat} asked for "
-                                 f"(one raised); time gates compare medians of at least {MIN_REPEAT_FOR_TIME}")
+                                 "(a timed call raised, or ran other ops than the real call); time gates compare "
+                                 f"medians of at least {MIN_REPEAT_FOR_TIME}")
 
     def _violation(self, c: _Check, row: DiffRow) -> Violation | None:
         a, b = row.a.get(c.metric), row.b.get(c.metric)

@@ -99,7 +99,12 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
                       UserWarning, stacklevel=caller_stacklevel())
     counted = runner.run_times()
     assert counted is not None, "the counting run has times"
-    runs = [counted, *(r for r in runs if r.program == counted.program and len(r.forward) == len(counted.forward))]
+    same = [r for r in runs if r.program == counted.program and len(r.forward) == len(counted.forward)]
+    if len(same) < len(runs) and not failed:
+        warnings.warn(f"torch_flops: {len(runs) - len(same)} of the {repeats + 1} timed calls ran other ops than the "
+                      f"real call (the model's program depends on its data or state): their times are left out, so "
+                      f"the times come from {len(same) + 1} call(s)", UserWarning, stacklevel=caller_stacklevel())
+    runs = [counted, *same]
     forward = medians([r.forward for r in runs])
     backward = None
     if counted.backward is not None:
