@@ -861,3 +861,47 @@ def test_a_recurrent_state_kept_on_the_model_s_modules_is_in_the_cache_bytes() -
                           do_sample=False, pad_token_id=0, baseline=False)
     assert gp.kv_cache_bytes == [2816, 3456, 3584]
     assert gp.kv_cache[0].layer_bytes == (1024, 768, 1024) and gp.kv_cache[0].recurrent_layers == 2
+
+
+@pytest.mark.parametrize("adapters", [False, True])
+def test_a_module_held_state_goes_to_its_own_decoder_layer_s_cache_entry(adapters: bool) -> None:
+    # each of 2 layers keeps conv_state (1, 1, 32) float32 = 128 B beside its keys and values, (1, T, 32) each:
+    # 256 T B. After 4 tokens: 1024 + 128 = 1152 per layer; after 5: 1280 + 128 = 1408. Another list of two
+    # modules (adapters) made the states layers of their own: (1024, 1024, 128, 128)
+    width = 32
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = nn.Linear(width, width)
+            self.conv_state: torch.Tensor | None = None
+
+        def forward(self, x: torch.Tensor, kv: Any) -> tuple[torch.Tensor, Any]:
+            h = self.q(x)
+            self.conv_state = h[:, -1:].clone()
+            return h, (torch.cat([kv[0], h], 1), torch.cat([kv[1], h], 1))
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            if adapters:
+                self.adapters = nn.ModuleList([nn.Identity(), nn.Identity()])
+            self.layers = nn.ModuleList([Layer(), Layer()])
+
+        def forward(self, x: torch.Tensor, cache: list[Any]) -> torch.Tensor:
+            for i, layer in enumerate(self.layers):
+                x, cache[i] = layer(x, cache[i])
+            return x
+
+    model = Decoder().eval()
+    cache = [(torch.zeros(1, 0, width), torch.zeros(1, 0, width)) for _ in range(2)]
+
+    def loop() -> torch.Tensor:
+        x = torch.randn(1, 4, width)
+        with torch.no_grad():
+            for _ in range(2):
+                x = model(x, cache)[:, -1:]
+        return x
+
+    gp = profile_generate(model, loop=loop, kv_cache=lambda: cache)
+    assert [s.layer_bytes for s in gp.kv_cache] == [(1152, 1152), (1408, 1408)]

@@ -272,9 +272,13 @@ def with_module_states(state: KVCacheState, cache: Any, model: torch.nn.Module) 
         return state
     seen = {storage_key(t)[0] for layer in cache_layers(cache) for t in layer} if cache is not None else set()
     per_layer = list(state.layer_bytes)
-    stack = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(per_layer)
-                  and len(m) > 0), None)
-    owner = {id(sub): i for i, layer in enumerate(stack or ()) for sub in layer.modules()}
+    # the list of as many layers as the cache that holds the stateful modules (not another of that length)
+    holders = {id(m) for m, _ in held}
+    owner: dict[int, int] = {}
+    for stack in (m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(per_layer)):
+        found = {id(sub): i for i, layer in enumerate(stack) for sub in layer.modules()}
+        if len(holders & found.keys()) > len(holders & owner.keys()):
+            owner = found
     extra: list[int] = []
     recurrent: set[int] = set()
     for module, tensors in held:
