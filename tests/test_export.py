@@ -480,3 +480,22 @@ def test_export_names_a_strided_nested_input_in_its_error() -> None:
     nested = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)])
     with pytest.raises(TracingError, match=r"could not trace Linear with inputs \(nested float32\)"):
         TorchFLOPsByFX(nn.Linear(4, 2), tracer="export").propagate(nested)
+
+
+def test_meta_fallback_with_a_loss_says_the_loss_is_not_recorded() -> None:
+    class Checked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch._check((x > 0).sum().item() >= 0)  # meta tensors cannot produce this number
+            return self.fc(x)
+
+    with torch.device("meta"):
+        model = Checked()
+    counter = TorchFLOPsByFX(model)
+    with pytest.warns(TracerFallbackWarning, match=r"loss_fn's own ops are not recorded there: the loss phase is "
+                                                   r"missing"):
+        counter.propagate(torch.empty(3, 4, device="meta"), loss_fn=lambda out: out.pow(2).mean())
+    assert {r.phase for r in counter.records} == {"forward"}

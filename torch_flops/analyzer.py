@@ -276,8 +276,9 @@ class TorchFLOPsByFX:
         self._meta_graph = graph
         warnings.warn("torch_flops: the model reads tensor values in Python (.item(), if tensor: ...), which meta "
                       "tensors do not have, so this meta profile comes from the graph torch.export traces instead "
-                      "of from a run" + (" (its gradients land on the graph's own parameters, not the model's)"
-                                         if backward else "") + ".", TracerFallbackWarning, stacklevel=3)
+                      "of from a run" + (" (loss_fn's own ops are not recorded there: the loss phase is missing, its "
+                                         "backward is in the backward's unattributed work)" if loss_fn is not None
+                                         else "") + ".", TracerFallbackWarning, stacklevel=3)
         return result
 
     # ------------------------------------------------------------------ results
