@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import torch_flops
 from torch_flops.formulas import FORMULAS, FUNCTION_FLOPs_MAPPING, METHOD_FLOPs_MAPPING, MODULE_FLOPs_MAPPING
 from torch_flops.formulas import elementwise as elementwise_module
 from torch_flops.formulas.elementwise import div_flops, elementwise_flops, mul_flops
@@ -319,3 +320,28 @@ def test_complex_elementwise_counts_real_flops() -> None:
     assert _method("sum", a.sum(), a) == (12, 0)  # 6 complex adds
     real = torch.randn(2, 3)
     assert _fn("mul", real * real, real, real) == 6  # real data unchanged
+
+
+@pytest.mark.parametrize("index", ["rows", "mask"])
+def test_index_put_accumulating_a_broadcast_value_adds_into_every_element_it_writes(index: str) -> None:
+    # y (6, 8); a scalar added (accumulate=True) into rows 0..5 (6 x 8 = 48 elements) or under a mask of
+    # 20 True elements: 48 or 20 adds (it counted the value's 1 element); y * 1.0 before it: 48
+    class Put(nn.Module):
+        def forward(self, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            return (y * 1.0).index_put_((idx,), torch.tensor(1.0), accumulate=True)
+
+    idx = torch.arange(6) if index == "rows" else torch.arange(48).reshape(6, 8) % 12 < 5  # 4 x 5 = 20 True
+    with torch.no_grad():
+        p = torch_flops.profile(Put(), torch.zeros(6, 8), idx)
+    assert p.total_flops == 48 + (48 if index == "rows" else 20)
+
+
+def test_scatter_add_adds_one_source_element_per_index_element() -> None:
+    # scatter_add(y (4, 5), 1, index (2, 3), src (4, 5)): only src[:2, :3] is read, 6 adds (it counted
+    # src's 20 elements)
+    class Scatter(nn.Module):
+        def forward(self, y: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+            return y.scatter_add(1, index, src)
+
+    p = torch_flops.profile(Scatter(), torch.zeros(4, 5), torch.tensor([[0, 1, 2], [2, 3, 4]]), torch.ones(4, 5))
+    assert p.total_flops == 6

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from torch_flops.formulas import aten_ops, functions, methods, register
@@ -20,6 +21,8 @@ from torch_flops.formulas._shapes import (
     arg,
     complex_factor,
     float_numel,
+    numel,
+    prod,
 )
 
 __all__ = ["add_flops", "clamp_flops", "div_flops", "dropout_flops", "elementwise_flops", "mul_flops"]
@@ -154,13 +157,46 @@ def _accumulate(name: str, value_pos: int, flag_pos: int | None, targets: tuple[
     register(*targets)(formula)
 
 
-# index_put(input, indices, values, accumulate=False): adds only when accumulating
-_accumulate("index_put", 1, 2, (*functions("index_put"), *methods("index_put", "index_put_"),
-                                *aten_ops("index_put", "_unsafe_index_put")))
-# index_add(input, dim, index, source) / scatter_add(input, dim, index, src): always add
-_accumulate("index_add", 2, None, (*functions("index_add", "scatter_add"),
-                                   *methods("index_add", "index_add_", "scatter_add", "scatter_add_"),
-                                   *aten_ops("index_add", "scatter_add")))
+@register(*functions("index_put"), *methods("index_put", "index_put_"), *aten_ops("index_put", "_unsafe_index_put"))
+def index_put_flops(module: Any, out: Any, x: Any, indices: Any, values: Any, *args: Any, **kwargs: Any) -> int:
+    # index_put(input, indices, values, accumulate=False): when accumulating, one add per element written
+    # (values broadcast to the indexed elements: a scalar added into 48 of them is 48 adds), else a copy (0)
+    if not bool(arg(args, kwargs, 0, "accumulate", False)):
+        return 0
+    written = _indexed_elements(x, indices)
+    return (written if written is not None else numel(values)) * (1 if float_numel(x) else 0)
+
+
+def _indexed_elements(x: Any, indices: Any) -> int | None:
+    """How many elements of ``x`` an index_put's ``indices`` (a tensor or None per leading dimension; a
+    boolean mask covering as many dimensions as it has) select: the broadcast index tensors' elements
+    times the sizes of the dimensions left whole. A mask's count is its True elements (None on meta,
+    which has no values)."""
+    shapes: list[tuple[int, ...]] = []
+    whole = 1
+    dim = 0
+    for index in (indices if isinstance(indices, (list, tuple)) else (indices,)):
+        if index is None:
+            whole *= x.shape[dim]
+            dim += 1
+        elif index.dtype in (torch.bool, torch.uint8):
+            if index.is_meta:
+                return None
+            shapes.append((int(index.count_nonzero()),))
+            dim += index.dim()
+        else:
+            shapes.append(tuple(index.shape))
+            dim += 1
+    selected = prod(torch.broadcast_shapes(*shapes)) if shapes else 1
+    return selected * whole * prod(x.shape[dim:])
+
+
+# index_add(input, dim, index, source): one add per source element
+_accumulate("index_add", 2, None, (*functions("index_add"), *methods("index_add", "index_add_"),
+                                   *aten_ops("index_add")))
+# scatter_add(input, dim, index, src): one add per element of index (src may be larger: the rest unused)
+_accumulate("scatter_add", 1, None, (*functions("scatter_add"), *methods("scatter_add", "scatter_add_"),
+                                     *aten_ops("scatter_add")))
 
 
 def _reduce_into(name: str) -> None:
