@@ -280,3 +280,16 @@ def test_equal_compares_each_element() -> None:
     assert METHOD_FLOPs_MAPPING["equal"](x, x.equal(x), x) == (24, 0)  # (self, the output, other)
     ints = torch.ones(5, dtype=torch.long)
     assert FUNCTION_FLOPs_MAPPING["equal"](torch.equal(ints, ints), ints, ints) == (0, 0)
+
+
+def test_a_reduction_in_an_integer_dtype_is_integer_work() -> None:
+    # torch casts the float input to dtype= first: integer adds, 0 (it counted 16 float adds each); the
+    # float sum beside them: one add per input element, I = 16
+    class Casts(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return torch.cumsum(x, dim=0, dtype=torch.int32), x.sum(dtype=torch.int64), x.sum()
+
+    counter = TorchFLOPsByFX(Casts())
+    with torch.no_grad():
+        counter.propagate(torch.randn(16) * 10)
+    assert [r.flops for r in counter.records if r.op in ("call_function", "call_method")] == [0, 0, 16]

@@ -42,6 +42,9 @@ def _register_reduction(name: str, per_input: int, per_output: int = 0, function
     """One formula for ``torch.X(input, ...)``, ``input.X(...)`` and ``aten.X(self, ...)``."""
 
     def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        dtype = kwargs.get("dtype")
+        if isinstance(dtype, torch.dtype) and not (dtype.is_floating_point or dtype.is_complex):
+            return (0, 0)  # (dtype=torch.int32: the input is cast first, the arithmetic is integer)
         return _reduction_flops(out, arg(args, kwargs, 0, "input"), per_input, per_output)
 
     formula.__name__ = formula.__qualname__ = f"{name}_flops"
