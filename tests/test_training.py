@@ -338,6 +338,8 @@ def test_meta_steps_have_no_mfu_and_bad_peaks_are_refused() -> None:
         _loop(model, optimizer, [(x, y)])
     assert prof.profiles[0].total_backward_macs == 768
     assert prof.get_mfu(1e12) is None  # nothing ran on meta: no time
+    assert prof.get_total_duration() is None and prof.get_total_duration(as_string=True) == "-"  # (it gave the
+    assert "step duration:     not measured (meta)" in str(prof.print_model_profile())  # profiler's own time)
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match="positive, finite"):
             utilization(10, 1.0, bad)

@@ -336,7 +336,7 @@ def _known_class(cls: type) -> str | None:
                 or klass in (nn.RNN, nn.LSTM, nn.GRU, nn.RNNBase, nn.MultiheadAttention)
                 or any(klass in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs)):
             return name
-        if klass.forward is not cls.forward:  # (a class whose forward the module does not run)
+        if getattr(klass, "forward", None) is not getattr(cls, "forward", None):  # (a forward the module does not run)
             break
     return None
 

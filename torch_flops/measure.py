@@ -449,7 +449,7 @@ class LiveTensors:
                             live += value[1]  # type: ignore[misc]
                         else:
                             held[skey] = count + 1
-                            if value[1] > sizes[skey]:  # type: ignore[misc]  (grown in place)
+                            if value[1] > sizes[skey]:  # type: ignore[misc]  # (grown in place)
                                 live += value[1] - sizes[skey]  # type: ignore[misc]
                                 sizes[skey] = value[1]  # type: ignore[misc]
                         by_value[i] = value

@@ -106,7 +106,7 @@ class TrainingProfiler:
         #: one profile per finished step, in order
         self.profiles: list[Profile] = []
         self._warned: set[str] = set()  #: the targets without a formula warned about
-        self._durations: list[float] = []  # ms per step, wall clock
+        self._durations: list[float | None] = []  # ms per step, wall clock; None on meta (nothing ran)
         self._peaks: list[int | None] = []
         self._recording: Recording | None = None
         self._compiled: CompiledCalls | None = None
@@ -218,13 +218,14 @@ class TrainingProfiler:
         value = self._profiles()[0].total_params
         return format_count(value) if as_string else value
 
-    def get_total_duration(self, as_string: bool = False) -> float | str:
+    def get_total_duration(self, as_string: bool = False) -> float | str | None:
         """Seconds per step, wall clock from the step's first forward to the end of its
-        optimizer step (the mean over the steps)."""
+        optimizer step (the mean over the steps); None on meta, where nothing ran."""
         _validate.check_bool("as_string", as_string)
         self._profiles()
-        value = sum(self._durations) / len(self._durations) / 1e3
-        return format_time_ms(value * 1e3) if as_string else value
+        step = self._step_time()
+        value = None if step is None else step / 1e3
+        return format_time_ms(None if value is None else value * 1e3) if as_string else value
 
     def get_mfu(self, peak: float | str | hardware.HardwareSpec, dtype: Any = torch.float32) -> float | None:
         """Model FLOPs utilisation per step (see the module docstring); None on meta."""
@@ -234,7 +235,8 @@ class TrainingProfiler:
 
     def _step_time(self) -> float | None:
         """Mean wall milliseconds per step; None on meta (nothing ran)."""
-        return None if self._device.type == "meta" else sum(self._durations) / len(self._durations)
+        durations = [d for d in self._durations if d is not None]
+        return None if self._device.type == "meta" or not durations else sum(durations) / len(durations)
 
     def get_hfu(self, peak: float | str | hardware.HardwareSpec, dtype: Any = torch.float32) -> float | None:
         """Hardware FLOPs utilisation per step: recompute included."""
@@ -284,7 +286,7 @@ class TrainingProfiler:
         if records:
             profile = dataclasses.replace(profile, records=profile.records + tuple(records))
         self.profiles.append(profile)
-        self._durations.append(step.duration_ms)
+        self._durations.append(None if self._device.type == "meta" else step.duration_ms)
         self._peaks.append(step.peak_memory if step.peak_memory is not None else profile.max_memory)
 
 
@@ -332,7 +334,7 @@ def model_flops(profile: Profile) -> int:
     return profile.total_flops + profile.total_backward_flops - profile.total_recompute_flops
 
 
-def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) -> str:
+def step_summary_text(profile: Profile, duration_ms: float | None, peak: int | None) -> str:
     """The numbers of one training step, one per line."""
     optimizer_times = [r.time_ms for r in profile.records if r.phase == "optimizer" and r.time_ms is not None]
     lines = [
@@ -348,7 +350,8 @@ def step_summary_text(profile: Profile, duration_ms: float, peak: int | None) ->
         f"  forward time:      {format_time_ms(profile.total_time_ms)}",
         f"  backward time:     {format_time_ms(profile.total_backward_time_ms)}",
         f"  optimizer time:    {format_time_ms(sum(optimizer_times) if optimizer_times else None)}",
-        f"  step duration:     {format_time_ms(duration_ms)} (wall clock)",
+        "  step duration:     " + (f"{format_time_ms(duration_ms)} (wall clock)" if duration_ms is not None
+                                    else f"not measured ({profile.device})"),
         f"  saved for backward: {report.format_bytes(profile.total_saved_bytes)}",
         f"  peak memory:       {report.format_bytes(peak)} ({profile.memory_source})",
     ]
