@@ -70,6 +70,7 @@ from torch_flops.kvcache import (
     kv_cache_formula_bytes,
     kv_cache_shape,
     read_cache,
+    state_holders,
     with_module_states,
 )
 from torch_flops.measure import Timer, functions_off, input_device, make_memory_probe, make_timer, storage_key
@@ -679,6 +680,7 @@ class _Session:
         self.timer: Timer = make_timer(device)
         self.kv_reader = kv_cache
         self.kv: list[KVCacheState | None] = []
+        self._holders: list[nn.Module] | None = None  #: the modules that may hold a state (kvcache.state_holders)
         self.kv_error: str | None = None
         self.log = _CallLog(model, device)
 
@@ -728,7 +730,10 @@ class _Session:
                     cache = found_cache(step.output)
                     cache = cache if cache is not None else found_state(step.output)  # RWKV's stacked state
                     cache = cache if cache is not None else self.log.cache
-                state = None if cache is None else with_module_states(read_cache(cache), cache, self.model)
+                if self._holders is None or len(self.kv) < 2:  # (attributes a model makes are made by its
+                    self._holders = state_holders(self.model.modules())  # first calls: looked for then only)
+                state = None if cache is None else with_module_states(read_cache(cache), cache, self.model,
+                                                                      self._holders)
             except Exception as e:  # noqa: BLE001  (the user's generation must not fail on the profiler's reading)
                 self.kv_error = f"{type(e).__name__}: {e}"
         self.kv.append(state)

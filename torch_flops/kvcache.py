@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,25 +259,33 @@ def read_cache(cache: Any) -> KVCacheState:
                         sliding_window=min(windows) if windows else None)
 
 
-def with_module_states(state: KVCacheState, cache: Any, model: torch.nn.Module) -> KVCacheState:
+def state_holders(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Module]:
+    """Those of ``modules`` holding an attribute named ``*_state``/``*_states`` (see
+    :func:`with_module_states`)."""
+    return [m for m in modules if any(name.endswith(("_state", "_states")) for name in vars(m))]
+
+
+def with_module_states(state: KVCacheState, cache: Any, model: torch.nn.Module,
+                       holders: Iterable[torch.nn.Module] | None = None) -> KVCacheState:
     """``state`` with the recurrent state a model keeps on its own modules, beside its cache object:
     tensors held as plain attributes named ``*_state``/``*_states`` (RecurrentGemma's
     ``recurrent_states`` and ``conv1d_state``, whose cache layers hold none), each storage once and
     none the cache holds, added to the cache layer of the decoder layer that holds it (when the
-    model has a list of as many layers as the cache), else as layers of their own."""
+    model has a list of as many layers as the cache), else as layers of their own. ``holders``: the
+    modules to look at (:func:`state_holders`; by default all of the model's)."""
     held = [(m, [v for name, v in vars(m).items() if name.endswith(("_state", "_states"))
-                 and isinstance(v, torch.Tensor)]) for m in model.modules()]
+                 and isinstance(v, torch.Tensor)]) for m in (model.modules() if holders is None else holders)]
     held = [(m, tensors) for m, tensors in held if tensors]
     if not held:
         return state
     seen = {storage_key(t)[0] for layer in cache_layers(cache) for t in layer} if cache is not None else set()
     per_layer = list(state.layer_bytes)
     # the list of as many layers as the cache that holds the stateful modules (not another of that length)
-    holders = {id(m) for m, _ in held}
+    holding = {id(m) for m, _ in held}
     owner: dict[int, int] = {}
     for stack in (m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == len(per_layer)):
         found = {id(sub): i for i, layer in enumerate(stack) for sub in layer.modules()}
-        if len(holders & found.keys()) > len(holders & owner.keys()):
+        if len(holding & found.keys()) > len(holding & owner.keys()):
             owner = found
     extra: list[int] = []
     recurrent: set[int] = set()
