@@ -426,3 +426,27 @@ def test_sparse_products_count_stored_elements_in_every_layout_and_call() -> Non
     # a[0,1] meets b's row 1 (b[1,3]), a[1,3] row 3 (b[3,0]), a[3,0] row 0 (b[0,1]): 1 + 1 + 1 = 3
     b = torch.sparse_coo_tensor(torch.tensor([[1, 3, 0], [3, 0, 1]]), torch.randn(3), (4, 4), check_invariants=True)
     assert _aten(torch.sparse.mm, coo, b).total_macs == 3
+
+
+@pytest.mark.parametrize("tracer", ["auto", "fx"])
+def test_a_custom_formula_for_a_class_skips_a_subclass_that_overrides_forward(tracer: str) -> None:
+    # custom_formulas={nn.Linear: f}: a subclass running its own forward (the linear, then * 2) computes
+    # something else; it was kept whole (an unsupported node: the formula does not apply to it) and is
+    # recorded through its ops now: F.linear by the user's formula (7) and the mul of the (2, 3) output: 6,
+    # 13 in all. A subclass keeping Linear's forward is still one node counted by the formula: 7
+    class Doubled(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) * 2
+
+    class Plain(nn.Linear):
+        pass
+
+    def mine(module, out, *args, **kwargs):
+        return 7
+
+    for module, expected in ((Doubled(4, 3), 7 + 6), (Plain(4, 3), 7)):
+        counter = torch_flops.TorchFLOPsByFX(nn.Sequential(module), tracer=tracer,
+                                             custom_formulas={nn.Linear: mine, F.linear: mine})
+        with torch.no_grad():
+            counter.propagate(torch.randn(2, 4))
+        assert counter.total_flops == expected and not counter.profile.unsupported

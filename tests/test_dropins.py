@@ -622,3 +622,26 @@ def test_fvcore_upsample_subclass_and_other_modes_are_named_as_their_trace_ops()
         assert dict(area.by_operator()) == {"adaptive_avg_pool2d": 32} and not area.unsupported_ops()
     finally:
         logging.disable(logging.NOTSET)
+
+
+def test_fvcore_subclasses_overriding_forward_count_their_base_op_and_the_rest() -> None:
+    # a BatchNorm2d subclass doubling its output: fvcore's trace shows aten::batch_norm (eval: 2 per element
+    # of 1 x 3 x 4 x 4 = 96) and an unsupported aten::mul; an Upsample subclass adding 1: upsample_bilinear2d
+    # (4 per output of 1 x 3 x 8 x 8 = 768) and aten::add. Both counted 0 as one node each
+    class Doubled(torch.nn.BatchNorm2d):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) * 2
+
+    class Shifted(torch.nn.Upsample):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) + 1
+
+    logging.disable(logging.WARNING)
+    try:
+        x = torch.randn(1, 3, 4, 4)
+        bn = FlopCountAnalysis(torch.nn.Sequential(Doubled(3).eval()), x)
+        assert dict(bn.by_operator()) == {"batch_norm": 96} and dict(bn.unsupported_ops()) == {"aten::mul": 1}
+        up = FlopCountAnalysis(torch.nn.Sequential(Shifted(scale_factor=2, mode="bilinear")), x)
+        assert dict(up.by_operator()) == {"upsample_bilinear2d": 768} and dict(up.unsupported_ops()) == {"aten::add": 1}
+    finally:
+        logging.disable(logging.NOTSET)

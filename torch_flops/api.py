@@ -324,8 +324,9 @@ def _kept_whole_by_fvcore(cls: type) -> bool:
 
 
 def _known_class(cls: type) -> str | None:
-    """The name of the class, ``cls`` or one it derives from running its forward (a subclass of
-    ``nn.Upsample``, parametrize's ``ParametrizedLinear``), whose op :func:`_fvcore_op` knows."""
+    """The name of the class, ``cls`` or one it derives from whose forward it runs unchanged (a
+    subclass of ``nn.Upsample``, parametrize's ``ParametrizedLinear``), whose op :func:`_fvcore_op`
+    knows; None for any other (one overriding ``forward`` runs more than that op)."""
     for klass in cls.__mro__:
         if klass is nn.Module or not issubclass(klass, nn.Module):
             break
@@ -335,18 +336,15 @@ def _known_class(cls: type) -> str | None:
         if (name in _MODULE_OPS or name == "ReLU" or name.startswith(("Conv", "LazyConv", "Upsample", "Upsampling"))
                 or klass in (nn.RNN, nn.LSTM, nn.GRU, nn.RNNBase, nn.MultiheadAttention)
                 or any(klass in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs)):
-            return name
-        if getattr(klass, "forward", None) is not getattr(cls, "forward", None):  # (a forward the module does not run)
-            break
+            return name if getattr(klass, "forward", None) is getattr(cls, "forward", None) else None
     return None
 
 
 def _traced_through(model: nn.Module) -> dict[Any, None]:
-    """The module classes of ``model`` torch_flops keeps whole that fvcore's trace shows through
-    their ops (see :func:`_kept_whole_by_fvcore`): dropped formulas, for ``custom_formulas``."""
-    table = formulas.FORMULAS
-    return {cls: None for cls in {type(m) for m in model.modules()}
-            if table.resolve_module(cls) is not None and not _kept_whole_by_fvcore(cls)}
+    """The module classes of ``model`` that fvcore's trace shows through their ops (see
+    :func:`_kept_whole_by_fvcore`): dropped formulas, for ``custom_formulas`` (every one, as a
+    subclass overriding ``forward`` of a class the drop-ins count would reach that class's rule)."""
+    return {cls: None for cls in {type(m) for m in model.modules()} if not _kept_whole_by_fvcore(cls)}
 
 
 def _handle_targets(op: str) -> tuple[Any, ...]:

@@ -94,6 +94,16 @@ class CaptureOptions:
     #: classes kept whole by name: those the user registered a formula for or asked to ignore
     leaf_names: frozenset[str] = frozenset()
     concrete_args: Mapping[str, Any] | None = None
+    #: the classes the user registered a formula for: kept whole, with a subclass running their forward
+    #: (one overriding it computes something else, as :meth:`FormulaTable.resolve_module` says)
+    formula_types: tuple[type, ...] = ()
+
+    def keeps_whole(self, module: nn.Module) -> bool:
+        """Whether ``module`` is one of the leaves these options ask for by class."""
+        if self.leaf_types and isinstance(module, self.leaf_types):
+            return True
+        forward = getattr(type(module), "forward", None)
+        return any(isinstance(module, t) and getattr(t, "forward", None) is forward for t in self.formula_types)
 
 
 @dataclass(frozen=True)
@@ -331,7 +341,7 @@ class _LeafTracer(fx.Tracer):
         # buffers read in forward become graph nodes (fx's default leaves them as constants): an
         # update in forward (`self.calls.add_(1)`) is then in the graph and runs on every call
         self.proxy_buffer_attributes = True
-        self._leaf_types = options.leaf_types
+        self._options = options
         self._leaf_paths = options.leaf_paths
         self._leaf_names = options.leaf_names
         self._tensor_paths: tuple[nn.Module, dict[int, str]] | None = None
@@ -401,7 +411,7 @@ class _LeafTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        if self._leaf_types and isinstance(m, self._leaf_types):
+        if self._options.keeps_whole(m):
             return True
         if module_qualified_name in self._leaf_paths or type(m).__name__ in self._leaf_names:
             return True
@@ -1175,7 +1185,7 @@ def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
     of the user's or named in ``ignore_ops``): every name of a shared one, nested ones too (a call
     inside a kept call goes with it; one the model makes itself is kept on its own); never the root."""
     return [path for path, module in model.named_modules(remove_duplicate=False)
-            if path and (isinstance(module, options.leaf_types) or path in options.leaf_paths
+            if path and (options.keeps_whole(module) or path in options.leaf_paths
                          or type(module).__name__ in options.leaf_names)]
 
 

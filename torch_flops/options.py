@@ -83,7 +83,7 @@ class Options:
         (counted by it, so kept whole) and the classes named in ``ignore_ops`` (one ignored node)."""
         leaf_types, leaf_paths = split_leaf_modules(self.leaf_modules)
         user_classes, user_names = table.user_module_keys()
-        return CaptureOptions(leaf_types=leaf_types + user_classes, leaf_paths=leaf_paths,
+        return CaptureOptions(leaf_types=leaf_types, leaf_paths=leaf_paths, formula_types=user_classes,
                               leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args)
 
     def timer_for(self, device: torch.device, queued: bool = False) -> Timer:
