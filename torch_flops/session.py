@@ -554,6 +554,11 @@ class Recording:
             self._label(LOSS)  # (GradScaler's update after a step is labelled at its op)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
             self._new_step()  # without an optimizer, a forward after a backward begins a step
+        elif self._steps_rule is Steps.OPTIMIZER and self._after_backward and self._calls \
+                and self._gradients_dropped():
+            # a backward's gradients were let go without an optimizer step (the loop skipped the update:
+            # a clipping that raised on a non-finite norm, then zero_grad): no micro-batch follows, a step does
+            self._new_step()
         self._after_backward = self._just_stepped = False
 
     # ------------------------------------------------------------------ the model's calls
@@ -839,6 +844,13 @@ class Recording:
         self._raised_outside()
         if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             self.needs_values = True
+
+    def _gradients_dropped(self) -> bool:
+        """Whether every parameter the optimizer updates has no gradient now (``zero_grad()`` set
+        them to None since the last backward)."""
+        assert self.optimizer is not None
+        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.requires_grad]
+        return bool(params) and all(p.grad is None for p in params)
 
     def _raised_outside(self) -> None:
         """An op outside the model raised after a forward whose backward has not run (the loss of a bad
