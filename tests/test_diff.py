@@ -416,8 +416,33 @@ def test_timed_calls_that_ran_other_ops_are_left_out_and_said_so() -> None:
             return y.relu() if len(calls) == 2 else y
 
     counter = TorchFLOPsByFX(Branchy(), repeat=3)
-    with pytest.warns(UserWarning, match=r"1 of the 3 timed calls ran other ops than the real call"):
+    with pytest.warns(UserWarning, match=r"1 timed call\(s\) ran other ops than the real call.* from 2 of the 3 timed"):
         counter.propagate(torch.randn(2, 4))
     assert torch_flops.report.model_summary(counter.profile).timed_calls == 2
     with pytest.raises(ValueError, match=r"come from 2 call\(s\) of the 3 asked for \(a timed call raised, or ran"):
         torch_flops.diff(counter.profile, counter.profile).check(["time>+10%"])
+
+
+def test_one_warning_counts_the_timed_calls_left_out_for_either_cause() -> None:
+    # repeat=4: the 1st timed call runs one more Linear, the 2nd raises (ending the extra calls): the times
+    # come from the real call alone, as the warning and the summary both say (it said 2, hiding the first)
+    calls: list[int] = []
+
+    class Flaky(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            if len(calls) == 1:
+                x = self.b(x)
+            if len(calls) == 2:
+                raise RuntimeError("flaky")
+            return self.a(x)
+
+    counter = TorchFLOPsByFX(Flaky(), repeat=4)
+    with pytest.warns(UserWarning, match=r"raised RuntimeError: flaky; .* and 1 timed call\(s\) ran other ops .* "
+                                         r"from 1 of the 4 timed call\(s\)"):
+        counter.propagate(torch.randn(3, 8))
+    assert torch_flops.report.model_summary(counter.profile).timed_calls == 1

@@ -93,17 +93,18 @@ def run_repeated(runner: Runner, inputs: Any, *, warmup: int, repeat: int, devic
                 saved.undo()
     step(f"run {total}/{total}")
     output = runner.call(inputs, count=True, timed=timed)
-    if failed:  # (the real call did not raise it: the model raises now and then)
-        warnings.warn(f"torch_flops: the {failed}; the extra calls stopped there, so the times come from "
-                      f"{len(runs) + 1} of the {repeats + 1} timed call(s) asked for (repeat={repeat})",
-                      UserWarning, stacklevel=caller_stacklevel())
     counted = runner.run_times()
     assert counted is not None, "the counting run has times"
     same = [r for r in runs if r.program == counted.program and len(r.forward) == len(counted.forward)]
-    if len(same) < len(runs) and not failed:
-        warnings.warn(f"torch_flops: {len(runs) - len(same)} of the {repeats + 1} timed calls ran other ops than the "
-                      f"real call (the model's program depends on its data or state): their times are left out, so "
-                      f"the times come from {len(same) + 1} call(s)", UserWarning, stacklevel=caller_stacklevel())
+    # one warning for the timed calls left out, whatever left them out (the real call did not raise)
+    causes = [f"the {failed}; the extra calls stopped there"] if failed else []
+    if len(same) < len(runs):
+        causes.append(f"{len(runs) - len(same)} timed call(s) ran other ops than the real call (the model's "
+                      "program depends on its data or state): their times are left out")
+    if causes:
+        warnings.warn(f"torch_flops: {'; and '.join(causes)}; so the times come from {len(same) + 1} of the "
+                      f"{repeats + 1} timed call(s) asked for (repeat={repeat})", UserWarning,
+                      stacklevel=caller_stacklevel())
     runs = [counted, *same]
     forward = medians([r.forward for r in runs])
     backward = None
