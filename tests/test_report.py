@@ -267,18 +267,25 @@ def test_the_html_page_prints_numbers_as_the_report_does(tmp_path: Any) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
     source = Path(html.__file__).read_text(encoding="utf-8")
-    script = source[source.index("const PREFIX"):source.index("function pct(part, whole)")]
+    script = source[source.index("const PREFIX"):source.index("function plus(a, b)")]
     rng = random.Random(0)
     counts = [999_999, 99_950, 9.996, 999, 999.6, 10.25, 424.5, 0.125, 99.95] + \
         [rng.choice([1, 1e3, 1e6, 1e9]) * rng.random() * 1000 for _ in range(200)]
     counts += [round(c) for c in counts]
     sizes = [1_048_572, 1_073_741_823, 10_238, 1_047_552, 1023, -1_048_572] + [round(abs(c)) for c in counts]
     times = [999.9, 0.99996, 0.0009995, 0.0] + [abs(c) / 1e4 for c in counts]
+    # the roofline's FLOP per byte (the plot's tooltips) and a diff's signed changes, 0 among them
+    intensities = [0.25, 16.0, 62.1, 1365.3, 999.96, 1e-5, 0.0] + [10 ** rng.uniform(-6, 6) for _ in range(200)]
+    changes = [0, 5, -5, 1.5e6, -2048, 0.25]
     run = script + f"console.log(JSON.stringify([{json.dumps(counts)}.map(count), {json.dumps(sizes)}.map(bytes), " \
-                   f"{json.dumps(times)}.map(time)]));"
+                   f"{json.dumps(times)}.map(time), {json.dumps(intensities)}.map(intensity), " \
+                   f"{json.dumps(changes)}.map(signed(count)), {json.dumps(changes)}.map(signed(time))]));"
     page = json.loads(subprocess.run(["node", "-e", run], capture_output=True, text=True, check=True).stdout)
+    from torch_flops.diff import _signed
     assert page == [[report.format_count(c) for c in counts], [report.format_bytes(b) for b in sizes],
-                    [report.format_time_ms(t) for t in times]]
+                    [report.format_time_ms(t) for t in times], [report._format_intensity(v) for v in intensities],
+                    [_signed(report.format_count, c) for c in changes],
+                    [_signed(report.format_time_ms, c) for c in changes]]
 
 
 def test_rows_for_each_grouping(hand_profile: Any) -> None:

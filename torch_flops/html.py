@@ -386,7 +386,21 @@ function changePct(v, d) {
   if (v === null || v === undefined) return d === null || d === undefined || d === 0 ? "-" : d > 0 ? "new" : "gone";
   return (v < 0 ? "" : Object.is(v, -0) ? "-" : "+") + fixed(v, 2) + "%";
 }
-function signed(fmt) { return v => v === null || v === undefined ? "-" : (v > 0 ? "+" : "") + fmt(v); }
+// diff._signed: "+1.20 K", "-3", and "0" for no change (in any unit)
+function signed(fmt) { return v => v === null || v === undefined ? "-" : v === 0 ? "0" : (v > 0 ? "+" : "") + fmt(v); }
+// report._format_intensity: FLOP per byte, whole numbers with thousands separators from 1000 up, else Python's
+// f"{v:.3g}" (three significant digits, trailing zeros dropped, an exponent below 1e-4)
+function intensity(v) {
+  if (v === null || v === undefined) return "-";
+  if (v >= 999.5) return fixed(v, 0).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  const r = Number(v.toPrecision(3));
+  if (r !== 0 && Math.abs(r) < 1e-4) {
+    const [m, e] = r.toExponential(2).split("e");
+    const n = Number(e);
+    return m.replace(/\.?0+$/, "") + "e" + (n < 0 ? "-" : "+") + String(Math.abs(n)).padStart(2, "0");
+  }
+  return String(r);
+}
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
 
 // ------------------------------------------------------------ a sortable, filterable table that builds one page of rows
@@ -736,7 +750,7 @@ function drawRoofline(box, R, nodes) {
   const byIndex = new Map(nodes.map(r => [r.index, r]));
   for (const p of pts) {
     const r = byIndex.get(p[0]);
-    const text = "#" + p[0] + " " + r.name + " (" + r.target + "): " + p[1].toPrecision(3) + " FLOP/B, " + count(p[2]) + "FLOP/s, roofline " + time(p[3]) + (p[4] !== null ? ", measured " + time(p[4]) : "") + ", " + (p[5] || "-");
+    const text = "#" + p[0] + " " + r.name + " (" + r.target + "): " + intensity(p[1]) + " FLOP/B, " + count(p[2]) + "FLOP/s, roofline " + time(p[3]) + (p[4] !== null ? ", measured " + time(p[4]) : "") + ", " + (p[5] || "-");
     kids.push(sv("circle", {cx: X(p[1]).toFixed(1), cy: Y(p[2]).toFixed(1), r: (2 + 10 * Math.sqrt(p[3] / total)).toFixed(1),
       fill: p[5] === "memory" ? "rgba(198,40,40,.45)" : "rgba(47,111,222,.45)", onmousemove: ev => showTip(ev, text), onmouseleave: hideTip}));
   }

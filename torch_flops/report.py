@@ -949,7 +949,7 @@ def _format_intensity(value: float | None) -> str:
     """FLOP per byte: 3 significant digits, whole numbers from 1000 up (1,555 rather than 1.56e+03)."""
     if value is None:
         return "-"
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+    return f"{value:,.0f}" if value >= 999.5 else f"{value:.3g}"  # (999.6: '1,000', not '1e+03')
 
 
 #: what each column header means, for the legend (units last)
