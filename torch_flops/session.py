@@ -554,11 +554,7 @@ class Recording:
             self._label(LOSS)  # (GradScaler's update after a step is labelled at its op)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
             self._new_step()  # without an optimizer, a forward after a backward begins a step
-        elif self._steps_rule is Steps.OPTIMIZER and self._after_backward and self._calls \
-                and self._gradients_dropped():
-            # a backward's gradients were let go without an optimizer step (the loop skipped the update:
-            # a clipping that raised on a non-finite norm, then zero_grad): no micro-batch follows, a step does
-            self._new_step()
+
         self._after_backward = self._just_stepped = False
 
     # ------------------------------------------------------------------ the model's calls
@@ -845,13 +841,6 @@ class Recording:
         if name in _NEEDS_VALUES and any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
             self.needs_values = True
 
-    def _gradients_dropped(self) -> bool:
-        """Whether every parameter the optimizer updates has no gradient now (``zero_grad()`` set
-        them to None since the last backward)."""
-        assert self.optimizer is not None
-        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.requires_grad]
-        return bool(params) and all(p.grad is None for p in params)
-
     def _raised_outside(self) -> None:
         """An op outside the model raised after a forward whose backward has not run (the loss of a bad
         batch): a step that raises ends its step, as one whose forward raises does, unless a backward
@@ -859,6 +848,7 @@ class Recording:
         replaces) or after its backward, it ends nothing."""
         if not self._stack and not self._in_optimizer and self._calls and not self._after_backward:
             self._raised = True
+
 
     def _next_name(self, candidate: str) -> str:
         return self._graph.next_name(candidate) if self._graph is not None else candidate
