@@ -393,13 +393,16 @@ function signed(fmt) { return v => v === null || v === undefined ? "-" : v === 0
 function intensity(v) {
   if (v === null || v === undefined) return "-";
   if (v >= 999.5) return fixed(v, 0).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
-  const r = Number(v.toPrecision(3));
-  if (r !== 0 && Math.abs(r) < 1e-4) {
-    const [m, e] = r.toExponential(2).split("e");
-    const n = Number(e);
-    return m.replace(/\.?0+$/, "") + "e" + (n < 0 ? "-" : "+") + String(Math.abs(n)).padStart(2, "0");
+  if (v === 0) return "0";
+  // three significant digits through fixed(), which rounds an exact tie to even as Python does (0.3125: 0.312)
+  let e = Math.floor(Math.log10(Math.abs(v)));
+  let t = fixed(v, Math.max(2 - e, 0));
+  if (Math.abs(Number(t)) >= Math.pow(10, e + 1)) { e += 1; t = fixed(v, Math.max(2 - e, 0)); }  // (9.996: 10.0)
+  if (e < -4) {  // Python's exponent form: 1.2e-05
+    const m = fixed(v / Math.pow(10, e), 2).replace(/\.?0+$/, "");
+    return m + "e-" + String(-e).padStart(2, "0");
   }
-  return String(r);
+  return t.includes(".") ? t.replace(/\.?0+$/, "") : t;
 }
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
 
