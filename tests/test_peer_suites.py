@@ -83,7 +83,9 @@ def _per_module(p: Profile, root: str) -> dict[str, int]:
     out = {}
     for path, stats in p.by_module().items():
         flops = stats.flops + (stats.backward_flops or 0)
-        if flops:
+        # (a ModuleList is never called: FlopCounterMode's module tracker has no entry for it; our roll-up
+        # by path counts its layers' work in it too)
+        if flops and stats.module_type not in ("ModuleList", "ModuleDict"):
             out[root if path == "" else f"{root}.{path}"] = flops
     return out
 
@@ -701,3 +703,19 @@ def test_ptflops_grouped_and_1d_convolutions() -> None:
     conv1d = torch_flops.profile(nn.Conv1d(3, 4, 3), torch.randn(1, 3, 10))
     # (4, 8) = 32 outputs x 3 x 3 = 288 MACs; ptflops 320 = + 32 bias
     assert conv1d.total_macs == 288 == 320 - 32
+
+
+@pytest.mark.parametrize("model", ["transformer", "encoder layer in a model"])
+def test_transformer_layers_count_per_module_as_flop_counter_mode_sees_them(model: str) -> None:
+    # in training (no fused fast path), each layer, its attention and its linears hold their own FLOPs in the
+    # module tree, as FlopCounterMode's get_flop_counts() says (they were 0: the stack was one node)
+    torch.manual_seed(0)
+    if model == "transformer":
+        net: nn.Module = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                                        dim_feedforward=32, dropout=0.0, batch_first=True)
+        args: tuple[Any, ...] = (T(2, 5, 16), T(2, 4, 16))
+    else:
+        net = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True))
+        args = (T(2, 5, 16),)
+    total, p = side_by_side(net, *args)
+    assert total > 0 and p.by_module()["0.self_attn" if model != "transformer" else "encoder.layers.0.self_attn"].flops > 0

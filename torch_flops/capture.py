@@ -61,6 +61,7 @@ __all__ = [
     "check_module_initialized",
     "split_leaf_modules",
     "trace_fx",
+    "traced_through_now",
 ]
 
 _FX_HINTS = (
@@ -1546,6 +1547,23 @@ def _root_kept_whole(root: nn.Module) -> bool:
         return (not root.training and not (torch.is_grad_enabled() and any(p.requires_grad for p in params))
                 and all(p.device.type in fast_devices for p in params))
     return False
+
+
+_TRANSFORMERS = (nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.TransformerDecoderLayer, nn.TransformerDecoder,
+                 nn.Transformer)
+
+
+def traced_through_now(module: nn.Module) -> bool:
+    """Whether a transformer module with a formula (kept whole by the graph front ends, counted by its
+    children's formulas) is recorded through its ops in this eager call, its layers and their linears in
+    the module tree: a decoder (layer) or ``nn.Transformer`` always (no fused kernel of torch's runs it
+    whole), an encoder (layer) when it cannot take its fused fast path now (:func:`_root_kept_whole`:
+    training, a gradient to record)."""
+    if not isinstance(module, _TRANSFORMERS):
+        return False
+    if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+        return not _root_kept_whole(module)
+    return True
 
 
 class ModelIndex:

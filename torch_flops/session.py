@@ -72,7 +72,7 @@ from torch_flops.backward import (
     in_backward,
     saved_bytes,
 )
-from torch_flops.capture import ONE_KERNEL_MODULES, ModelIndex, NodeLocation
+from torch_flops.capture import ONE_KERNEL_MODULES, ModelIndex, NodeLocation, traced_through_now
 from torch_flops.errors import UnsupportedOpError
 from torch_flops.formulas import FormulaTable
 from torch_flops.formulas.zero import GRAPH_PLUMBING
@@ -618,7 +618,8 @@ class Recording:
         # asked to keep whole, and those whose one kernel depends on what is installed around them)
         if self._open is None and id(module) in self._leaves and (_FORWARD_AD._current_level < 0 or (
                 module is self.model and self._root_whole)) \
-                and (not module._forward_pre_hooks or id(module) in self._chosen or isinstance(module, ONE_KERNEL_MODULES)):
+                and (not module._forward_pre_hooks or id(module) in self._chosen or isinstance(module, ONE_KERNEL_MODULES)) \
+                and (id(module) in self._chosen or not traced_through_now(module)):
             self._open, self._open_level = module, len(self._stack)
             self._open_before = self._read() if self._read is not None else None
             self._open_start = self._tick()

@@ -323,10 +323,14 @@ class FormulaTable:
     def mark_builtin(self) -> None:
         """Remember the current entries as the package's own (see :meth:`user_module_keys`)."""
         self._builtin = dict(self._entries)
-        self._builtin_formulas = {id(f) for f in self._builtin.values()}
+        self._builtin_formulas = {id(f) for f in self._builtin.values()} | {
+            id(f.fn) for f in self._builtin.values() if isinstance(f, Composite)}
 
     def is_builtin(self, formula: Any) -> bool:
-        """Whether ``formula`` is one of the package's own."""
+        """Whether ``formula`` is one of the package's own (a :class:`Composite` of the package's, as
+        :meth:`bound` hands it out bound to a table, too)."""
+        if isinstance(formula, functools.partial):
+            return id(formula.func) in self._builtin_formulas
         return id(formula) in self._builtin_formulas
 
     def user_module_keys(self) -> tuple[tuple[type, ...], frozenset[str]]:
