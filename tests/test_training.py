@@ -597,17 +597,25 @@ def test_an_error_the_loop_recovers_from_inside_a_step_ends_nothing() -> None:
         optimizer.step()
         optimizer.zero_grad()
 
+    reference, steps, prof = _iterations_and_steps(model, optimizer, iteration, 2)
+    assert steps == reference
+    assert [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles] == [2 * PARAMS] * 2
+
+
+def _iterations_and_steps(model: nn.Module, optimizer: torch.optim.Optimizer, iteration: Any,
+                          n: int) -> tuple[list[int], list[int], TrainingProfiler]:
+    """FlopCounterMode's FLOPs around each of ``n`` calls of ``iteration()``, then the ``flop_counter``
+    forward + backward FLOPs of each step a TrainingProfiler records over ``n`` more (and the profiler)."""
     reference = []
-    for _ in range(2):
+    for _ in range(n):
         with FlopCounterMode(display=False) as counted:
             iteration()
         reference.append(counted.get_total_flops())
     with TrainingProfiler(model, optimizer) as prof:
-        for _ in range(2):
+        for _ in range(n):
             iteration()
     steps = [p.with_convention("flop_counter") for p in prof.profiles]
-    assert [s.total_flops + s.total_backward_flops for s in steps] == reference
-    assert [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles] == [2 * PARAMS] * 2
+    return reference, [s.total_flops + s.total_backward_flops for s in steps], prof
 
 
 @pytest.mark.parametrize("attack", ["autograd.grad", "backward then zero_grad"])
@@ -634,13 +642,5 @@ def test_an_adversarial_step_s_extra_backward_stays_in_its_step(attack: str) -> 
         optimizer.step()
         optimizer.zero_grad()
 
-    reference = []
-    for _ in range(3):
-        with FlopCounterMode(display=False) as counted:
-            iteration()
-        reference.append(counted.get_total_flops())
-    with TrainingProfiler(model, optimizer) as prof:
-        for _ in range(3):
-            iteration()
-    steps = [p.with_convention("flop_counter") for p in prof.profiles]
-    assert [s.total_flops + s.total_backward_flops for s in steps] == reference and len(steps) == 3
+    reference, steps, _ = _iterations_and_steps(model, optimizer, iteration, 3)
+    assert steps == reference and len(steps) == 3
