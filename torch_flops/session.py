@@ -554,7 +554,6 @@ class Recording:
             self._label(LOSS)  # (GradScaler's update after a step is labelled at its op)
         if self._steps_rule is Steps.OPTIMIZER and self.optimizer is None and self._after_backward:
             self._new_step()  # without an optimizer, a forward after a backward begins a step
-
         self._after_backward = self._just_stepped = False
 
     # ------------------------------------------------------------------ the model's calls

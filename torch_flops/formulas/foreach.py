@@ -1,10 +1,12 @@
-"""The ``_foreach_*`` aten ops, and GradScaler's two kernels. A foreach op is one kernel launch over a
-list of tensors (``clip_grad_norm_``'s norms and scaling, an EMA's ``_foreach_lerp_``, an optimizer's
-foreach step run by hand), each doing per tensor what its single-tensor op does. A foreach op counts the sum, over the list, of its
-single-tensor op's formula (``_foreach_mul_(grads, c)``: one multiply per element of every gradient;
-``_foreach_norm``: ``linalg_vector_norm`` of each), looked up in the counter's own table, so a
-formula of the user's for the single op counts its foreach form too. FlopCounterMode has no formula
-for any of them: 0 in the ``flop_counter`` convention (no matrix-multiply kernel's MACs)."""
+"""The ``_foreach_*`` aten ops, and GradScaler's two kernels.
+
+A foreach op is one kernel launch over a list of tensors (``clip_grad_norm_``'s norms and scaling, an
+EMA's ``_foreach_lerp_``, an optimizer's foreach step run by hand), each doing per tensor what its
+single-tensor op does: it counts the sum, over the list, of its single-tensor op's formula
+(``_foreach_mul_(grads, c)``: one multiply per element of every gradient; ``_foreach_norm``:
+``linalg_vector_norm`` of each), looked up in the counter's own table, so a formula of the user's for
+the single op counts its foreach form too. FlopCounterMode has no formula for any of them: 0 in the
+``flop_counter`` convention (no matrix-multiply kernel's MACs)."""
 
 from __future__ import annotations
 
@@ -89,15 +91,6 @@ def _unscale_flops(module: Any, out: Any, tensors: Any, *args: Any, **kwargs: An
     return sum(2 * float_numel(t) for t in tensors)
 
 
-_NAMES = _foreach_names()
-FOREACH_OPS = tuple(getattr(torch.ops.aten, name) for name in _NAMES)
-for _name, _op in zip(_NAMES, FOREACH_OPS):
-    register(_op)(_powsum_flops if _name.rstrip("_") == "_foreach_powsum" else _formula(_name))
-_AMP_UNSCALE = getattr(torch.ops.aten, "_amp_foreach_non_finite_check_and_unscale_", None)
-if _AMP_UNSCALE is not None:
-    register(_AMP_UNSCALE)(_unscale_flops)
-
-
 def _update_scale_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int:
     # GradScaler.update()'s kernel, _amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff,
     # interval): one number's update: the found_inf test and the scale's multiply (by backoff, or by growth
@@ -105,6 +98,13 @@ def _update_scale_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> int
     return 2
 
 
+_NAMES = _foreach_names()
+FOREACH_OPS = tuple(getattr(torch.ops.aten, name) for name in _NAMES)
+for _name, _op in zip(_NAMES, FOREACH_OPS):
+    register(_op)(_powsum_flops if _name.rstrip("_") == "_foreach_powsum" else _formula(_name))
+_AMP_UNSCALE = getattr(torch.ops.aten, "_amp_foreach_non_finite_check_and_unscale_", None)
+if _AMP_UNSCALE is not None:
+    register(_AMP_UNSCALE)(_unscale_flops)
 _AMP_UPDATE = getattr(torch.ops.aten, "_amp_update_scale_", None)
 if _AMP_UPDATE is not None:
     register(_AMP_UPDATE)(_update_scale_flops)
