@@ -450,3 +450,23 @@ def test_a_custom_formula_for_a_class_skips_a_subclass_that_overrides_forward(tr
         with torch.no_grad():
             counter.propagate(torch.randn(2, 4))
         assert counter.total_flops == expected and not counter.profile.unsupported
+
+
+@pytest.mark.parametrize("key", [nn.TransformerEncoderLayer, nn.MultiheadAttention])
+def test_a_user_formula_for_a_layer_counts_it_inside_an_encoder_kept_whole(key: type) -> None:
+    # in eval without gradients the encoder is one node (its fused path); with a gradient to record its
+    # layers are recorded one by one. Either way a formula of the user's for the layer (1000) or for its
+    # attention (1000 in place of the attention's own count) counts it: the same total in both modes (the
+    # kept-whole encoder counted its layers by the package's formulas, ignoring the user's)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 1, enable_nested_tensor=False)).eval()
+    totals = []
+    for grad in (False, True):
+        counter = torch_flops.TorchFLOPsByFX(model, custom_formulas={key: lambda module, out, *args, **kwargs: 1000})
+        with torch.set_grad_enabled(grad):
+            counter.propagate(torch.randn(2, 5, 16))
+        totals.append(counter.total_flops)
+    assert totals[0] == totals[1]
+    if key is nn.TransformerEncoderLayer:
+        assert totals == [1000, 1000]

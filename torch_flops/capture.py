@@ -1558,10 +1558,14 @@ def traced_through_now(module: nn.Module) -> bool:
     children's formulas) is recorded through its ops in this eager call, its layers and their linears in
     the module tree: a decoder (layer) or ``nn.Transformer`` always (no fused kernel of torch's runs it
     whole), an encoder (layer) when it cannot take its fused fast path now (:func:`_root_kept_whole`:
-    training, a gradient to record)."""
+    training, a gradient to record; for a layer, a forward hook on it)."""
     if not isinstance(module, _TRANSFORMERS):
         return False
-    if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
+    if isinstance(module, nn.TransformerEncoderLayer):  # (a hook on the layer or inside it turns its fast path off)
+        return not _root_kept_whole(module) or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    if isinstance(module, nn.TransformerEncoder):
+        # (an encoder whose layer has a hook stays whole: traced through, its own nested-tensor path, which
+        # a function mode turns off, would not run, and the padded positions' values would differ)
         return not _root_kept_whole(module)
     return True
 

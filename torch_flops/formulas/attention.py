@@ -347,11 +347,31 @@ def _uncounted(count: Count) -> Count:
     return Count(count.flops, count.macs, count.dot_outputs, 0)
 
 
+def _users(table: FormulaTable, module: nn.Module) -> Any:
+    """The formula of the user's (custom_formulas, register_module) for ``module``'s class, if any: a
+    stack kept whole counts that layer or attention by it, as the layer on its own is counted."""
+    formula = table.resolve_module(type(module))
+    return None if formula is None or table.is_builtin(formula) else formula
+
+
+def _attention(table: FormulaTable, attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool,
+               real: tuple[Any, Any, Any]) -> Count:
+    """A layer's attention block (see :func:`_attn_block`), by the user's formula for its class if any
+    (called as on the layer's tensors, ``(attn, out, query, key, value)``) + the residual add."""
+    mine = _users(table, attn)
+    if mine is None:
+        return _attn_block(attn, x, mem, masked, real)
+    return _add(_as_count(mine(attn, x, x, mem, mem)), Count(numel(x), 0, 0, 0))
+
+
 def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: torch.Tensor,
                    masked: bool, out: Any = None) -> Count:
     # ``out``: the output of the call (a layer's inside a stack has its shape and grad need)
     x = src.new_empty(src.shape, device="meta")
-    count = _add(_attn_block(layer.self_attn, x, x, masked, (out, src, src)), _sub(table, layer.dropout1, x),
+    mine = _users(table, layer)
+    if mine is not None:  # (a formula of the user's for the layer class: it counts each layer of a stack)
+        return _as_count(mine(layer, x, x))
+    count = _add(_attention(table, layer.self_attn, x, x, masked, (out, src, src)), _sub(table, layer.dropout1, x),
                  _sub(table, layer.norm1, x), _ffn(table, layer, x), _sub(table, layer.dropout2, x),
                  _sub(table, layer.norm2, x))
     return _uncounted(count) if _encoder_native(layer, out, src, masked) else count
@@ -361,9 +381,12 @@ def _decoder_layer(table: FormulaTable, layer: nn.TransformerDecoderLayer, tgt: 
                    memory: torch.Tensor, masked: bool, memory_masked: bool, out: Any = None) -> Count:
     x = tgt.new_empty(tgt.shape, device="meta")
     mem = memory.new_empty(memory.shape, device="meta")
-    return _add(_attn_block(layer.self_attn, x, x, masked, (out, tgt, tgt)), _sub(table, layer.dropout1, x),
+    mine = _users(table, layer)
+    if mine is not None:
+        return _as_count(mine(layer, x, x, mem))
+    return _add(_attention(table, layer.self_attn, x, x, masked, (out, tgt, tgt)), _sub(table, layer.dropout1, x),
                 _sub(table, layer.norm1, x),
-                _attn_block(layer.multihead_attn, x, mem, memory_masked, (out, tgt, memory)),
+                _attention(table, layer.multihead_attn, x, mem, memory_masked, (out, tgt, memory)),
                 _sub(table, layer.dropout2, x), _sub(table, layer.norm2, x), _ffn(table, layer, x),
                 _sub(table, layer.dropout3, x), _sub(table, layer.norm3, x))
 
