@@ -392,16 +392,21 @@ function signed(fmt) { return v => v === null || v === undefined ? "-" : v === 0
 // f"{v:.3g}" (three significant digits, trailing zeros dropped, an exponent below 1e-4)
 function intensity(v) {
   if (v === null || v === undefined) return "-";
-  if (v >= 999.5) return fixed(v, 0).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  if (v >= 999.5) {  // the whole number, rounded half to even as Python's f"{v:,.0f}", every digit of it
+    let r = Math.round(v);
+    if (r - v === 0.5 && r % 2 !== 0) r -= 1;
+    return BigInt(r).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  }
   if (v === 0) return "0";
   // three significant digits through fixed(), which rounds an exact tie to even as Python does (0.3125: 0.312)
   let e = Math.floor(Math.log10(Math.abs(v)));
+  if (e < -4) {  // Python's exponent form, 1.2e-05, from toExponential (rounded from the exact value)
+    const [m, x] = v.toExponential(2).split("e");
+    if (Number(x) >= -4) return intensity(Number(v.toPrecision(3)));  // (9.995e-05 rounds to 0.0001)
+    return m.replace(/\.?0+$/, "") + "e-" + String(-Number(x)).padStart(2, "0");
+  }
   let t = fixed(v, Math.max(2 - e, 0));
   if (Math.abs(Number(t)) >= Math.pow(10, e + 1)) { e += 1; t = fixed(v, Math.max(2 - e, 0)); }  // (9.996: 10.0)
-  if (e < -4) {  // Python's exponent form: 1.2e-05
-    const m = fixed(v / Math.pow(10, e), 2).replace(/\.?0+$/, "");
-    return m + "e-" + String(-e).padStart(2, "0");
-  }
   return t.includes(".") ? t.replace(/\.?0+$/, "") : t;
 }
 function plus(a, b) { return a === null || a === undefined ? (b === null || b === undefined ? null : b) : a + (b || 0); }
