@@ -470,3 +470,41 @@ def test_a_user_formula_for_a_layer_counts_it_inside_an_encoder_kept_whole(key: 
     assert totals[0] == totals[1]
     if key is nn.TransformerEncoderLayer:
         assert totals == [1000, 1000]
+
+
+@pytest.mark.parametrize("key", [nn.Linear, nn.MultiheadAttention])
+def test_a_user_formula_for_a_layer_s_part_sees_the_call_it_counts_in_every_mode(key: type) -> None:
+    # inside an encoder kept whole (eval, no gradients) a formula of the user's for a part is called as that
+    # part's own call would call it: linear1 with its (2, 5, 8) input and (2, 5, 16) output (it was handed
+    # the hidden tensor as its input), the attention with its (output, weights) pair and need_weights=False.
+    # Linear: in x out features per row, 8 x 16 + 16 x 8 = 256 a row, 10 rows: 2560 of the totals; the same
+    # totals with gradients, where the parts run one by one
+    def mine(module, out, *args, **kwargs):
+        if isinstance(module, nn.Linear):
+            return args[0].shape[-1] * out.shape[-1] * out.shape[:-1].numel()
+        return out[0].numel() + (0 if kwargs.get("need_weights", True) is False else 1)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), 1, enable_nested_tensor=False)).eval()
+    totals = []
+    for grad in (False, True):
+        counter = torch_flops.TorchFLOPsByFX(model, custom_formulas={key: mine})
+        with torch.set_grad_enabled(grad):
+            counter.propagate(torch.randn(2, 5, 8))
+        totals.append(counter.total_flops)
+    assert totals[0] == totals[1]
+
+
+def test_a_hooked_encoder_layer_that_is_the_model_profiles_in_eval() -> None:
+    # its fast path is off while it has a hook: recorded through its ops (it raised "ran without
+    # nn.Module.__call__": kept whole as the root and traced through at once), its output as eager's
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    layer.register_forward_hook(lambda module, args, out: None)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        expected = layer(x)
+        counter = torch_flops.TorchFLOPsByFX(layer)
+        assert torch.equal(counter.propagate(x), expected)
+    assert counter.profile.by_module()["linear1"].flops > 0

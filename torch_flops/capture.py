@@ -1539,6 +1539,9 @@ def _root_kept_whole(root: nn.Module) -> bool:
         # (its forward calls torch's fused RNN op through torch._VF, which no function mode sees: as the
         # model it would be recorded as the kernel's aten ops, not as the one node it is in any model)
         return True
+    if isinstance(root, nn.TransformerEncoderLayer) and any(m._forward_hooks or m._forward_pre_hooks
+                                                            for m in root.modules()):
+        return False  # (a hook of the user's on the layer or inside it turns its fast path off)
     if isinstance(root, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
         params = list(root.parameters())
         # the fast path also needs its tensors on a device it has kernels for (torch's check names
@@ -1561,8 +1564,8 @@ def traced_through_now(module: nn.Module) -> bool:
     training, a gradient to record; for a layer, a forward hook on it)."""
     if not isinstance(module, _TRANSFORMERS):
         return False
-    if isinstance(module, nn.TransformerEncoderLayer):  # (a hook on the layer or inside it turns its fast path off)
-        return not _root_kept_whole(module) or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    if isinstance(module, nn.TransformerEncoderLayer):
+        return not _root_kept_whole(module)
     if isinstance(module, nn.TransformerEncoder):
         # (an encoder whose layer has a hook stays whole: traced through, its own nested-tensor path, which
         # a function mode turns off, would not run, and the padded positions' values would differ)

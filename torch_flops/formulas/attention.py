@@ -278,14 +278,15 @@ def _as_count(result: Any) -> Count:
     return Count(*result) if len(result) > 2 else Count(result[0], result[1], None, None)
 
 
-def _sub(table: FormulaTable, module: nn.Module | None, x: torch.Tensor, *args: Any) -> Count:
-    """A child module's own formula, evaluated on a meta tensor of the right shape."""
+def _sub(table: FormulaTable, module: nn.Module | None, x: torch.Tensor, inp: torch.Tensor | None = None) -> Count:
+    """A child module's own formula, evaluated on meta tensors of the right shapes: its output ``x``
+    and its input ``inp`` (by default of the output's shape), as the child's own call passes them."""
     if module is None:
         return Count(0, 0, 0, 0)
     formula = table.resolve_module(type(module))
     if formula is None:
         raise NotImplementedError(f"no formula for {type(module).__name__} inside a Transformer layer")
-    return _as_count(formula(module, x, x, *args))
+    return _as_count(formula(module, x, x if inp is None else inp))
 
 
 def _activation(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
@@ -313,8 +314,8 @@ def _add(*counts: Any) -> Count:
 def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
     # linear1 -> activation -> dropout -> linear2 (-> dropout2), + the residual add
     hidden = x.new_empty((*x.shape[:-1], layer.linear1.out_features))
-    return _add(_sub(table, layer.linear1, hidden), _activation(table, layer, hidden),
-                _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x), Count(numel(x), 0, 0, 0))
+    return _add(_sub(table, layer.linear1, hidden, x), _activation(table, layer, hidden),
+                _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x, hidden), Count(numel(x), 0, 0, 0))
 
 
 def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool,
@@ -361,7 +362,11 @@ def _attention(table: FormulaTable, attn: nn.MultiheadAttention, x: torch.Tensor
     mine = _users(table, attn)
     if mine is None:
         return _attn_block(attn, x, mem, masked, real)
-    return _add(_as_count(mine(attn, x, x, mem, mem)), Count(numel(x), 0, 0, 0))
+    # as the layer calls it: (output, no weights) from (query, key, value), weights not needed (the masks'
+    # tensors are not known here: None)
+    count = mine(attn, (x, None), x, mem, mem, key_padding_mask=None, need_weights=False, attn_mask=None,
+                 is_causal=False)
+    return _add(_as_count(count), Count(numel(x), 0, 0, 0))
 
 
 def _encoder_layer(table: FormulaTable, layer: nn.TransformerEncoderLayer, src: torch.Tensor,
