@@ -277,7 +277,8 @@ def test_the_html_page_prints_numbers_as_the_report_does(tmp_path: Any) -> None:
     # the roofline's FLOP per byte (the plot's tooltips) and a diff's signed changes, 0 among them
     intensities = [0.25, 16.0, 62.1, 1365.3, 999.96, 1e-5, 0.0, 0.3125, 1.125, 100.5, 9.996] + \
         [10 ** rng.uniform(-6, 6) for _ in range(200)] + [rng.randrange(8000) / 8 for _ in range(200)] + \
-        [1e21, 3.7e25, 1e-99, 1e-300, 9.995e-05, 1000000000.5, 51091551885.472565]  # (exact ties, extremes)
+        [1e21, 3.7e25, 1e-99, 1e-300, 9.995e-05, 1000000000.5, 51091551885.472565,  # (exact ties, extremes,
+         12350000000001 / 1e12, 999.499999999999, 1.2350000000001e-4]  # near-ties: read to 12 digits first)
     changes = [0, 5, -5, 1.5e6, -2048, 0.25]
     run = script + f"console.log(JSON.stringify([{json.dumps(counts)}.map(count), {json.dumps(sizes)}.map(bytes), " \
                    f"{json.dumps(times)}.map(time), {json.dumps(intensities)}.map(intensity), " \

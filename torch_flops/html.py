@@ -392,6 +392,7 @@ function signed(fmt) { return v => v === null || v === undefined ? "-" : v === 0
 // f"{v:.3g}" (three significant digits, trailing zeros dropped, an exponent below 1e-4)
 function intensity(v) {
   if (v === null || v === undefined) return "-";
+  v = Number(v.toPrecision(12));  // report.snap
   if (v >= 999.5) {  // the whole number, rounded half to even as Python's f"{v:,.0f}", every digit of it
     let r = Math.round(v);
     if (r - v === 0.5 && r % 2 !== 0) r -= 1;

@@ -949,6 +949,7 @@ def _format_intensity(value: float | None) -> str:
     """FLOP per byte: 3 significant digits, whole numbers from 1000 up (1,555 rather than 1.56e+03)."""
     if value is None:
         return "-"
+    value = snap(value)  # (as every number before it is rounded for print: the HTML page does the same)
     return f"{value:,.0f}" if value >= 999.5 else f"{value:.3g}"  # (999.6: '1,000', not '1e+03')
 
 
