@@ -719,3 +719,24 @@ def test_transformer_layers_count_per_module_as_flop_counter_mode_sees_them(mode
         args = (T(2, 5, 16),)
     total, p = side_by_side(net, *args)
     assert total > 0 and p.by_module()["0.self_attn" if model != "transformer" else "encoder.layers.0.self_attn"].flops > 0
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_an_encoder_with_a_hooked_layer_counts_what_flop_counter_mode_sees(mask: bool) -> None:
+    # eval, no gradients: layer 1 takes its fused path (0 for FlopCounterMode); layer 0, hooked, runs its
+    # ops: with a mask its attention gets a float mask (the layer's canonical one) and runs no fused path
+    # either, so its projections count, 2*2*6*16*48 + 2*2*6*16*16 = 24,576, beside its linears 24,576
+    # (the kept-whole encoder's count had the attention fused: 24,576 in all)
+    torch.manual_seed(1)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), 2,
+                                    enable_nested_tensor=False).eval()
+    encoder.layers[0].register_forward_pre_hook(lambda module, args: None)
+    x = torch.randn(2, 6, 16)
+    kwargs = {"mask": nn.Transformer.generate_square_subsequent_mask(6)} if mask else {}
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as reference:
+            encoder(x, **kwargs)
+        counter = TorchFLOPsByFX(encoder)
+        counter.propagate(x, **kwargs)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops()
+    assert reference.get_total_flops() == (49152 if mask else 24576)

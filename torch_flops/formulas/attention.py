@@ -318,12 +318,17 @@ def _ffn(table: FormulaTable, layer: Any, x: torch.Tensor) -> Count:
                 _sub(table, layer.dropout, hidden), _sub(table, layer.linear2, x, hidden), Count(numel(x), 0, 0, 0))
 
 
+_FLOAT_MASK = torch.empty(0)  #: a mask as a layer passes it to its attention (its presence, not its values)
+
+
 def _attn_block(attn: nn.MultiheadAttention, x: torch.Tensor, mem: torch.Tensor, masked: bool,
                 real: tuple[Any, Any, Any] | None = None) -> Count:
     # attention (weights not needed inside the layers) + the residual add; ``real``: the layer's real
     # (output, query, key) tensors (shape, dtype, device, needing a gradient), from which
     # FlopCounterMode's share is read
-    counted = _ALL if real is None else _mha_counted(attn, real[0], real[1], real[2], real[2], False, masked)
+    # (a layer hands its attention float masks, F._canonical_mask: with one, MHA takes no fused path)
+    counted = _ALL if real is None else _mha_counted(attn, real[0], real[1], real[2], real[2], False, masked,
+                                                     attn_mask=_FLOAT_MASK if masked else None)
     count = _mha(attn, tuple(x.shape), tuple(mem.shape), masked, need_weights=False, average=False, counted=counted)
     return _add(count, Count(numel(x), 0, 0, 0))
 
