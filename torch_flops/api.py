@@ -43,7 +43,7 @@ from torch_flops.formulas._shapes import prod
 from torch_flops.generation import profile_generation_call
 from torch_flops.options import TracerName
 from torch_flops.paths import ancestors, module_chain
-from torch_flops.records import NodeRecord, Profile, is_internal
+from torch_flops.records import NodeRecord, Profile, Status, is_internal
 from torch_flops.state import copy_inputs
 
 __all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "activation_count", "compare_compiled", "flop_count",
@@ -315,14 +315,6 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "grid_sample": "grid_sampler", "grid_sampler_2d": "grid_sampler", "grid_sampler_3d": "grid_sampler"}
 
 
-def _kept_whole_by_fvcore(cls: type) -> bool:
-    """Whether fvcore's trace shows a call of module class ``cls`` as one op whose name
-    :func:`_fvcore_op` knows (a convolution, ``aten::linear``, a norm, an upsample, an RNN, MHA's
-    parts); any other module with a formula of torch_flops' is recorded through its ops in the drop-ins,
-    as the trace shows them (``nn.SiLU``: ``aten::silu``; ``nn.LSTMCell``: its two ``aten::linear``)."""
-    return _known_class(cls) is not None
-
-
 def _known_class(cls: type) -> str | None:
     """The name of the class, ``cls`` or one it derives from whose forward it runs unchanged (a
     subclass of ``nn.Upsample``, parametrize's ``ParametrizedLinear``), whose op :func:`_fvcore_op`
@@ -341,10 +333,11 @@ def _known_class(cls: type) -> str | None:
 
 
 def _traced_through(model: nn.Module) -> dict[Any, None]:
-    """The module classes of ``model`` that fvcore's trace shows through their ops (see
-    :func:`_kept_whole_by_fvcore`): dropped formulas, for ``custom_formulas`` (every one, as a
-    subclass overriding ``forward`` of a class the drop-ins count would reach that class's rule)."""
-    return {cls: None for cls in {type(m) for m in model.modules()} if not _kept_whole_by_fvcore(cls)}
+    """The module classes of ``model`` that fvcore's trace shows through their ops: those whose op
+    :func:`_fvcore_op` does not know (:func:`_known_class`: ``nn.SiLU`` shows ``aten::silu``, an
+    ``nn.LSTMCell`` its two ``aten::linear``), as dropped formulas for ``custom_formulas`` (every one,
+    as a subclass overriding ``forward`` of a class the drop-ins count would reach that class's rule)."""
+    return {cls: None for cls in {type(m) for m in model.modules()} if _known_class(cls) is None}
 
 
 def _handle_targets(op: str) -> tuple[Any, ...]:
@@ -356,12 +349,19 @@ def _handle_targets(op: str) -> tuple[Any, ...]:
             *(f for f in formulas.functions(*aliases) if callable(f)))
 
 
+def _resampling_op(mode: str, rank: int) -> str:
+    """The op an upsampling call in ``mode`` on data of ``rank`` spatial dimensions shows in a trace:
+    ``aten::upsample_bilinear2d``; "area" is an adaptive average pooling, "nearest-exact" its own op."""
+    return {"area": f"aten::adaptive_avg_pool{rank}d",
+            "nearest-exact": f"aten::_upsample_nearest_exact{rank}d"}.get(mode, f"aten::upsample_{mode}{rank}d")
+
+
 class _Resamplings:
     """The formula of every upsampling call (``nn.Upsample``, ``F.interpolate``, ``F.upsample``) in the
-    fvcore drop-ins: it names the op the call shows in a trace from its mode and rank
-    (``aten::upsample_bilinear2d``), keeps the names in call order (the records' order: :func:`_fvcore_op`
-    reads them back) and counts it with that op's handle, else fvcore's rule for 2-D nearest and
-    bilinear, else 0 (an unsupported op)."""
+    fvcore drop-ins: it names the op the call shows in a trace (:func:`_resampling_op`) and counts it
+    with that op's handle, else fvcore's rule for 2-D nearest and bilinear, else 0 (an unsupported op).
+    A function call's name, which its record cannot tell (a module's is its ``mode``), is kept in call
+    order once counted: :func:`_fvcore_op` reads them back for the counted records."""
 
     TARGETS = tuple(key for keys, _ in fvcore_rules.OVERRIDES["aten::upsample_nearest2d"] for key in keys)
     MODULES = tuple(t for t in TARGETS if isinstance(t, type))
@@ -372,11 +372,13 @@ class _Resamplings:
 
     def __call__(self, module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
         mode = module.mode if module is not None else (args[2] if len(args) > 2 else kwargs.get("mode", "nearest"))
-        rank = max(out.dim() - 2, 1) if isinstance(out, torch.Tensor) else 2
-        # (the ops a trace shows: "area" is an adaptive average pooling, "nearest-exact" its own op)
-        op = {"area": f"aten::adaptive_avg_pool{rank}d",
-              "nearest-exact": f"aten::_upsample_nearest_exact{rank}d"}.get(mode, f"aten::upsample_{mode}{rank}d")
-        self.ops.append(op)
+        op = _resampling_op(mode, max(out.dim() - 2, 1) if isinstance(out, torch.Tensor) else 2)
+        count = self._count(op, module, out, x, *args, **kwargs)
+        if module is None:
+            self.ops.append(op)
+        return count
+
+    def _count(self, op: str, module: Any, out: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
         handle = self.handles.get(op)
         if handle is not None:
             return handle(module, out, x, *args, **kwargs)
@@ -389,9 +391,10 @@ class _Resamplings:
         return 0
 
 
-def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Iterator[str] | None = None) -> str | None:
+def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Iterator[str]) -> str | None:
     """The op fvcore's TorchScript trace shows for this node (``"aten::add"``), None for a node
-    that records no op (an input, a ``getitem``, ``nn.Identity``)."""
+    that records no op (an input, a ``getitem``, ``nn.Identity``); ``resampled``: the names of the
+    upsampling function calls counted, in order (:class:`_Resamplings`)."""
     if r.op in ("placeholder", "output", "get_attr") or is_internal(r):
         return None
     if r.op == "call_module":
@@ -401,12 +404,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Itera
             cls = _known_class(type(module)) or cls
         if cls.startswith(("Conv", "LazyConv")):
             return "aten::_convolution"
-        if isinstance(module, _Resamplings.MODULES) and resampled is not None:
-            return next(resampled, "aten::upsample")
-        if cls.startswith(("Upsample", "Upsampling")) and module is not None:
-            mode = getattr(module, "mode", "nearest")
-            dims = max(len(r.output_shape or ()) - 2, 1)
-            return f"aten::upsample_{mode}{dims}d"
+        if isinstance(module, _Resamplings.MODULES):
+            return _resampling_op(str(getattr(module, "mode", "nearest")), max(len(r.output_shape or ()) - 2, 1))
         if cls in _MODULE_OPS:
             return _MODULE_OPS[cls]
         if isinstance(module, nn.RNN):  # TorchScript's op for nn.RNN names its nonlinearity
@@ -419,11 +418,8 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Itera
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
-    if name in ("interpolate", "upsample") and resampled is not None:  # (named by its formula: _Resamplings)
-        return next(resampled, "aten::upsample")
-    if name in ("interpolate", "upsample"):  # the mode decides: read it off fvcore's own count
-        per_output = r.flops // max(prod(r.output_shape or ()), 1) if r.flops else 0
-        return {1: "aten::upsample_nearest2d", 4: "aten::upsample_bilinear2d"}.get(per_output, "aten::upsample")
+    if name in ("interpolate", "upsample"):  # (named by its formula as it ran; one not counted: no mode known)
+        return next(resampled, "aten::upsample") if r.status is Status.COUNTED else "aten::upsample"
     if name.startswith(("conv", "convolution", "_convolution")) and not name.startswith("convolution_backward"):
         return "aten::_convolution"
     op = _OPERATOR_OPS.get(name, name)
