@@ -123,6 +123,26 @@ def test_live_tensors_excludes_parameters() -> None:
     assert live.bytes == 12
 
 
+def test_live_tensors_made_peak_leaves_outside_storages_out() -> None:
+    """One replay gives the live bytes and the peak of those the run made itself: storages of its
+    inputs (outside) count in the first, never in the second, also through a view or a value
+    holding an input's storage beside a new one."""
+    live = LiveTensors(outside_keys=frozenset({1}))
+    entries = [
+        (1, 100),  # 0: the input (outside)
+        (2, 40),  # 1: a new 40 B storage
+        ((1, 100), (3, 60)),  # 2: a tuple: a view of the input + a new 60 B storage
+        (4, 10),  # 3: a new 10 B storage, after node 1 died
+        (1, 120),  # 4: the input grown in place to 120 B (outside: not made)
+    ]
+    frees = [[], [], [1], [2], []]
+    before, after = live.timeline(entries, frees)
+    # live: 0 -> 100 -> 140 -> 200 (then 40 freed: 160) -> 170 (then node 2's 60 freed: 110) -> 130
+    assert before == [0, 100, 140, 160, 110] and after == [100, 140, 200, 170, 130]
+    # made: 0, 40, 100 (40 + 60: the peak), then 60, 70, then 10, 10
+    assert live.made_peak == 100 and live.made == 10
+
+
 # --------------------------------------------------------------------------- time
 
 

@@ -366,10 +366,16 @@ class LiveTensors:
     live but keeps the run itself lean.
     """
 
-    __slots__ = ("_by_value", "_excluded", "_held", "_kept", "_sizes", "bytes")
+    __slots__ = ("_by_value", "_excluded", "_held", "_kept", "_outside", "_sizes", "bytes", "made", "made_peak")
 
-    def __init__(self, excluded_keys: frozenset[int] = frozenset(), kept_keys: frozenset[int] = frozenset()) -> None:
+    def __init__(self, excluded_keys: frozenset[int] = frozenset(), kept_keys: frozenset[int] = frozenset(),
+                 outside_keys: frozenset[int] = frozenset()) -> None:
         self.bytes = 0
+        #: of ``bytes``, those of storages not in ``outside_keys`` (held by values the run made itself,
+        #: not by its inputs or the constants it read), and the peak of that count over :meth:`timeline`
+        self.made = 0
+        self.made_peak = 0
+        self._outside = outside_keys
         self._held: dict[int, int] = {}  # storage key -> how many live values hold it
         #: storage key -> the bytes counted for it: the largest any value holding it saw (a storage that
         #: grows in place, ``out=`` resizing it or ``resize_``, counts its growth where it grew, and is
@@ -398,15 +404,18 @@ class LiveTensors:
             if skey in self._excluded:
                 continue
             count = held.get(skey)
+            grown = 0
             if count is None:
                 held[skey] = 2 if skey in self._kept else 1
-                sizes[skey] = nbytes
-                self.bytes += nbytes
+                sizes[skey] = grown = nbytes
             else:
                 held[skey] = count + 1
                 if nbytes > sizes[skey]:  # (grown in place)
-                    self.bytes += nbytes - sizes[skey]
+                    grown = nbytes - sizes[skey]
                     sizes[skey] = nbytes
+            self.bytes += grown
+            if skey not in self._outside:
+                self.made += grown
             kept.append(pair)
         if kept:
             self._by_value[key] = tuple(kept)
@@ -422,20 +431,23 @@ class LiveTensors:
                 held[skey] = count
             else:
                 del held[skey]
-                self.bytes -= self._sizes.pop(skey)
+                nbytes = self._sizes.pop(skey)
+                self.bytes -= nbytes
+                if skey not in self._outside:
+                    self.made -= nbytes
 
     def timeline(self, entries: Sequence[StorageEntries],
                  frees: Sequence[Iterable[int]]) -> tuple[list[int], list[int]]:
         """Replay a run: node ``i`` holds ``entries[i]``, then the values ``frees[i]`` are released.
-        Returns the live bytes before and after every node. (The :meth:`hold` / :meth:`release`
+        Returns the live bytes before and after every node, and leaves in :attr:`made_peak` the peak
+        of the bytes held by storages outside ``outside_keys``. (The :meth:`hold` / :meth:`release`
         steps, inlined for the common case of a node holding one tensor: this runs once per node
         of every profile.)"""
         before: list[int] = []
         after: list[int] = []
         held, by_value, excluded, first = self._held, self._by_value, self._excluded, 2 if self._kept else 1
-        sizes = self._sizes
-        kept = self._kept
-        live = self.bytes
+        sizes, kept, outside = self._sizes, self._kept, self._outside
+        live, made, peak = self.bytes, self.made, self.made_peak
         for i, value in enumerate(entries):
             before.append(live)
             if value is not None:
@@ -443,20 +455,27 @@ class LiveTensors:
                     skey = value[0]
                     if skey not in excluded:
                         count = held.get(skey)
+                        grown = 0
                         if count is None:
                             held[skey] = first if skey in kept else 1
-                            sizes[skey] = value[1]  # type: ignore[misc]
-                            live += value[1]  # type: ignore[misc]
+                            sizes[skey] = grown = value[1]  # type: ignore[misc]
                         else:
                             held[skey] = count + 1
                             if value[1] > sizes[skey]:  # type: ignore[misc]  # (grown in place)
-                                live += value[1] - sizes[skey]  # type: ignore[misc]
+                                grown = value[1] - sizes[skey]  # type: ignore[misc]
                                 sizes[skey] = value[1]  # type: ignore[misc]
+                        if grown:
+                            live += grown
+                            if skey not in outside:
+                                made += grown
+                                if made > peak:
+                                    peak = made
                         by_value[i] = value
                 else:
-                    self.bytes = live
+                    self.bytes, self.made = live, made
                     self.hold(i, value)
-                    live = self.bytes
+                    live, made = self.bytes, self.made
+                    peak = max(peak, made)
             after.append(live)
             for dead in frees[i]:
                 pairs = by_value.pop(dead, None)
@@ -469,11 +488,14 @@ class LiveTensors:
                         held[skey] = count
                     else:
                         del held[skey]
-                        live -= sizes.pop(skey)
+                        nbytes = sizes.pop(skey)
+                        live -= nbytes
+                        if skey not in outside:
+                            made -= nbytes
                 else:
-                    self.bytes = live
+                    self.bytes, self.made = live, made
                     by_value[dead] = pairs
                     self.release(dead)
-                    live = self.bytes
-        self.bytes = live
+                    live, made = self.bytes, self.made
+        self.bytes, self.made, self.made_peak = live, made, peak
         return before, after

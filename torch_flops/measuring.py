@@ -257,41 +257,33 @@ class NodeMeasurer:
         elapsed = self._timer.elapsed_ms
         return [elapsed(s, e) if s is not None else None for s, e in zip(self._starts, self._ends)]
 
-    def memory(self, frees: Sequence[Sequence[int]] | Callable[[], Sequence[Sequence[int]]]
-               ) -> Callable[[], tuple[list[int | None], list[int | None]]]:
-        """What gives the bytes before and after every node of the counting run: the allocator's
-        readings, or the live tensor bytes replayed in node order from the storages each value held
-        (``frees``: each node's last uses, or what gives them)."""
+    def memory(self, plan: Callable[[], Plan], frees: Sequence[Sequence[int]] | Callable[[], Sequence[Sequence[int]]]
+               ) -> tuple[Callable[[], tuple[list[int | None], list[int | None]]], Callable[[], int | None]]:
+        """What gives the bytes before and after every node of the counting run (the allocator's
+        readings, or the live tensor bytes replayed in node order from the storages each value held;
+        ``frees``: each node's last uses, or what gives them), and what gives the peak of the live
+        tensor bytes the run made itself (:attr:`GraphRun.made_peak`: the same replay, counting
+        neither the storages of the placeholders nor those of the tensors read as attributes or
+        constants, made before the run, as the model's own are not counted). One replay gives both."""
         if self._memory.read is not None:
             readings = (self._mem_before, self._mem_after)
-            return lambda: readings
-        live = LiveTensors(self._memory.model_storages, self.kept_storages)
-        storages = self._storages
-
-        def replay() -> tuple[list[int | None], list[int | None]]:
-            return live.timeline(storages, frees() if callable(frees) else frees)  # type: ignore[return-value]
-
-        return replay
-
-    def made_peak(self, plan: Callable[[], Plan], frees: Sequence[Sequence[int]] | Callable[[], Any]
-                  ) -> Callable[[], int | None]:
-        """What gives the peak of the live tensor bytes the run made itself (:attr:`GraphRun.made_peak`):
-        the replay of :meth:`memory` with the storages of the placeholders and the tensors read as
-        attributes or constants (made before the run) left out, as the model's own are."""
-        if self._memory.read is not None:
-            return lambda: None
+            return (lambda: readings), (lambda: None)
         storages, model, kept = self._storages, self._memory.model_storages, self.kept_storages
+        done: list[Any] = []
 
-        def replay() -> int | None:
-            outside = set(model)
-            for p, entries in zip(plan().nodes, storages):
-                if entries is not None and p.node.op in ("placeholder", "get_attr"):
-                    pairs: Any = (entries,) if type(entries[0]) is int else entries
-                    outside.update(key for key, _ in pairs)
-            _, after = LiveTensors(frozenset(outside), kept).timeline(storages, frees() if callable(frees) else frees)
-            return max(after, default=0)
+        def replay() -> Any:
+            if not done:
+                outside: set[int] = set()
+                for p, entries in zip(plan().nodes, storages):
+                    if entries is not None and p.node.op in ("placeholder", "get_attr"):
+                        pairs: Any = (entries,) if type(entries[0]) is int else entries
+                        outside.update(key for key, _ in pairs)
+                live = LiveTensors(model, kept, frozenset(outside))
+                before, after = live.timeline(storages, frees() if callable(frees) else frees)
+                done.append(((before, after), live.made_peak))
+            return done[0]
 
-        return replay
+        return (lambda: replay()[0]), (lambda: replay()[1])
 
     def traffic(self, table: Callable[[], _TrafficTable]) -> Callable[[], tuple[list[int], list[int]]]:
         """What computes the counting run's bytes read and written per node (:func:`node_traffic`)
@@ -309,11 +301,11 @@ class NodeMeasurer:
         mm_macs: list[int | None] = [None] * n
         for i, (d, m) in self._dots.items():
             dot_outputs[i], mm_macs[i] = d, m
+        memory, made_peak = self.memory(plan, frees)
         return GraphRun(
             plan_of=plan, graph=graph, flops=self.flops, macs=self.macs, dot_outputs=dot_outputs, mm_macs=mm_macs,
             time_ms=times, shapes=self.shapes, dtypes=self.dtypes, errors=dict(self.errors),
-            skipped=dict(self.skipped), traffic=self.traffic(table), memory=self.memory(frees),
-            made_peak=self.made_peak(plan, frees),
+            skipped=dict(self.skipped), traffic=self.traffic(table), memory=memory, made_peak=made_peak,
             filled=self.filled, comm_bytes=_sparse(self._comm, n),
             global_flops=_sparse({k: v[0] for k, v in self._global.items()}, n),
             global_macs=_sparse({k: v[1] for k, v in self._global.items()}, n), phases=phases,
