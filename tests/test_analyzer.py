@@ -166,9 +166,9 @@ def test_unknown_keyword_input_is_named(models: Any) -> None:
 
 def test_too_many_and_missing_inputs(models: Any) -> None:
     counter = TorchFLOPsByFX(models.MixedModel())
-    with pytest.raises(TypeError, match="1 input"):
+    with pytest.raises(TypeError, match=r"^MixedModel.forward\(\) takes 2 positional arguments but 3 were given$"):  # eager's words
         counter.propagate(torch.randn(4, 16), torch.randn(4, 16))
-    with pytest.raises(TypeError, match="'x'"):
+    with pytest.raises(TypeError, match=r"^MixedModel.forward\(\) missing 1 required positional argument: 'x'$"):
         counter.propagate()
 
 
@@ -263,7 +263,7 @@ def test_keyword_inputs_and_default_arguments() -> None:
     assert counter.total_flops == 12
     assert torch.equal(counter.propagate(mask=m, x=x, scale=3.0), x * m * 3.0)
     assert torch.equal(counter.propagate(x, m, 0.5), x * m * 0.5)
-    with pytest.raises(TypeError, match="both"):
+    with pytest.raises(TypeError, match="got multiple values for argument 'x'"):
         counter.propagate(x, x=x, mask=m)
 
 

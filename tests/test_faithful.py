@@ -335,11 +335,55 @@ def test_varargs_kwargs_and_omitted_optional_arguments() -> None:
     counter = TorchFLOPsByFX(Optional())
     assert torch.equal(counter.propagate(a), a)  # mask left out: its default, as in eager
     assert torch.equal(counter.propagate(a, mask=b), a * b)
-    with pytest.raises(TypeError, match="unexpected keyword input.*'maks'"):
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'maks'"):
         counter.propagate(a, maks=b)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_calls_eager_binds_through_a_pre_hook_or_a_wrapped_forward_are_profiled() -> None:
+    """The inputs are checked against what Python binds the call to, and not where a forward
+    pre-hook may change them first: a pre-hook filling in ``mask`` and dropping ``debug``, a
+    ``functools.wraps`` decorator taking ``scale`` (its signature says ``(x)``)."""
+    import functools
+
+    def fill(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> Any:
+        kwargs.pop("debug", None)
+        kwargs.setdefault("mask", torch.full((1, 2), 2.0))
+        return args, kwargs
+
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * mask
+
+    def scaled(forward: Any) -> Any:
+        @functools.wraps(forward)
+        def wrapper(self: nn.Module, *args: Any, scale: float = 1.0, **kwargs: Any) -> Any:
+            return forward(self, *args, **kwargs) * scale
+        return wrapper
+
+    class Wrapped(Masked):
+        @scaled
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * mask
+
+    x = torch.randn(3, 4)
+    hooked = Masked()
+    hooked.register_forward_pre_hook(fill, with_kwargs=True)
+    counter = TorchFLOPsByFX(hooked)
+    assert torch.equal(counter.propagate(x, debug=True), hooked(x, debug=True))
+    assert counter.total_flops == 3 * (2 * 4 * 2 + 2) + 3 * 2  # linear: 2*3*4*2 MAC FLOPs + 6 bias adds; * mask: 6
+    wrapped = Wrapped()
+    ones = torch.ones(1, 2)
+    assert torch.equal(TorchFLOPsByFX(wrapped).propagate(x, ones, scale=2.0), wrapped(x, ones, scale=2.0))
+    with pytest.raises(TypeError, match=r"^test_calls_eager_binds.*<locals>.Masked.forward\(\) got an unexpected "
+                                        r"keyword argument 'debug'$"):  # eager's words, without the hook
+        TorchFLOPsByFX(Masked()).propagate(x, ones, debug=True)
+
+
 def test_torchscript_gets_one_clear_sentence() -> None:
     scripted = torch.jit.script(nn.Linear(2, 2))
     with pytest.raises(TypeError, match="TorchScript model .* has none: profile the nn.Module before scripting"):

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn.modules import module as module_hooks
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils import _pytree
 
@@ -553,29 +554,55 @@ def check_leaves(index: ModelIndex, table: FormulaTable, ignored: Iterable[str])
 
 
 def check_call(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-    """``TypeError`` naming the problem when ``model(*args, **kwargs)`` cannot bind to its forward
-    (too many inputs, an unknown keyword, one given twice, a missing one), before anything runs."""
-    try:
-        signature = inspect.signature(model.forward)
-    except (TypeError, ValueError):  # a forward without a signature: the call itself will tell
+    """The ``TypeError`` eager PyTorch raises when ``model(*args, **kwargs)`` cannot bind to its
+    forward (too many inputs, an unknown keyword, one given twice, a missing one), word for word,
+    before anything runs: the call is bound to a function with the forward's own parameters and
+    no body. Not checked (the call itself tells) where forward pre-hooks may change the inputs
+    first, or forward is no plain Python function of the module."""
+    if model._forward_pre_hooks or module_hooks._global_forward_pre_hooks:
         return
-    params = list(signature.parameters.values())
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not any(p.kind is p.VAR_POSITIONAL for p in params) and len(args) > len(positional):
-        raise TypeError(f"the model takes {len(positional)} input(s) ({', '.join(positional)}) but {len(args)} "
-                        "positional argument(s) were given")
-    for name in positional[:len(args)]:
-        if name in kwargs:
-            raise TypeError(f"input {name!r} given both by position and by keyword")
-    if not any(p.kind is p.VAR_KEYWORD for p in params):
-        unknown = [k for k in kwargs if k not in names]
-        if unknown:
-            raise TypeError(f"unexpected keyword input(s) {unknown}; the model's inputs are {names}")
-    given = set(positional[:len(args)]) | set(kwargs)
-    for p in params:
-        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in given:
-            raise TypeError(f"missing input {p.name!r}; the model's inputs are {names}")
+    forward = model.forward
+    func = getattr(forward, "__func__", None)
+    if getattr(forward, "__self__", None) is not model or not inspect.isfunction(func):
+        return
+    stub = _BINDERS.get(func)
+    if stub is None:
+        stub = _BINDERS[func] = _binder(func)
+    try:
+        stub(model, *args, **kwargs)
+    except TypeError as e:
+        raise TypeError(*e.args) from None
+
+
+#: a forward function -> a function binding the same parameters (see check_call)
+_BINDERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _binder(func: Any) -> Any:
+    """A function with ``func``'s parameters (from its code: what Python binds a call by, whatever
+    ``__signature__`` or ``__wrapped__`` say), its names, and no body."""
+    code = func.__code__
+    names = code.co_varnames
+    n, n_kw = code.co_argcount, code.co_kwonlyargcount
+    first_default = n - len(func.__defaults__ or ())
+    params = [f"{name}=None" if k >= first_default else name for k, name in enumerate(names[:n])]
+    if code.co_posonlyargcount:
+        params.insert(code.co_posonlyargcount, "/")
+    rest = n + n_kw
+    if code.co_flags & inspect.CO_VARARGS:
+        params.append(f"*{names[rest]}")
+        rest += 1
+    elif n_kw:
+        params.append("*")
+    defaults = func.__kwdefaults__ or {}
+    params += [f"{name}=None" if name in defaults else name for name in names[n:n + n_kw]]
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(f"**{names[rest]}")
+    namespace: dict[str, Any] = {}
+    exec(f"def binder({', '.join(params)}):\n    pass\n", namespace)  # noqa: S102  (parameter names only)
+    binder = namespace["binder"]
+    binder.__name__, binder.__qualname__ = func.__name__, func.__qualname__
+    return binder
 
 
 def named_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
