@@ -119,6 +119,31 @@ def test_get_model_profile_ignore_modules_charges_their_work_to_the_caller(capsy
     assert rows["fc1"][2:7:2] == ["70", "0", "0"] and rows["act"][2:7:2] == ["0", "0", "0"]
 
 
+def test_get_model_profile_kwargs_go_to_the_model_whatever_their_names() -> None:
+    """DeepSpeed runs ``model(*args, **kwargs)``: a model keyword named like one of the profiler's
+    options (``repeat``, ``strict``, ``warmup``) is the model's; ``input_shape`` goes with ``kwargs``
+    (DeepSpeed builds ``args`` from it and keeps ``kwargs``)."""
+    class Repeated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4, bias=False)
+
+        def forward(self, x: torch.Tensor, repeat: int = 1, strict: bool = False, warmup: int = 0) -> torch.Tensor:
+            for _ in range(repeat + warmup):
+                x = self.fc(x)
+            return x.abs() if strict else x
+
+    x = torch.randn(2, 4)
+    # 3 linears of 2x4 by 4x4: 3 * 2*4*4 = 96 MACs, 192 FLOPs
+    assert get_model_profile(Repeated(), args=[x], kwargs={"repeat": 3}, print_profile=False,
+                             as_string=False)[:2] == (192, 96)
+    # repeat 1 + warmup 1: 2 linears (128 FLOPs) + abs over 2x4 (8)
+    assert get_model_profile(Repeated(), args=[x], kwargs={"warmup": 1, "strict": True}, print_profile=False,
+                             as_string=False)[:2] == (136, 64)
+    assert get_model_profile(Repeated(), input_shape=(2, 4), kwargs={"repeat": 2}, print_profile=False,
+                             as_string=False)[:2] == (128, 64)
+
+
 def test_get_model_profile_on_meta() -> None:
     with torch.device("meta"):
         model = MLP()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -30,7 +30,7 @@ from torch_flops.calls import (
 from torch_flops.capture import Capture
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import is_compiled
-from torch_flops.errors import TracerFallbackWarning, TracingError
+from torch_flops.errors import TracerFallbackWarning, TracingError, caller_stacklevel
 from torch_flops.hardware import HardwareSpec, names, spec_for_device_name
 from torch_flops.html import write_html
 from torch_flops.measure import Timer, batch_size_of, input_device
@@ -171,6 +171,14 @@ class TorchFLOPsByFX:
         ``.grad`` as one eager forward + backward would put them, and every forward node's record
         gets the work, time and saved bytes of its own backward (``backward_flops``, ...).
         An exception of the model comes out as itself, with a note naming the node that raised."""
+        return self.propagate_inputs(args, kwargs, loss_fn=loss_fn, backward=backward)
+
+    def propagate_inputs(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+                         loss_fn: Callable[[Any], Any] | None = None, backward: bool = False) -> Any:
+        """:meth:`propagate` with the model's inputs as a sequence and a mapping: ``model(*args,
+        **kwargs)``, whatever the keywords are named (a model argument named ``loss_fn`` or
+        ``backward`` goes to the model here)."""
+        args, kwargs = tuple(args), dict(kwargs or {})
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"loss_fn must be a callable taking the model's output, got {type(loss_fn).__name__}")
         if not isinstance(backward, bool):
@@ -214,7 +222,7 @@ class TorchFLOPsByFX:
         if unmatched:
             warnings.warn(f"torch_flops: ignore_ops {unmatched} matched no node of this call: give module class names "
                           "('ReLU'), module paths ('layer1.0'), function or method names ('relu', 'view') or aten op "
-                          "names ('aten.relu')", UserWarning, stacklevel=3)
+                          "names ('aten.relu')", UserWarning, stacklevel=caller_stacklevel())
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], loss_fn: Callable[[Any], Any] | None,
               backward: bool, progress: Progress) -> Result:
@@ -224,7 +232,7 @@ class TorchFLOPsByFX:
         if self._fx_error is not None and self._measured is None:
             warnings.warn("torch_flops: torch.fx cannot trace this model, so it is profiled as it runs (eagerly), "
                           "where the formulas you registered for Python functions or Tensor methods do not apply "
-                          "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=3)
+                          "(their aten ops are counted instead).", TracerFallbackWarning, stacklevel=caller_stacklevel())
         if isinstance(front, (GraphFront, CompiledFront)):
             return front.call(args, kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         meta = input_device((args, kwargs), self.model).type == "meta"
@@ -247,7 +255,7 @@ class TorchFLOPsByFX:
                                   "torch.tensor), which are CPU tensors and cannot meet its meta tensors, so its "
                                   "forward ran a second time with meta as the default device, and this profile is of "
                                   "that call (what the failed first call changed in Python, a counter, a list, stays "
-                                  "changed).", TracerFallbackWarning, stacklevel=3)
+                                  "changed).", TracerFallbackWarning, stacklevel=caller_stacklevel())
                     return retried
             if not ((front.needs_values or reads_values(e)) and self.options.tracer == "auto"):
                 advice = meta_advice(e)
@@ -278,7 +286,7 @@ class TorchFLOPsByFX:
                       "tensors do not have, so this meta profile comes from the graph torch.export traces instead "
                       "of from a run" + (" (loss_fn's own ops are not recorded there: the loss phase is missing, its "
                                          "backward is in the backward's unattributed work)" if loss_fn is not None
-                                         else "") + ".", TracerFallbackWarning, stacklevel=3)
+                                         else "") + ".", TracerFallbackWarning, stacklevel=caller_stacklevel())
         return result
 
     # ------------------------------------------------------------------ results

@@ -107,8 +107,10 @@ def get_model_profile(
         model: the model.
         input_shape: build one input: a float tensor of this shape (batch first) on the device
             and with the floating dtype of the model's first parameter or buffer (CPU float32
-            when it has none). Give either this or ``args``/``kwargs``.
-        args, kwargs: the model's positional and keyword arguments.
+            when it has none): the model's one positional argument. Give either this or ``args``;
+            ``kwargs`` go with either (as in DeepSpeed).
+        args, kwargs: the model's positional and keyword arguments (every keyword goes to the
+            model, whatever its name).
         print_profile: print the profile (to ``output_file`` when given).
         detailed: include the module tree down to ``module_depth``; without it, the summary and
             the top modules only.
@@ -144,8 +146,8 @@ def get_model_profile(
                         f"got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise TypeError(f"kwargs must be a dict of the model's keyword inputs, got {type(kwargs).__name__}")
-    if input_shape is not None and (args or (kwargs and mode == "forward")):  # generate: kwargs are its options
-        raise ValueError("give either input_shape or args/kwargs, not both")
+    if input_shape is not None and args:  # (DeepSpeed replaces args by the input it builds, silently)
+        raise ValueError("give either input_shape or args, not both (input_shape builds the model's one positional input)")
     if input_shape is None and not args and not kwargs:
         raise ValueError("give input_shape or args/kwargs: the model needs inputs to be profiled")
     if input_shape is not None:
@@ -166,7 +168,10 @@ def get_model_profile(
         if mode == "generate":
             return _generate_profile(model, tuple(args or ()), dict(kwargs or {}), print_profile, detailed,
                                      module_depth, top_modules, warm_up, as_string, output_file, ignore)
-        result = profile(model, *(args or ()), warmup=warm_up, **dict(kwargs or {}))
+        counter = TorchFLOPsByFX(model, warmup=warm_up)
+        with torch.no_grad():  # (the model's keywords go to the model, whatever they are named)
+            counter.propagate_inputs(tuple(args or ()), dict(kwargs or {}))
+        result = counter.profile
     finally:
         for m, training in flags:
             m.training = training
