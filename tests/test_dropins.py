@@ -86,6 +86,25 @@ class _Shared(torch.nn.Module):
         return self.multiname1(x) + self.multiname2(x) + self.side.fc(x)
 
 
+def test_fvcore_names_a_module_called_conv_by_the_op_it_runs() -> None:
+    """transformers' ``Conv1D`` (GPT-2's projections) runs ``torch.addmm``: fvcore's trace shows
+    ``aten::addmm``, never a convolution, and a handle for ``aten::addmm`` reaches it."""
+    pytest.importorskip("transformers")
+    from transformers.pytorch_utils import Conv1D
+
+    model = torch.nn.Sequential(Conv1D(16, 8))
+    x = torch.randn(3, 8)
+    assert dict(FlopCountAnalysis(model, x).by_operator()) == {"addmm": 3 * 8 * 16}  # fvcore: MACs, 384
+    handled = FlopCountAnalysis(model, x).set_op_handle("aten::addmm", lambda *args, **kwargs: 1)
+    assert dict(handled.by_operator()) == {"addmm": 1}
+    conv = FlopCountAnalysis(model, x).set_op_handle("aten::_convolution", lambda *args, **kwargs: 7)
+    assert dict(conv.by_operator()) == {"addmm": 384}
+    # custom_formulas {cls: None} removes the class's formula, registered by name or not: its ops count
+    p = torch_flops.profile(model, x, custom_formulas={Conv1D: None})
+    assert [r.target for r in p.records if r.op.startswith("call_")] != ["Conv1D"]
+    assert p.total_macs == 384
+
+
 def test_fvcore_shared_modules_aliases_and_ancestor_modes() -> None:
     # MACs at batch 1: the shared Linear(10, 10) 100 per call (2 calls), Linear(10, 1) 10 per call
     # (2 calls under its two names), side.fc 10: total 200 + 20 + 10 = 230

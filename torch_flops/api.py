@@ -320,6 +320,12 @@ _OPERATOR_OPS = {"add": "add", "iadd": "add_", "__add__": "add", "__radd__": "ad
                  "grid_sample": "grid_sampler", "grid_sampler_2d": "grid_sampler", "grid_sampler_3d": "grid_sampler"}
 
 
+#: torch's convolution and upsampling modules (by class: transformers' GPT-2 ``Conv1D`` is a matmul)
+_CONVS = frozenset(c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.modules.conv._ConvNd))
+_CONV_NAMES = frozenset(c.__name__ for c in _CONVS)
+_RESAMPLINGS = frozenset(c for c in vars(nn).values() if isinstance(c, type) and issubclass(c, nn.Upsample))
+
+
 def _known_class(cls: type) -> str | None:
     """The name of the class, ``cls`` or one it derives from whose forward it runs unchanged (a
     subclass of ``nn.Upsample``, parametrize's ``ParametrizedLinear``), whose op :func:`_fvcore_op`
@@ -330,7 +336,7 @@ def _known_class(cls: type) -> str | None:
         name = klass.__name__
         if name.startswith("Parametrized"):
             continue
-        if (name in _MODULE_OPS or name == "ReLU" or name.startswith(("Conv", "LazyConv", "Upsample", "Upsampling"))
+        if (name in _MODULE_OPS or name == "ReLU" or klass in _CONVS or klass in _RESAMPLINGS
                 or klass in (nn.RNN, nn.LSTM, nn.GRU, nn.RNNBase, nn.MultiheadAttention)
                 or any(klass in keys for pairs in fvcore_rules.OVERRIDES.values() for keys, _ in pairs)):
             return name if getattr(klass, "forward", None) is getattr(cls, "forward", None) else None
@@ -407,7 +413,7 @@ def _fvcore_op(r: NodeRecord, modules: Mapping[str, nn.Module], resampled: Itera
         module = modules.get(r.module_path)
         if module is not None:  # (a subclass running its base's forward, ParametrizedX: the base's op)
             cls = _known_class(type(module)) or cls
-        if cls.startswith(("Conv", "LazyConv")):
+        if cls in _CONV_NAMES:
             return "aten::_convolution"
         if isinstance(module, _Resamplings.MODULES):
             return _resampling_op(str(getattr(module, "mode", "nearest")), max(len(r.output_shape or ()) - 2, 1))

@@ -420,6 +420,8 @@ class FormulaTable:
         entries = self._entries
         forward = getattr(cls, "forward", None)
         for klass in cls.__mro__:
+            if klass in self._dropped:  # (custom_formulas {klass: None}: no formula, by its name neither)
+                return None
             formula = (entries.get(klass) or entries.get(Name("module", klass.__name__))
                        or entries.get(Name("module", f"{klass.__module__}.{klass.__qualname__}")))
             if formula is not None:
