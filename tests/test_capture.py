@@ -123,12 +123,32 @@ def test_concrete_args_fix_a_python_flag() -> None:
     assert [(r.target, r.flops) for r in rec] == [("operator.mul", 12)]  # 3*4 products
 
 
-@pytest.mark.parametrize("how", ["omitted", "keyword"])
-def test_concrete_args_need_not_be_passed_again(how: str) -> None:
-    counter = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": True})
+def test_a_concrete_arg_left_out_runs_as_eager_runs_it() -> None:
+    """Left out, an argument takes its default in eager: the graph fixed to that value runs (the
+    value need not be passed again); fixed to another, the call is refused (eager's call would run
+    the other branch), before anything runs."""
     x = torch.randn(3, 4)
-    out = counter.propagate(x) if how == "omitted" else counter.propagate(x, double=True)
-    assert torch.equal(out, x * 2)
+    same = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": False})
+    assert torch.equal(same.propagate(x), torch.relu(x))
+    counter = TorchFLOPsByFX(Flagged(), tracer="fx", concrete_args={"double": True})
+    assert torch.equal(counter.propagate(x, double=True), x * 2)
+    with pytest.raises(TracingError, match=r"input 'double' was fixed to True by concrete_args .* leaves it out, "
+                                           r"which the model runs with its default False"):
+        counter.propagate(x)
+
+
+def test_concrete_args_none_given_a_tensor_and_a_typo_are_refused_clearly() -> None:
+    class Masked(nn.Module):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+            return x if mask is None else x * mask
+
+    x = torch.randn(3, 2)
+    counter = TorchFLOPsByFX(Masked(), tracer="fx", concrete_args={"mask": None})
+    with pytest.raises(TracingError, match=r"input 'mask' was fixed to None by concrete_args .* gives tensor"):
+        counter.propagate(x, torch.ones(3, 2))  # (fx's own check raised a bare AssertionError in the graph)
+    with pytest.raises(ValueError, match=r"concrete_args names 'maks', which is no argument of Masked.forward "
+                                         r"\(x, mask\)"):
+        TorchFLOPsByFX(Masked(), tracer="fx", concrete_args={"maks": None})
 
 
 @pytest.mark.parametrize("how", ["position", "keyword"])

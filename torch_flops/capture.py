@@ -127,9 +127,13 @@ class FxBinder:
     unused: tuple[str, ...] = ()
     #: the placeholders fixed by ``concrete_args`` (the graph holds their value: a call giving another is refused)
     concrete: tuple[str, ...] = ()
+    #: the forward's defaults of the arguments fixed by ``concrete_args``: what eager runs a call leaving
+    #: one out with (a call whose default is not the fixed value is refused)
+    concrete_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None) -> FxBinder:
+    def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None,
+                  defaults: Mapping[str, Any] | None = None) -> FxBinder:
         concrete = dict(concrete_args or {})
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         names = tuple(_source_name(str(n.target).lstrip("*"), concrete) for n in placeholders)
@@ -140,7 +144,8 @@ class FxBinder:
                          if name not in concrete and node.args == (None,) and node.users)
         unused = tuple(name for node, name in zip(placeholders, names)
                        if name not in concrete and node.args == (None,) and not node.users)
-        return cls(names, fallbacks, optional, unused, tuple(name for name in names if name in concrete))
+        return cls(names, fallbacks, optional, unused, tuple(name for name in names if name in concrete),
+                   {name: value for name, value in (defaults or {}).items() if name in concrete})
 
     def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
         """The :attr:`unused` arguments this call gives a value other than None."""
@@ -179,6 +184,12 @@ class FxBinder:
                     f"{flat[i]!r}}} for these calls, or profile with the default front end (tracer='auto')")
             if len(flat) == i + 1:
                 continue
+            if name in self.concrete_defaults and not _same_value(self.concrete_defaults[name], fallback):
+                raise TracingError(
+                    f"input {name!r} was fixed to {fallback!r} by concrete_args when torch.fx traced the model, and "
+                    f"this call leaves it out, which the model runs with its default {self.concrete_defaults[name]!r}: "
+                    f"the graph holds the traced value. Pass {name}={fallback!r}, or profile with the default front "
+                    "end (tracer='auto')")
             if has_fallback:
                 flat.append(fallback)  # the concrete value fx specialised to, or the recorded default
             else:
@@ -189,8 +200,10 @@ class FxBinder:
 def _same_value(given: Any, fixed: Any) -> bool:
     """Whether a value given for a concrete argument is the one fx traced with (the same object, or
     an equal plain value)."""
-    if given is fixed or isinstance(given, torch.Tensor) or isinstance(fixed, torch.Tensor):
-        return True  # (a tensor: fx's own check, in the graph, decides)
+    if given is fixed or (isinstance(given, torch.Tensor) and isinstance(fixed, torch.Tensor)):
+        return True  # (two tensors: fx's own check, in the graph, decides)
+    if isinstance(given, torch.Tensor) or isinstance(fixed, torch.Tensor):
+        return False  # (a tensor for a value fixed None, or a plain value for a tensor)
     try:
         return bool(given == fixed)
     except Exception:  # noqa: BLE001  (an == that is no bool: not known to be the same)
@@ -900,10 +913,29 @@ def check_module_initialized(path: str, module: nn.Module) -> None:
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     """The fx front end: one graph, valid for any inputs."""
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
+    defaults = _concrete_defaults(model, options.concrete_args or {})
     gm = trace_fx(model, options)
-    graph = CapturedGraph(gm, _locations(gm, index.types), FxBinder.for_graph(gm, options.concrete_args))
+    graph = CapturedGraph(gm, _locations(gm, index.types), FxBinder.for_graph(gm, options.concrete_args, defaults))
     return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=index.types,
                    module_params=index.params, snapshot=Snapshot(index, gm))
+
+
+def _concrete_defaults(model: nn.Module, concrete: Mapping[str, Any]) -> dict[str, Any]:
+    """The forward's defaults of the arguments ``concrete_args`` fixes; ``ValueError`` naming a key
+    that is no argument of the forward (a typo would fix nothing), before tracing."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # no signature: fx tells
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = []
+    else:
+        unknown = [name for name in concrete if name not in params or params[name].kind is params[name].VAR_POSITIONAL]
+    if unknown:
+        raise ValueError(f"concrete_args names {', '.join(map(repr, unknown))}, which is no argument of "
+                         f"{type(model).__name__}.forward ({', '.join(params)})")
+    return {name: params[name].default for name in concrete
+            if name in params and params[name].default is not inspect.Parameter.empty}
 
 
 #: what tracing itself raises, besides torch's own exception classes: a traced value used where a
