@@ -51,7 +51,7 @@ from torch_flops.compiled import (
     copy_aliased,
     split_compiled,
 )
-from torch_flops.errors import DroppedOutputWarning, LossError, TracingError
+from torch_flops.errors import DroppedOutputWarning, LossError, TracingError, caller_stacklevel
 from torch_flops.formulas import FormulaTable
 from torch_flops.interpreter import GraphRunner
 from torch_flops.measure import CudaEventTimer, LiveTensors, NullTimer, Timer, input_device, make_memory_probe
@@ -293,7 +293,7 @@ class GraphFront:
             warnings.warn(f"torch_flops: the fx graph does not use {', '.join(map(repr, ignored))} (traced with its "
                           "default None, no node reads it), so the value passed changes nothing here, though the "
                           "model's own forward may branch on it: the default front end runs the model as it is.",
-                          UserWarning, stacklevel=4)
+                          UserWarning, stacklevel=caller_stacklevel())
         progress.step("planning")
         runner, storages = self._runner(graph)
         if s.strict:
@@ -350,7 +350,7 @@ class GraphFront:
         if capture.dropped_outputs:
             warnings.warn("torch_flops: the returned output leaves out what torch.export cannot carry through a "
                           f"graph: {', '.join(capture.dropped_outputs)} (set to None); everything else is the "
-                          "model's output.", DroppedOutputWarning, stacklevel=5)
+                          "model's output.", DroppedOutputWarning, stacklevel=caller_stacklevel())
         self._capture, self._runners = capture, {}
         return capture
 

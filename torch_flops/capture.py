@@ -36,7 +36,7 @@ from torch.nn.utils.parametrize import ParametrizationList
 from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note
+from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note, caller_stacklevel
 from torch_flops.formulas import FormulaTable
 from torch_flops.measure import functions_off, storage_key
 from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
@@ -472,7 +472,7 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
             warnings.warn(f"torch_flops: torch.fx could not trace through the parametrized module(s) "
                           f"{', '.join(holders[:5]) or type(model).__name__} ({type(e).__name__}: {_first_line(e)}): "
                           "each is one node, its parametrization's work uncounted. The default front end "
-                          "(tracer='auto') counts it.", UnsupportedOpWarning, stacklevel=4)
+                          "(tracer='auto') counts it.", UnsupportedOpWarning, stacklevel=caller_stacklevel())
             return gm
     return _trace_fx(model, options, frozenset())
 
@@ -1177,7 +1177,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
         if counts_only:
             warnings.warn(f"torch_flops: {type(model).__name__}'s forward changes module state ({what}{more}), which "
                           "the graph torch.export traced does not replay: its counts are those of the traced "
-                          "forward, and the model was left as it was.", TracerFallbackWarning, stacklevel=6)
+                          "forward, and the model was left as it was.", TracerFallbackWarning, stacklevel=caller_stacklevel())
             assigned.clear()
     if assigned:
         raise TracingError(
@@ -1194,7 +1194,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
                    "the tangents'. Profile it with the default front end (tracer='auto'), which counts both")
         if not counts_only:
             raise TracingError(message)
-        warnings.warn(f"torch_flops: {message}.", TracerFallbackWarning, stacklevel=6)
+        warnings.warn(f"torch_flops: {message}.", TracerFallbackWarning, stacklevel=caller_stacklevel())
     if whole and not not_whole:
         _drop_tracepoints(gm)
         not_whole = _keep_whole(program, gm, model, whole)
@@ -1203,7 +1203,7 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
                            for p, why in list(not_whole.items())[:3])
         warnings.warn(f"torch_flops: the torch.export graph traces through module(s) kept whole elsewhere, so their "
                       f"aten ops are counted, not the module's formula: {listed}. The default front end "
-                      "(tracer='auto') or tracer='fx' keeps them whole.", UnsupportedOpWarning, stacklevel=6)
+                      "(tracer='auto') or tracer='fx' keeps them whole.", UnsupportedOpWarning, stacklevel=caller_stacklevel())
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     binder = ExportBinder(program.call_spec.in_spec, _forward_names(model),
                           tuple(n.meta.get("val") for n in placeholders))

@@ -468,8 +468,7 @@ class LiveTensors:
                             live += grown
                             if skey not in outside:
                                 made += grown
-                                if made > peak:
-                                    peak = made
+                                peak = max(peak, made)
                         by_value[i] = value
                 else:
                     self.bytes, self.made = live, made

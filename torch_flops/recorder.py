@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.nn.modules import module as module_hooks
 from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.nn.modules import module as module_hooks
 from torch.utils import _pytree
 
 from torch_flops.backward import SequenceMap
