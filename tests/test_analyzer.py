@@ -36,6 +36,11 @@ def scaled_square(x: torch.Tensor) -> torch.Tensor:
 torch.fx.wrap("scaled_square")
 
 
+def doubled_plus_one(x: torch.Tensor) -> torch.Tensor:
+    """A user function no one wrapped for fx: a formula registered for it keeps it whole."""
+    return x * 2 + 1
+
+
 def _run(model: nn.Module, *args: Any, tracer: str = "auto", **kwargs: Any) -> tuple[TorchFLOPsByFX, Any]:
     counter = TorchFLOPsByFX(model, tracer=tracer)  # type: ignore[arg-type]
     with torch.no_grad():
@@ -362,6 +367,39 @@ def test_register_function_for_a_wrapped_user_function() -> None:
     assert torch.equal(out, x * x * 3)
     assert counter.total_flops == 2 * 15  # 30
     assert counter.unsupported == {}
+
+
+@pytest.mark.usefixtures("clean_tables")
+@pytest.mark.parametrize("how", ["function", "name", "custom_formulas"])
+def test_a_formula_for_an_unwrapped_user_function_keeps_it_whole(how: str) -> None:
+    """fx traces through a plain function (its ``mul`` and ``add``) unless asked to keep it whole: a
+    formula registered for it (by the function, by its name, or in custom_formulas) does."""
+    class Uses(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return doubled_plus_one(self.fc(x))
+
+    def formula(out: torch.Tensor, x: torch.Tensor) -> int:
+        return 777
+
+    custom = None
+    if how == "function":
+        FUNCTION_FLOPs_MAPPING[doubled_plus_one] = formula
+    elif how == "name":
+        FUNCTION_FLOPs_MAPPING["doubled_plus_one"] = formula
+    else:
+        custom = {doubled_plus_one: lambda module, out, x: 777}
+    x = torch.randn(2, 4)
+    counter = TorchFLOPsByFX(Uses(), custom_formulas=custom)
+    with torch.no_grad():
+        out = counter.propagate(x)
+    assert counter.tracer_used == "fx"
+    assert torch.equal(out, doubled_plus_one(counter.model.fc(x)))
+    assert counter.total_flops == 2 * 2 * 4 * 4 + 2 * 4 + 777  # linear 64 + bias 8 + the formula's 777
+    assert [r.target.rpartition(".")[2] for r in counter.records if r.op == "call_function"] == ["doubled_plus_one"]
 
 
 @pytest.mark.usefixtures("clean_tables")

@@ -37,7 +37,7 @@ from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops.errors import TracerFallbackWarning, TracingError, UnsupportedOpWarning, add_note, caller_stacklevel
-from torch_flops.formulas import FormulaTable
+from torch_flops.formulas import FormulaTable, Name
 from torch_flops.measure import functions_off, storage_key
 from torch_flops.modelstate import ABSENT, ALL_KINDS, ENTRIES, ModelSnapshot, StateChange, StateKind
 from torch_flops.paths import module_chain
@@ -98,6 +98,9 @@ class CaptureOptions:
     #: the classes the user registered a formula for: kept whole, with a subclass running their forward
     #: (one overriding it computes something else, as :meth:`FormulaTable.resolve_module` says)
     formula_types: tuple[type, ...] = ()
+    #: the Python functions the user registered a formula for (function objects, or names): each
+    #: call the forwards make by a global name is one node (fx's ``autowrap_functions``)
+    formula_functions: tuple[Any, ...] = ()
 
     def keeps_whole(self, module: nn.Module) -> bool:
         """Whether ``module`` is one of the leaves these options ask for by class."""
@@ -350,8 +353,8 @@ class _ShapedParameterProxy(ParameterProxy):
 class _LeafTracer(fx.Tracer):
     """fx's tracer with extra leaf modules, given by class, by dotted path or by class name."""
 
-    def __init__(self, options: CaptureOptions) -> None:
-        super().__init__()
+    def __init__(self, options: CaptureOptions, functions: tuple[Any, ...] = ()) -> None:
+        super().__init__(autowrap_functions=functions)
         # buffers read in forward become graph nodes (fx's default leaves them as constants): an
         # update in forward (`self.calls.add_(1)`) is then in the graph and runs on every call
         self.proxy_buffer_attributes = True
@@ -477,8 +480,24 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
     return _trace_fx(model, options, frozenset())
 
 
+def _formula_functions(model: nn.Module, keys: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The Python functions of ``keys`` (a user's formula keys: functions, or names looked up among
+    the functions the model's forwards see as globals), for fx to keep whole wherever a forward
+    calls them by a global name."""
+    if not keys:
+        return ()
+    found = {f: None for f in keys if inspect.isfunction(f)}
+    names = {key.name for key in keys if isinstance(key, Name)}
+    if names:
+        for klass in {type(m) for m in model.modules()}:
+            scope = getattr(getattr(klass, "forward", None), "__globals__", {})
+            found.update((value, None) for name, value in scope.items()
+                         if inspect.isfunction(value) and value.__name__ in names)
+    return tuple(found)
+
+
 def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset[int]) -> fx.GraphModule:
-    tracer = _LeafTracer(options)
+    tracer = _LeafTracer(options, _formula_functions(model, options.formula_functions))
     tracer.parametrized = parametrized
     concrete = dict(options.concrete_args) if options.concrete_args else None
     try:

@@ -18,7 +18,7 @@ import torch
 from torch_flops._validate import check_bool, check_choice, check_int, check_names
 from torch_flops.calls import CallSettings
 from torch_flops.capture import CaptureOptions, split_leaf_modules
-from torch_flops.formulas import FormulaTable
+from torch_flops.formulas import FormulaTable, key_kind
 from torch_flops.measure import MEMORY_FUNCTIONS, Timer, make_timer
 
 __all__ = ["TRACERS", "Options", "TracerName"]
@@ -84,7 +84,8 @@ class Options:
         leaf_types, leaf_paths = split_leaf_modules(self.leaf_modules)
         user_classes, user_names = table.user_module_keys()
         return CaptureOptions(leaf_types=leaf_types, leaf_paths=leaf_paths, formula_types=user_classes,
-                              leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args)
+                              leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args,
+                              formula_functions=tuple(k for k in table.user_graph_keys() if key_kind(k) == "function"))
 
     def timer_for(self, device: torch.device, queued: bool = False) -> Timer:
         """The timer of a run on ``device``: the user's (or the one their function makes), else
