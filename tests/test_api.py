@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -330,6 +332,28 @@ def test_a_string_aten_key_is_the_aten_op() -> None:
     counter = TorchFLOPsByFX(MatMul(), custom_formulas={"aten::mm": lambda module, out, *a, **k: 7})
     counter.propagate(torch.randn(2, 3), torch.randn(3, 4))
     assert counter.total_flops == 7  # the user's formula, keyed by name, on the op
+
+
+@pytest.mark.parametrize(("returned", "expected"), [
+    (3.0, (3, 0)), (np.int64(5), (5, 0)), ((8, 4), (8, 4)), ((8.0, np.int32(4)), (8, 4)),  # whole numbers
+    (3.7, "3.7 (float)"), ("12", "'12' (str)"), (True, "True (bool)"), (None, "None (NoneType)"),
+    (torch.tensor(5), "tensor(5) (Tensor)"), ((1, 2, 3), "(1, 2, 3) (tuple)"),
+    ((1, 100), "fewer FLOPs than MACs (1, 100)"),
+])
+def test_a_formula_returning_no_count_fails_its_node_with_what_it_returned(returned: Any, expected: Any) -> None:
+    from torch_flops import Status, TorchFLOPsByFX
+
+    model, x = nn.Sequential(nn.ReLU()), torch.randn(3, 4)
+    counter = TorchFLOPsByFX(model, custom_formulas={nn.ReLU: lambda module, out, *a, **k: returned})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter.propagate(x)
+    relu = next(r for r in counter.records if r.op == "call_module")
+    if isinstance(expected, tuple):
+        assert (relu.flops, relu.macs) == expected and relu.status is Status.COUNTED and not caught
+    else:
+        assert relu.status is Status.UNSUPPORTED and relu.flops is None and expected in relu.note
+        assert any("ReLU" in str(w.message) and expected in str(w.message) for w in caught)
 
 
 def test_a_formula_that_returns_a_negative_count_fails_its_node() -> None:
