@@ -287,6 +287,24 @@ def test_time_is_the_median_over_repeats_eager(models: Any, as_factory: bool) ->
     assert counter.total_time_ms == 2.0 * n_timed  # 8.0
 
 
+def test_a_timer_lacking_a_method_is_refused_before_the_model_runs(models: Any) -> None:
+    class Half:  # no elapsed_ms
+        def tick(self) -> int:
+            return 0
+
+        def finish(self) -> None:
+            pass
+
+    model, calls = models.MixedModel(), []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    with pytest.raises(TypeError, match=r"^timer must be a Timer, .*: Half has no elapsed_ms$"):
+        TorchFLOPsByFX(model, timer=Half())
+    counter = TorchFLOPsByFX(model, timer=lambda device: None)
+    with pytest.raises(TypeError, match=r"^timer\(cpu\) \(your timer function's result\) must be a Timer"):
+        counter.propagate(torch.randn(4, 16))
+    assert calls == []
+
+
 # --------------------------------------------------------------------------- the CUDA timer's logic, scripted
 
 

@@ -61,6 +61,8 @@ class Options:
         if self.timer is not None and not callable(self.timer) and not hasattr(self.timer, "tick"):
             raise TypeError(f"timer must be a Timer (tick/finish/elapsed_ms) or a function of the device, "
                             f"got {self.timer!r}")
+        if self.timer is not None and hasattr(self.timer, "tick"):
+            _check_timer(self.timer, "timer")
         if self.custom_formulas is not None:
             if not isinstance(self.custom_formulas, Mapping):
                 raise TypeError("custom_formulas must be a mapping of target -> formula, got "
@@ -95,13 +97,25 @@ class Options:
         readings that are no time left out)."""
         if self.timer is None:
             return make_timer(device, queue_ahead=queued)
-        timer: Timer = self.timer if hasattr(self.timer, "tick") else self.timer(device)  # type: ignore[assignment,operator]
+        if hasattr(self.timer, "tick"):
+            timer: Timer = self.timer  # type: ignore[assignment]
+        else:
+            timer = self.timer(device)  # type: ignore[operator]
+            _check_timer(timer, f"timer({device}) (your timer function's result)")
         return _Checked(timer)
 
     def settings(self) -> dict[str, Any]:
         """What a profile records of the options it was made with (JSON ``settings``)."""
         return {"warmup": self.warmup, "repeat": self.repeat, "strict": self.strict,
                 "ignore_ops": list(self.ignore_ops), "mem_func_name": self.mem_func_name, "tracer": self.tracer}
+
+
+def _check_timer(timer: Any, what: str) -> None:
+    """``TypeError`` naming what a timer lacks of :class:`~torch_flops.measure.Timer` (before the model runs)."""
+    missing = [name for name in ("tick", "finish", "elapsed_ms") if not callable(getattr(timer, name, None))]
+    if missing:
+        raise TypeError(f"{what} must be a Timer, with methods tick(), finish() and elapsed_ms(start, end): "
+                        f"{type(timer).__name__} has no {' and no '.join(missing)}")
 
 
 class _Checked:
