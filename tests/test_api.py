@@ -392,6 +392,12 @@ def test_more_bad_arguments_name_their_cause() -> None:
         counter.print_total_flops(show="no")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="top must be an int >= 0"):
         counter.print_roofline("h100-sxm", top=-1, show=False)
+    with pytest.raises(ValueError, match="top_modules must be an int >= 0, got -1"):
+        counter.print_model_profile(top_modules=-1, show=False)
+    with pytest.raises(TypeError, match="show must be a bool, got int 1"):
+        counter.print_model_profile(show=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="depth must be an int >= 0, or -1"):
+        counter.print_model_profile(depth=-3, show=False)
     with pytest.raises(ValueError, match="top must be None or an int >= 0"):
         diff(counter.profile, counter.profile).text(top=-1)
     with pytest.raises(TypeError, match="top must be None or an int >= 0"):

@@ -4,6 +4,7 @@ concrete_args, GraphModules passed through, and matching propagate's inputs to p
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any
 
 import pytest
@@ -67,6 +68,16 @@ def test_split_leaf_modules_rejects_other_entries() -> None:
         split_leaf_modules((nn.ReLU(),))  # type: ignore[arg-type]  # an instance, not a class
     with pytest.raises(TypeError, match="leaf_modules"):
         split_leaf_modules((int,))
+
+
+def test_a_leaf_path_that_names_no_module_is_warned_about() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TorchFLOPsByFX(model, leaf_modules=["1", "1.0", nn.Linear])  # real paths: no warning
+    with pytest.warns(UserWarning, match=r"leaf_modules \['1\.1', 'no\.such'\] name no module of Sequential") as w:
+        TorchFLOPsByFX(model, leaf_modules=["no.such", "1", "1.1"])
+    assert w[0].filename == __file__
 
 
 def test_graph_module_is_returned_unchanged(models: Any) -> None:

@@ -27,7 +27,7 @@ from torch_flops.calls import (
     meta_advice,
     reads_values,
 )
-from torch_flops.capture import Capture
+from torch_flops.capture import Capture, split_leaf_modules
 from torch_flops.comm import distributed_settings
 from torch_flops.compiled import is_compiled
 from torch_flops.errors import TracerFallbackWarning, TracingError, caller_stacklevel
@@ -41,6 +41,20 @@ from torch_flops.records import NodeRecord, Profile, Status
 from torch_flops.roofline import Roofline, roofline
 
 __all__ = ["TorchFLOPsByFX"]
+
+
+def _warn_unknown_leaf_paths(model: nn.Module, paths: frozenset[str]) -> None:
+    """One warning naming the ``leaf_modules`` paths that are no module of ``model`` (a typo keeps
+    nothing whole, silently otherwise)."""
+    if not paths:
+        return
+    original = getattr(model, "_orig_mod", model)  # (a torch.compile'd model: its module's paths)
+    known = {name for name, _ in model.named_modules()} | {name for name, _ in original.named_modules()}
+    unknown = sorted(paths - known)
+    if unknown:
+        warnings.warn(f"torch_flops: leaf_modules {unknown} name no module of {type(original).__name__}: give "
+                      "module paths as named_modules() lists them ('layer1.0') or module classes",
+                      UserWarning, stacklevel=caller_stacklevel())
 
 
 class TorchFLOPsByFX:
@@ -94,6 +108,7 @@ class TorchFLOPsByFX:
             raise TypeError("torch_flops profiles a model's Python code, and a TorchScript model (torch.jit.ScriptModule) "
                             "has none: profile the nn.Module before scripting it")
         self.model = model
+        _warn_unknown_leaf_paths(model, split_leaf_modules(self.options.leaf_modules)[1])
         self.tables = self.options.formula_table(formulas.FORMULAS)  # this counter's own: later edits do not leak in
         self._measured: tuple[Result, int | None] | None = None
         self._propagating: int | None = None  # the thread inside propagate() (a re-entrant call is refused)
@@ -397,6 +412,10 @@ class TorchFLOPsByFX:
         roofline columns on ``hardware`` when given, and with ``top_modules=k`` the top k modules
         at that depth. Returns the tree's rows (``report.TREE_COLUMNS``): raw numbers, or as
         printed with ``as_string=True``."""
+        _validate.check_bool("show", show)
+        _validate.check_bool("as_string", as_string)
+        _validate.check_depth("depth", depth)
+        _validate.check_int("top_modules", top_modules, 0)
         profile = self.in_convention(convention)
         rows = report.tree_rows(profile, depth)
         if show:
