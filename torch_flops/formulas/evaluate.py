@@ -55,7 +55,7 @@ def _count(value: Any) -> int:
         count = int(value)
     elif isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
             and float(value).is_integer():
-        count = int(value)
+        count = int(float(value))
     else:
         raise TypeError(f"the formula returned {value!r} ({type(value).__name__}): a count is an int, or a pair "
                         "(flops, macs) of ints")
