@@ -369,6 +369,35 @@ def test_register_function_for_a_wrapped_user_function() -> None:
     assert counter.unsupported == {}
 
 
+class _Blk(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).relu()
+
+
+class _SubBlk(_Blk):
+    """Runs _Blk's forward: counted by _Blk's formula wherever it is found."""
+
+
+@pytest.mark.usefixtures("clean_tables")
+@pytest.mark.parametrize("tracer", ["auto", "fx", "export"])
+def test_a_module_formula_by_name_reaches_subclasses_and_is_dropped_the_same_on_every_front_end(tracer: str) -> None:
+    MODULE_FLOPs_MAPPING["_Blk"] = lambda module, out, *args, **kwargs: 1000
+    x = torch.randn(2, 4)
+    for model in (_Blk(), _SubBlk()):  # by name, then through the subclass's base (its forward unchanged)
+        counter, _ = _run(nn.Sequential(model), x, tracer=tracer)
+        assert counter.total_flops == 1000, (type(model).__name__, tracer)
+    # custom_formulas {cls: None}: no formula for the class, by its name neither: its ops count,
+    # linear 2*2*4*4 + bias 8 + relu 8
+    counter = TorchFLOPsByFX(nn.Sequential(_Blk()), tracer=tracer, custom_formulas={_Blk: None})  # type: ignore[arg-type]
+    with torch.no_grad():
+        counter.propagate(x)
+    assert counter.total_flops == 64 + 8 + 8 and not counter.unsupported
+
+
 @pytest.mark.usefixtures("clean_tables")
 @pytest.mark.parametrize("how", ["function", "name", "custom_formulas"])
 def test_a_formula_for_an_unwrapped_user_function_keeps_it_whole(how: str) -> None:

@@ -92,12 +92,13 @@ class CaptureOptions:
 
     leaf_types: tuple[type, ...] = ()
     leaf_paths: frozenset[str] = frozenset()
-    #: classes kept whole by name: those the user registered a formula for or asked to ignore
+    #: classes kept whole by name: those the user asked to ignore (``ignore_ops``)
     leaf_names: frozenset[str] = frozenset()
     concrete_args: Mapping[str, Any] | None = None
-    #: the classes the user registered a formula for: kept whole, with a subclass running their forward
-    #: (one overriding it computes something else, as :meth:`FormulaTable.resolve_module` says)
-    formula_types: tuple[type, ...] = ()
+    #: the counter's formula table: a module whose class it resolves to a formula of the user's is kept
+    #: whole (registered for the class, a base class whose forward it runs, or its name; not one the
+    #: user dropped), as :meth:`FormulaTable.resolve_module` finds it for every front end
+    table: FormulaTable | None = None
     #: the Python functions the user registered a formula for (function objects, or names): each
     #: call the forwards make by a global name is one node (fx's ``autowrap_functions``)
     formula_functions: tuple[Any, ...] = ()
@@ -106,8 +107,11 @@ class CaptureOptions:
         """Whether ``module`` is one of the leaves these options ask for by class."""
         if self.leaf_types and isinstance(module, self.leaf_types):
             return True
-        forward = getattr(type(module), "forward", None)
-        return any(isinstance(module, t) and getattr(t, "forward", None) is forward for t in self.formula_types)
+        table = self.table
+        if table is None:
+            return False
+        formula = table.resolve_module(type(module))
+        return formula is not None and not table.is_builtin(formula)
 
 
 @dataclass(frozen=True)

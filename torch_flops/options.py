@@ -84,9 +84,8 @@ class Options:
         """The fx tracer's leaves: ``leaf_modules``, the module classes the user gave a formula
         (counted by it, so kept whole) and the classes named in ``ignore_ops`` (one ignored node)."""
         leaf_types, leaf_paths = split_leaf_modules(self.leaf_modules)
-        user_classes, user_names = table.user_module_keys()
-        return CaptureOptions(leaf_types=leaf_types, leaf_paths=leaf_paths, formula_types=user_classes,
-                              leaf_names=user_names | set(self.ignore_ops), concrete_args=self.concrete_args,
+        return CaptureOptions(leaf_types=leaf_types, leaf_paths=leaf_paths, table=table,
+                              leaf_names=frozenset(self.ignore_ops), concrete_args=self.concrete_args,
                               formula_functions=tuple(k for k in table.user_graph_keys() if key_kind(k) == "function"))
 
     def timer_for(self, device: torch.device, queued: bool = False) -> Timer:

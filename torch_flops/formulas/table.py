@@ -321,7 +321,7 @@ class FormulaTable:
         self._index = self._resolved = None
 
     def mark_builtin(self) -> None:
-        """Remember the current entries as the package's own (see :meth:`user_module_keys`)."""
+        """Remember the current entries as the package's own (see :meth:`is_builtin`)."""
         self._builtin = dict(self._entries)
         self._builtin_formulas = {id(f) for f in self._builtin.values()} | {
             id(f.fn) for f in self._builtin.values() if isinstance(f, Composite)}
@@ -332,19 +332,6 @@ class FormulaTable:
         if isinstance(formula, functools.partial):
             return id(formula.func) in self._builtin_formulas
         return id(formula) in self._builtin_formulas
-
-    def user_module_keys(self) -> tuple[tuple[type, ...], frozenset[str]]:
-        """Module classes and class names whose formula the user added or replaced."""
-        classes, names = [], set()
-        builtin = self._builtin
-        for key, formula in self._entries.items():
-            if builtin.get(key) is formula or key_kind(key) != "module":  # the cheap test first: few differ
-                continue
-            if isinstance(key, Name):
-                names.add(key.name)
-            else:
-                classes.append(key)
-        return tuple(classes), frozenset(names)
 
     def user_graph_keys(self) -> list[Any]:
         """Function keys whose formula the user added or replaced and which only a graph front end
