@@ -172,6 +172,30 @@ def test_loss_is_the_scalar_output_or_a_clear_error() -> None:
         TorchFLOPsByFX(_mlp(), tracer="fx").propagate(torch.randn(3, 8), backward=True)
 
 
+def test_a_backward_op_without_a_count_is_warned_about_and_summarised() -> None:
+    """A backward op whose formula fails (or that has none) is left out of the backward totals with
+    one warning naming it, and the summary's Unsupported line lists it, as for a forward node."""
+    from torch_flops import UnsupportedOpWarning, report
+
+    class MatMul(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x @ self.w).relu()
+
+    counter = TorchFLOPsByFX(MatMul(), custom_formulas={torch.ops.aten.mm: lambda *args, **kwargs: 10.5})
+    with pytest.warns(UnsupportedOpWarning, match=r"the formula for aten.mm failed \(TypeError: the formula "
+                                                  r"returned 10.5 \(float\).*\) in the backward") as caught:
+        counter.propagate(torch.randn(2, 4), loss_fn=lambda out: out.sum())
+    assert caught[0].filename == __file__
+    # forward: x @ w (the matmul's own formula) 2*2*4*4 = 64, relu 8, the loss's sum 8; backward: the relu's 8
+    # (threshold_backward), the weight's gradient mm left out
+    assert counter.total_flops == 80 and counter.total_backward_flops == 8
+    assert dict(report.summary_lines(counter.profile))["Unsupported"] == "0; backward ops excluded: aten.mm (formula failed)"
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_checkpointed_recompute_is_counted(reentrant: bool) -> None:
     class Block(nn.Module):

@@ -65,6 +65,23 @@ def _backward_vs_flop_counter(loss: torch.Tensor) -> tuple[_Backward, int]:
     return mine, counter.get_total_flops()
 
 
+# --------------------------------------------------------------------------- recurrent layers, by hand
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the oneDNN LSTM kernel is CPU's with mkldnn")
+def test_cpu_lstm_backward_by_hand() -> None:
+    """CPU's fused LSTM layer (``mkldnn_rnn_layer``) has a fused backward: counted, never silently 0."""
+    from torch_flops import TorchFLOPsByFX
+
+    model, x = nn.LSTM(4, 8, batch_first=True), torch.randn(2, 5, 4)
+    counter = TorchFLOPsByFX(model)
+    counter.propagate(x, loss_fn=lambda out: out[0].sum())
+    # rows = 2*5 = 10, G = 4 gates, H = 8, I = 4, R = 8. forward MACs 10 * 4*8*(4+8) = 3840; backward:
+    # dx, dh, dW_ih, dW_hh twice as many, 7680 MACs; bias gradients 10 * 2 * 4*8 = 640 adds; gate
+    # arithmetic twice the forward's 19 per unit: 10 * 2*19*8 = 3040. FLOPs 2*7680 + 640 + 3040 = 19040
+    assert (counter.total_backward_flops, counter.total_backward_macs) == (19040, 7680)
+    assert counter.profile.backward is not None and not counter.profile.backward["unsupported"]
+
+
 # --------------------------------------------------------------------------- convolution, by hand
 
 def test_convolution_backward_by_hand() -> None:

@@ -181,6 +181,27 @@ class Measurements:
                 "these nodes are excluded from the totals. Register one with torch_flops.register_function/"
                 "register_method/register_module/register_aten, or pass ignore_ops / strict=True.",
                 UnsupportedOpWarning, stacklevel=caller_stacklevel(through_torch=True))
+        for op, why in self.backward_unsupported().items():
+            if f"backward {op}" in warned:
+                continue
+            warned.add(f"backward {op}")
+            warnings.warn(
+                f"torch_flops: {why} in the backward; those ops are excluded from the backward totals. Register "
+                "a formula with torch_flops.register_aten, or pass strict=True.",
+                UnsupportedOpWarning, stacklevel=caller_stacklevel(through_torch=True))
+
+    def backward_unsupported(self) -> dict[str, str]:
+        """The backward's aten ops without a count (no formula, or a formula that failed) -> why."""
+        found: dict[str, str] = {}
+        for graph_run in self.runs:
+            run = graph_run.backward
+            if run is None:
+                continue
+            for op, n in run.unsupported.items():
+                found.setdefault(op, f"no FLOPs formula for {op} ({n} op(s))")
+            for op, message in run.errors.items():
+                found.setdefault(op, f"the formula for {op} failed ({message})")
+        return found
 
     def unsupported(self) -> dict[str, list[tuple[str, str]]]:
         """Readable target -> ``(node name, why)`` for nodes without a count (no formula, or a

@@ -1314,10 +1314,22 @@ def summary_lines(profile: Profile) -> list[tuple[str, str]]:
         *((("Compiled", compiled_text(profile.settings)),) if compiled_text(profile.settings) else ()),
         *((("Convention", profile.convention),) if profile.convention != "torch_flops" else ()),
         ("Nodes", str(len(profile.records))),
-        ("Unsupported", f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"
-         if n_unsupported else "0"),
+        ("Unsupported", (f"{n_unsupported} node(s), excluded: {_unsupported_list(unsupported)}"
+                         if n_unsupported else "0") + _backward_unsupported_text(profile)),
     ]
     return lines
+
+
+def _backward_unsupported_text(profile: Profile) -> str:
+    """The backward's aten ops without a count (no formula, or one that failed), after the forward's."""
+    backward = profile.backward or {}
+    missing = dict(backward.get("unsupported") or {})
+    for op in backward.get("errors") or {}:
+        missing.setdefault(op, 0)
+    if not missing:
+        return ""
+    listed = ", ".join(f"{op} x{n}" if n else f"{op} (formula failed)" for op, n in sorted(missing.items()))
+    return f"; backward ops excluded: {listed}"
 
 
 def summary_text(profile: Profile) -> str:

@@ -222,6 +222,28 @@ def mkldnn_rnn_layer_flops(module: Any, out: Any, x: Any, w_ih: Any, w_hh: Any, 
     return rnn_count(shape, False) if is_float(x) else Count(0, 0, 0, 0)
 
 
+@register(*aten_ops("mkldnn_rnn_layer_backward"))
+def mkldnn_rnn_layer_backward_flops(module: Any, out: Any, x: Any, w_ih: Any, w_hh: Any, *args: Any,
+                                    **kwargs: Any) -> Count:
+    # mkldnn_rnn_layer_backward(input, weight1 (w_ih), weight2 (w_hh), weight3, weight4, hx_, cx_tmp, output,
+    # hy_, cy_, grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, ...): the backward of one
+    # mkldnn_rnn_layer. Per step and row, as for any linear map, the gradients of the layer input and of
+    # the previous h (dGates W_ih, dGates W_hh) and of the weights (x^T dGates, h^T dGates): twice the
+    # forward's G*H*(I+R) MACs; each bias gradient sums dGates over the rows (G*H adds per bias vector, as
+    # the forward's bias adds); the gate arithmetic's chain rule, twice the forward's (each elementwise op
+    # gives the gradients of its inputs from its output's). FlopCounterMode has no formula for it.
+    if not is_float(x):
+        return Count(0, 0, 0, 0)
+    mode, hidden, has_biases = _MODES[int(args[11])], int(args[12]), bool(args[14])
+    input_size, recurrent = int(w_ih.shape[1]), int(w_hh.shape[1])
+    rows = numel(x) // max(input_size, 1)
+    forward = rnn_count(RnnShape(mode, input_size, hidden, rows, bias=has_biases,
+                                 proj_size=recurrent if recurrent != hidden else 0), False)
+    macs = 2 * forward.macs
+    bias = 2 * _GATES[mode] * hidden * rows if has_biases else 0
+    return Count(2 * macs + bias + 2 * _CELL[mode] * hidden * rows, macs, None, 0)
+
+
 def _fused_stack(name: str, x_pos: int, mode_pos: int, hidden_pos: int, proj_pos: int | None, layers_pos: int,
                  dropout_pos: int, train_pos: int, bidir_pos: int) -> None:
     def formula(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
