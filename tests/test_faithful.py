@@ -384,6 +384,28 @@ def test_calls_eager_binds_through_a_pre_hook_or_a_wrapped_forward_are_profiled(
         TorchFLOPsByFX(Masked()).propagate(x, ones, debug=True)
 
 
+def test_the_binding_check_follows_a_forward_given_new_defaults() -> None:
+    class Pair(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+            return x if y is None else x + y
+
+    model, x = Pair(), torch.randn(2)
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'y'$"):
+        TorchFLOPsByFX(model).propagate(x)
+    Pair.forward.__defaults__ = (None,)  # as eager now binds m(x)
+    assert torch.equal(TorchFLOPsByFX(model).propagate(x), x)
+
+
+def test_propagate_inputs_takes_a_tuple_and_a_mapping() -> None:
+    model, x = nn.Linear(4, 2), torch.randn(3, 4)
+    counter = TorchFLOPsByFX(model)
+    assert torch.equal(counter.propagate_inputs((x,)), model(x))
+    with pytest.raises(TypeError, match=r"args must be a tuple or list .* got Tensor \(one tensor x: \(x,\)\)"):
+        counter.propagate_inputs(x)  # type: ignore[arg-type]  # (tuple(x) would split it into rows)
+    with pytest.raises(TypeError, match="kwargs must be a mapping"):
+        counter.propagate_inputs((x,), [("input", x)])  # type: ignore[arg-type]
+
+
 def test_torchscript_gets_one_clear_sentence() -> None:
     scripted = torch.jit.script(nn.Linear(2, 2))
     with pytest.raises(TypeError, match="TorchScript model .* has none: profile the nn.Module before scripting"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -188,11 +188,16 @@ class TorchFLOPsByFX:
         An exception of the model comes out as itself, with a note naming the node that raised."""
         return self.propagate_inputs(args, kwargs, loss_fn=loss_fn, backward=backward)
 
-    def propagate_inputs(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+    def propagate_inputs(self, args: tuple[Any, ...] | list[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
                          loss_fn: Callable[[Any], Any] | None = None, backward: bool = False) -> Any:
         """:meth:`propagate` with the model's inputs as a sequence and a mapping: ``model(*args,
         **kwargs)``, whatever the keywords are named (a model argument named ``loss_fn`` or
         ``backward`` goes to the model here)."""
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple or list of the model's positional inputs, got {type(args).__name__} "
+                            "(one tensor x: (x,))")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping of the model's keyword inputs, got {type(kwargs).__name__}")
         args, kwargs = tuple(args), dict(kwargs or {})
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"loss_fn must be a callable taking the model's output, got {type(loss_fn).__name__}")

@@ -565,16 +565,18 @@ def check_call(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
     func = getattr(forward, "__func__", None)
     if getattr(forward, "__self__", None) is not model or not inspect.isfunction(func):
         return
-    stub = _BINDERS.get(func)
-    if stub is None:
-        stub = _BINDERS[func] = _binder(func)
+    key = (func.__code__, func.__defaults__, func.__kwdefaults__)
+    found = _BINDERS.get(func)
+    if found is None or found[0] != key:  # (a function's defaults, even its code, can be set anew)
+        found = _BINDERS[func] = (key, _binder(func))
+    stub = found[1]
     try:
         stub(model, *args, **kwargs)
     except TypeError as e:
         raise TypeError(*e.args) from None
 
 
-#: a forward function -> a function binding the same parameters (see check_call)
+#: a forward function -> (its code and defaults, a function binding the same parameters: see check_call)
 _BINDERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
