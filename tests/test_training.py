@@ -573,6 +573,48 @@ def test_a_loss_or_backward_that_raises_and_is_caught_ends_its_step(where: str) 
     assert len(reference) == 3 and reference[1] < reference[0]
 
 
+@pytest.mark.parametrize("where", ["forward hook", "gradient hook", "step pre-hook", "step post-hook"])
+def test_a_step_that_raises_past_the_profiler_s_hooks_ends_its_step(where: str) -> None:
+    """Iteration 2 of 3 raises where the profiler's own hooks see nothing (a KeyboardInterrupt from a
+    forward hook or a gradient hook skips torch's always-called hooks; a user's optimizer step pre-hook
+    runs before the profiler's; a user's post-hook raises after the update) and the loop goes on: each
+    iteration is a step, as FlopCounterMode around each sees it, and an update made is recorded."""
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 8)
+    calls = [0]
+    error = KeyboardInterrupt if "hook" in where and "step" not in where else RuntimeError
+
+    def maybe_raise(*args: Any) -> None:
+        if calls[0] == 1:
+            raise error("skip this batch")
+
+    if where == "forward hook":
+        model[1].register_forward_hook(maybe_raise)
+    elif where == "gradient hook":
+        model[0].weight.register_hook(maybe_raise)
+    elif where == "step pre-hook":
+        optimizer.register_step_pre_hook(maybe_raise)
+    else:
+        optimizer.register_step_post_hook(maybe_raise)
+
+    def iteration() -> None:
+        try:
+            F.mse_loss(model(x), torch.zeros(3, 4)).backward()
+            optimizer.step()
+        except error:
+            pass
+        optimizer.zero_grad()
+        calls[0] = (calls[0] + 1) % 3
+
+    reference, steps, prof = _iterations_and_steps(model, optimizer, iteration, 3)
+    assert steps == reference and len(steps) == 3
+    updates = [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles]
+    # SGD: 2 FLOPs per parameter element; the post-hook raises after the update (made: recorded)
+    assert updates == [2 * PARAMS, 2 * PARAMS if where == "step post-hook" else 0, 2 * PARAMS]
+
+
 def test_an_error_the_loop_recovers_from_inside_a_step_ends_nothing() -> None:
     # one update from 2 micro-batches; in each, a bad sample the loop replaces before the forward and a
     # loss that raises before a fallback loss is backpropagated: the loop recovered both times, so each

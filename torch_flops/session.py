@@ -253,6 +253,8 @@ class Recording:
         self._updates: list[OptimizerUpdate] = []
         self._reset_stack()
         self._in_optimizer = False
+        self._step_begun = False  # optimizer.step() was called (its first pre-hook ran) and has not returned
+        self._model_depth = 0  # how deep in the Python stack the model's last outermost call began
         self._graph: EagerGraph | None = None
         self._aside = (False, False)  # (modes off, hooks off): see stepped_aside
         self._untimed_depth = 0
@@ -268,8 +270,16 @@ class Recording:
         if self._record_forward:
             self._handles = self._model_hooks()
         if self.optimizer is not None:
-            self._handles += [self.optimizer.register_step_pre_hook(self._before_step),
-                              self.optimizer.register_step_post_hook(self._after_step)]
+            # the update is counted by the last pre-hook (the user's may change the gradients first), and
+            # recorded by the first post-hook (a user's that raises comes after the update). A first pre-hook
+            # marks the step begun: one of the user's that raises before ours ends the step all the same
+            optimizer = self.optimizer
+            begun = optimizer.register_step_pre_hook(self._step_begins)
+            after = optimizer.register_step_post_hook(self._after_step)
+            for hooks, handle in ((optimizer._optimizer_step_pre_hooks, begun),
+                                  (optimizer._optimizer_step_post_hooks, after)):
+                hooks.move_to_end(handle.id, last=False)
+            self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after]
         try:
             self._hub = _Hub.join(self)
         except BaseException:
@@ -596,17 +606,23 @@ class Recording:
         path = self._paths.get(id(module))
         if path is None or self._graph is None:  # a module of another model: its ops are its caller's
             return False
-        if self._in_optimizer and not self._in_closure:  # the last optimizer step raised: it ended its step
-            self._in_optimizer, self._open, self._updates = False, None, []
+        if not self._in_closure and (self._in_optimizer or self._step_begun):
+            # the last optimizer step raised (in its body or a pre-hook of the user's): it ended its step
+            self._in_optimizer, self._step_begun, self._open, self._updates = False, False, None, []
             self._end_step()
         if module is self.model and self._stack and self._hub is not None:
-            # a call of the model while an earlier one never returned (a KeyboardInterrupt went past
-            # its hooks): that one is over
+            # a call of the model while an earlier one never returned: from its own forward (a model
+            # calling itself), or from no deeper than it was made (a KeyboardInterrupt went past its
+            # hooks, and the loop caught it: that call is over, and, as a step that raises, its step)
+            if _stack_depth() <= self._model_depth:
+                self._raised = True
             self._reset_stack()
             self._hub.resume(self._hub._suspended)
         if not self._stack:
             if self._open is not None:  # inside a paused stretch (the optimizer's step)
                 return False
+            if module is self.model:
+                self._model_depth = _stack_depth()
             self._forward_begins()
         outer = self._location
         self._stack.append(outer)
@@ -734,7 +750,7 @@ class Recording:
             self._raised = False  # (a backward: the loop goes on with this step, whatever raised before it)
             try:
                 return func(*args, **kwargs) if inner is None else inner()
-            except Exception:
+            except BaseException:  # (a KeyboardInterrupt the loop catches too)
                 self._raised = not self._in_optimizer  # a backward that raises ends its step
                 raise
             finally:
@@ -893,6 +909,10 @@ class Recording:
         self._saved_keys = self._saved_keys | keys
 
     # ------------------------------------------------------------------ the optimizer
+    def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self._thread and self._graph is not None:
+            self._step_begun = True
+
     @functions_off
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         if threading.get_ident() != self._thread or self._graph is None:
@@ -934,13 +954,21 @@ class Recording:
         self._updates = [OptimizerUpdate(param, flops, *update_traffic(optimizer, param), macs=macs)
                          for param, flops, macs in self._counts]
         self._open = None
-        self._in_optimizer = False
+        self._in_optimizer = self._step_begun = False
         self._end_step()
 
 
 # ---------------------------------------------------------------------------------------------
 # the hub: what is installed per thread and process-wide
 # ---------------------------------------------------------------------------------------------
+
+def _stack_depth() -> int:
+    """How many Python frames are under the caller's."""
+    frame, depth = sys._getframe(1), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
 
 _UNKNOWN = object()
 _PLUMBING = frozenset(GRAPH_PLUMBING)
