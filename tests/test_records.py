@@ -291,3 +291,22 @@ def test_from_dict_refuses_other_documents(hand_profile: Any) -> None:
     # readers ignore unknown keys
     doc["records"][0]["future_field"] = 1
     assert Profile.from_dict({**doc, "extra": True}).records == hand_profile().records
+
+
+def test_a_profile_pickles_and_deep_copies() -> None:
+    """A Profile (with a backward, and one converted with its source) survives pickle and deepcopy: its
+    read-only mappings become plain dicts on the way and read-only again after (a DataLoader worker
+    returning a profile pickled it)."""
+    import copy
+    import pickle
+    from types import MappingProxyType
+
+    counter = TorchFLOPsByFX(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    counter.propagate(torch.randn(2, 4), loss_fn=lambda out: out.sum())
+    profile = counter.profile
+    for loaded in (pickle.loads(pickle.dumps(profile)), copy.deepcopy(profile)):
+        assert loaded.records == profile.records and loaded == profile
+        assert (loaded.total_flops, loaded.total_backward_flops) == (profile.total_flops, profile.total_backward_flops)
+        assert isinstance(loaded.settings, MappingProxyType) and isinstance(loaded.backward, MappingProxyType)
+    converted = pickle.loads(pickle.dumps(profile.with_convention("flop_counter")))
+    assert converted.convention == "flop_counter" and converted.source == profile

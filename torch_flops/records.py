@@ -417,6 +417,15 @@ class Profile:
             if not isinstance(value, MappingProxyType):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and deep-copied with plain dicts for its read-only mappings (views cannot be
+        pickled), read-only again when loaded; roll-ups are computed anew."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in ("module_types", "module_params", "settings", "backward"):
+            if fields[name] is not None:
+                fields[name] = dict(fields[name])
+        return (_profile_of, (type(self), fields))
+
     @classmethod
     def from_measurements(cls, measurements: Measurements, *, tracer: str, module_types: Mapping[str, str],
                           module_params: Mapping[str, int], batch_size: int | None,
@@ -781,6 +790,11 @@ class Profile:
         if render is None:
             raise RuntimeError("the HTML view is not loaded: import torch_flops.html")
         return str(render(self, path, hardware=hardware))
+
+
+def _profile_of(cls: type[Profile], fields: dict[str, Any]) -> Profile:
+    """A pickled :class:`Profile` loaded (see ``Profile.__reduce__``)."""
+    return cls(**fields)
 
 
 def _short(n: float) -> str:
