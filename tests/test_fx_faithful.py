@@ -530,6 +530,17 @@ def test_a_module_name_fx_cannot_write_into_its_code_is_a_tracing_error() -> Non
     assert counter.total_flops == 2 * 2 * 4 * 4 + 2 * 4  # 64 MAC flops + 8 bias adds
 
 
+def test_a_tensor_default_fx_cannot_write_into_its_code_is_a_tracing_error() -> None:
+    class Scaled(nn.Module):
+        def forward(self, x: torch.Tensor, w: torch.Tensor = torch.full((4,), 2.0)) -> torch.Tensor:  # noqa: B008
+            return x * w
+
+    with pytest.raises(TracingError, match=r"could not write the code of Scaled's graph: NameError"):
+        TorchFLOPsByFX(Scaled(), tracer="fx")
+    x = torch.randn(2, 4)
+    assert torch.equal(TorchFLOPsByFX(Scaled()).propagate(x), x * 2.0)  # the default front end runs it
+
+
 def test_a_random_draw_with_plain_sizes_is_refused_and_the_generator_put_back() -> None:
     # torch.randn(3, 4) takes no input: fx runs it once, at trace time, and the graph would add the
     # same draw on every call, where eager draws anew (a different program)

@@ -549,9 +549,10 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
             "left as they were). Profile it with the default front end (tracer='auto'), which runs the model as it is")
     try:
         return fx.GraphModule(tracer.root, graph, model.__class__.__name__)
-    except SyntaxError as e:  # fx's generated code (a module or attribute name it cannot write)
-        raise TracingError(f"torch.fx could not write the code of {type(model).__name__}'s graph: {e}\n"
-                           f"{_FX_HINTS}") from e
+    except (SyntaxError, NameError) as e:  # fx's generated code (a module or attribute name it cannot write; a
+        # tensor default of an argument, which it writes as a constant it never defines)
+        raise TracingError(f"torch.fx could not write the code of {type(model).__name__}'s graph: "
+                           f"{type(e).__name__}: {e}\n{_FX_HINTS}") from e
 
 
 class _RandomDraws(TorchDispatchMode):
