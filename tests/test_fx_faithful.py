@@ -7,6 +7,7 @@ traced through and counted. Every model is built inline and compared with an eag
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import pytest
@@ -587,3 +588,26 @@ def test_a_random_draw_shaped_by_the_input_traces_and_draws_as_eager() -> None:
     torch.manual_seed(1)
     counter = TorchFLOPsByFX(Noise(), tracer="fx")
     assert all(torch.equal(counter.propagate(x), e) for e in eager)
+
+
+def test_a_forward_taking_star_args_and_star_star_kwargs_under_fx() -> None:
+    """fx traces ``*rest`` and ``**kw`` as one placeholder each: the call's extra positionals go to
+    the first as a tuple, its other keywords to the second as a dict, as the graph module's own
+    forward takes them; ``kw.get`` on that dict is no tensor work (0 FLOPs, not unsupported)."""
+    class Star(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, *rest: torch.Tensor, **kw: float) -> torch.Tensor:
+            return self.fc(x) * kw.get("scale", 1.0) + torch.stack(rest).sum(0)
+
+    model, x = Star(), torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args, kwargs in (((x, x), {}), ((x, x, x), {"scale": 2.0})):
+            counter = TorchFLOPsByFX(model, tracer="fx")
+            assert torch.equal(counter.propagate(*args, **kwargs), model(*args, **kwargs))
+            # linear 2*2*4*4 + 8 bias, the scale's multiply 8, the sum over the stacked rest (one per
+            # element it reads: 8 per tensor), the add 8
+            assert counter.total_flops == 72 + 8 + 8 * (len(args) - 1) + 8

@@ -137,6 +137,10 @@ class FxBinder:
     #: the forward's defaults of the arguments fixed by ``concrete_args``: what eager runs a call leaving
     #: one out with (a call whose default is not the fixed value is refused)
     concrete_defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: the placeholders of the forward's ``*args`` and ``**kwargs`` (None: it has none): they take the
+    #: positional arguments after the named ones (a tuple), the keywords of no other name (a dict)
+    var_positional: str | None = None
+    var_keyword: str | None = None
 
     @classmethod
     def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None,
@@ -151,8 +155,11 @@ class FxBinder:
                          if name not in concrete and node.args == (None,) and node.users)
         unused = tuple(name for node, name in zip(placeholders, names)
                        if name not in concrete and node.args == (None,) and not node.users)
+        stars = {str(n.target).count("*", 0, 2): name for n, name in zip(placeholders, names)
+                 if str(n.target).startswith("*")}
         return cls(names, fallbacks, optional, unused, tuple(name for name in names if name in concrete),
-                   {name: value for name, value in (defaults or {}).items() if name in concrete})
+                   {name: value for name, value in (defaults or {}).items() if name in concrete},
+                   stars.get(1), stars.get(2))
 
     def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
         """The :attr:`unused` arguments this call gives a value other than None."""
@@ -170,14 +177,25 @@ class FxBinder:
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         names = self.names
+        starred, double = self.var_positional, self.var_keyword
+        named = [name for name in names if name not in (starred, double)]
+        extra_args: tuple[Any, ...] = ()
+        if starred is not None and len(args) > len(named):
+            args, extra_args = args[:len(named)], args[len(named):]
         if len(args) > len(names):
             raise TypeError(f"the graph takes {len(names)} input(s) ({', '.join(names)}) "
                             f"but {len(args)} positional argument(s) were given")
+        extra_kwargs = {k: v for k, v in kwargs.items() if k not in named} if double is not None else {}
+        if extra_kwargs:
+            kwargs = {k: v for k, v in kwargs.items() if k in named}
         unknown = [k for k in kwargs if k not in names]
         if unknown:
             raise TypeError(f"unexpected keyword input(s) {unknown}; the graph's inputs are {list(names)}")
         flat: list[Any] = []
         for i, (name, (has_fallback, fallback)) in enumerate(zip(names, self.fallbacks)):
+            if name == starred or name == double:
+                flat.append(extra_args if name == starred else extra_kwargs)
+                continue
             if i < len(args):
                 if name in kwargs:
                     raise TypeError(f"input {name!r} given both by position and by keyword")

@@ -69,6 +69,14 @@ class FlopsInterpreter(fx.Interpreter, NodeMeasurer):
             self.env.clear()  # drop the run's last values
             self._timer.finish()
 
+    def placeholder(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # the forward's *args and **kwargs each take one value from the binder (FxBinder: a tuple, a
+        # dict), as the graph module's generated forward receives them (fx's Interpreter hands a
+        # starred placeholder every value left, as a list)
+        if isinstance(target, str) and target.startswith("*"):
+            return next(self.args_iter)
+        return super().placeholder(target, args, kwargs)
+
     def run_node(self, n: fx.Node) -> Any:
         # The steps of fx.Interpreter.run_node (fetch args, dispatch on n.op), inlined so that the
         # fetched args also feed the formula without a second fetch. fx's _set_current_node

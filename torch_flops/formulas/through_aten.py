@@ -31,6 +31,10 @@ _METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offse
                        "is_non_overlapping_and_dense", "storage_offset", "layout", "device"})
 
 
+#: Python's own containers: a method of one (``dict.get``, ``list.index``) computes nothing on tensors
+_CONTAINERS = (dict, list, tuple, set, frozenset, str)
+
+
 def through_aten_ops(table: FormulaTable, call: Callable[..., Any], key: str, ignored: Iterable[str] = (),
                      real: int | None = None, method: bool = False) -> Formula:
     """A formula ``f(module, out, *args, **kwargs)`` counting ``call(module, *args, **kwargs)`` by
@@ -46,6 +50,8 @@ def through_aten_ops(table: FormulaTable, call: Callable[..., Any], key: str, ig
     ignored = frozenset(ignored)
 
     def counted_through_aten_ops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
+        if method and args and type(args[0]) in _CONTAINERS:  # (kwargs.get(...) in a traced forward: no tensor work)
+            return Count(0, 0, 0, 0)
         tensors = [t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if not tensors or (method and not (args and isinstance(args[0], torch.Tensor))):
             raise NoAtenCount(f"no formula for {key!r}, and it does not run on tensors alone")
