@@ -79,6 +79,18 @@ def test_a_leaf_path_that_names_no_module_is_warned_about() -> None:
         TorchFLOPsByFX(model, leaf_modules=["no.such", "1", "1.1"])
     assert w[0].filename == __file__
 
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+            self.b = self.a  # one module, two names: named_modules() lists "a" only
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(x)
+
+    with pytest.warns(UserWarning, match=r"leaf_modules path 'b' is a second name of module 'a'"):
+        TorchFLOPsByFX(Shared(), leaf_modules=["b"])
+
 
 def test_graph_module_is_returned_unchanged(models: Any) -> None:
     gm = fx.symbolic_trace(models.MixedModel())

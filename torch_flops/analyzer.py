@@ -51,10 +51,16 @@ def _warn_unknown_leaf_paths(model: nn.Module, paths: frozenset[str]) -> None:
     original = getattr(model, "_orig_mod", model)  # (a torch.compile'd model: its module's paths)
     known = {name for name, _ in model.named_modules()} | {name for name, _ in original.named_modules()}
     unknown = sorted(paths - known)
-    if unknown:
-        warnings.warn(f"torch_flops: leaf_modules {unknown} name no module of {type(original).__name__}: give "
-                      "module paths as named_modules() lists them ('layer1.0') or module classes",
-                      UserWarning, stacklevel=caller_stacklevel())
+    if not unknown:
+        return
+    first = {id(m): name for name, m in original.named_modules()}  # a module registered twice: its first path
+    second = {name: first[id(m)] for name, m in original.named_modules(remove_duplicate=False) if name in unknown}
+    missing = [name for name in unknown if name not in second]
+    text = [f"leaf_modules {missing} name no module of {type(original).__name__}"] if missing else []
+    text += [f"leaf_modules path {name!r} is a second name of module {second[name]!r}, which the profile names by "
+             "that first path" for name in unknown if name in second]
+    warnings.warn(f"torch_flops: {'; '.join(text)}: give module paths as named_modules() lists them ('layer1.0') "
+                  "or module classes", UserWarning, stacklevel=caller_stacklevel())
 
 
 class TorchFLOPsByFX:
