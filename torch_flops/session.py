@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -276,9 +277,10 @@ class Recording:
             optimizer = self.optimizer
             begun = optimizer.register_step_pre_hook(self._step_begins)
             after = optimizer.register_step_post_hook(self._after_step)
-            for hooks, handle in ((optimizer._optimizer_step_pre_hooks, begun),
-                                  (optimizer._optimizer_step_post_hooks, after)):
-                hooks.move_to_end(handle.id, last=False)
+            for hooks, handle in ((getattr(optimizer, "_optimizer_step_pre_hooks", None), begun),
+                                  (getattr(optimizer, "_optimizer_step_post_hooks", None), after)):
+                if isinstance(hooks, OrderedDict) and handle.id in hooks:  # (a wrapper's hooks may live elsewhere)
+                    hooks.move_to_end(handle.id, last=False)
             self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after]
         try:
             self._hub = _Hub.join(self)
