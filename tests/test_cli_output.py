@@ -168,6 +168,7 @@ def test_every_file_written_is_announced(capsys: pytest.CaptureFixture[str], tmp
     (["--all-nodes"], "--all-nodes adds the graph's plumbing"),
     (["--format", "json", "--depth", "1"], "--depth does not apply to --format json"),
     (["--format", "markdown", "--depth", "1"], "--depth applies to --group-by module with --format markdown"),
+    (["--format", "table", "--depth", "1", "--top", "0"], "--depth places the table's top modules"),
     (["--format", "csv", "--top", "5"], "--top lists the top modules of --format tree and table"),
     (["--format", "csv", "--hardware", "h100-sxm"], "--hardware puts the roofline in the tree"),
     (["--meta", "--warmup", "2"], "--warmup and --repeat time the model, and --meta measures no time"),

@@ -461,6 +461,9 @@ def _check_combinations(ns: argparse.Namespace) -> None:
         if ns.format in ("csv", "markdown") and group_by != "module":
             raise CLIError(f"--depth applies to --group-by module with --format {ns.format} (its {group_by} rows "
                            "have no depth)", 2)
+        if ns.format == "table" and group_by != "module" and ns.top == 0:
+            raise CLIError(f"--depth places the table's top modules (its {group_by} rows have no depth), and --top 0 "
+                           "lists none", 2)
     if ns.top is not None and (ns.format == "json" or (ns.format in ("csv", "markdown") and not ns.roofline)):
         # (with --roofline, --top is the number of slowest nodes its text tables list; json holds them all)
         raise CLIError(f"--top lists the top modules of --format tree and table, not --format {ns.format}", 2)
