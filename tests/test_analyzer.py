@@ -396,6 +396,12 @@ def test_a_module_formula_by_name_reaches_subclasses_and_is_dropped_the_same_on_
     with torch.no_grad():
         counter.propagate(x)
     assert counter.total_flops == 64 + 8 + 8 and not counter.unsupported
+    # a torch class dropped too (fx keeps torch.nn's classes whole by default): through its ops everywhere
+    counter = TorchFLOPsByFX(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), tracer=tracer,  # type: ignore[arg-type]
+                             custom_formulas={nn.Linear: None})
+    with torch.no_grad():
+        counter.propagate(x)
+    assert counter.total_flops == 64 + 8 + 8 and not counter.unsupported
 
 
 @pytest.mark.usefixtures("clean_tables")

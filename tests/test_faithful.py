@@ -396,6 +396,18 @@ def test_the_binding_check_follows_a_forward_given_new_defaults() -> None:
     assert torch.equal(TorchFLOPsByFX(model).propagate(x), x)
 
 
+    class Keyword(nn.Module):
+        def forward(self, x: torch.Tensor, *, k: float) -> torch.Tensor:
+            return x * k
+
+    model = Keyword()
+    with pytest.raises(TypeError, match=r"missing 1 required keyword-only argument: 'k'$"):
+        TorchFLOPsByFX(model).propagate(x)
+    Keyword.forward.__kwdefaults__ = {}
+    Keyword.forward.__kwdefaults__["k"] = 2.0  # (set in place)
+    assert torch.equal(TorchFLOPsByFX(model).propagate(x), x * 2.0)
+
+
 def test_propagate_inputs_takes_a_tuple_and_a_mapping() -> None:
     model, x = nn.Linear(4, 2), torch.randn(3, 4)
     counter = TorchFLOPsByFX(model)

@@ -611,3 +611,19 @@ def test_a_forward_taking_star_args_and_star_star_kwargs_under_fx() -> None:
             # linear 2*2*4*4 + 8 bias, the scale's multiply 8, the sum over the stacked rest (one per
             # element it reads: 8 per tensor), the add 8
             assert counter.total_flops == 72 + 8 + 8 * (len(args) - 1) + 8
+
+
+def test_methods_of_python_containers_and_their_subclasses_count_zero_under_fx() -> None:
+    from collections import OrderedDict
+
+    class Configured(nn.Module):
+        def forward(self, x: torch.Tensor, cfg: dict[str, float]) -> torch.Tensor:
+            return x * cfg.get("scale", 1.0)
+
+    x = torch.randn(2, 4)
+    for cfg in ({"scale": 2.0}, OrderedDict(scale=2.0)):
+        counter = TorchFLOPsByFX(Configured(), tracer="fx")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert torch.equal(counter.propagate(x, cfg), x * 2.0)
+        assert counter.total_flops == 8 and not counter.unsupported  # the multiply; get: 0

@@ -615,6 +615,59 @@ def test_a_step_that_raises_past_the_profiler_s_hooks_ends_its_step(where: str) 
     assert updates == [2 * PARAMS, 2 * PARAMS if where == "step post-hook" else 0, 2 * PARAMS]
 
 
+@pytest.mark.parametrize("case", ["closure raises", "interrupted, then called from deeper"])
+def test_a_raised_step_ends_whatever_follows_it(case: str) -> None:
+    """Iteration 2 of 3 raises and the loop goes on: in a closure of optimizer.step(closure) after its
+    backward (the next forward is inside the next closure), or from a forward hook as a
+    KeyboardInterrupt, with the next iteration calling the model from a deeper function (a call that
+    never returned is told from a model calling itself by torch's call frames, not by depth)."""
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 8), torch.zeros(3, 4)
+    state = {"i": 0}
+
+    def maybe_raise(*args: Any) -> None:
+        if state["i"] == 1:
+            raise KeyboardInterrupt("skip")
+
+    if case != "closure raises":
+        model[1].register_forward_hook(maybe_raise)
+
+    def step() -> None:
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    def deeper() -> None:
+        step()
+
+    def iteration() -> None:
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if state["i"] == 1:
+                raise RuntimeError("non-finite loss")
+            return loss
+
+        try:
+            if case == "closure raises":
+                optimizer.step(closure)
+            elif state["i"] == 2:
+                deeper()  # one frame deeper than the interrupted call
+            else:
+                step()
+        except (RuntimeError, KeyboardInterrupt):
+            pass
+        optimizer.zero_grad()
+        state["i"] = (state["i"] + 1) % 3
+
+    reference, steps, prof = _iterations_and_steps(model, optimizer, iteration, 3)
+    assert steps == reference and len(steps) == 3
+    updates = [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles]
+    assert updates == [2 * PARAMS, 0, 2 * PARAMS]  # SGD: 2 FLOPs per parameter element; none where it raised
+
+
 def test_an_error_the_loop_recovers_from_inside_a_step_ends_nothing() -> None:
     # one update from 2 micro-batches; in each, a bad sample the loop replaces before the forward and a
     # loss that raises before a fallback loss is backpropagated: the loop recovered both times, so each

@@ -456,6 +456,9 @@ class _LeafTracer(fx.Tracer):
             return True
         if id(m) in self.parametrized:
             return False
+        table = self._options.table
+        if table is not None and table.drops(type(m)):  # (fx keeps torch.nn's own classes whole by default)
+            return False
         return super().is_leaf_module(m, module_qualified_name)
 
 

@@ -565,7 +565,7 @@ def check_call(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any
     func = getattr(forward, "__func__", None)
     if getattr(forward, "__self__", None) is not model or not inspect.isfunction(func):
         return
-    key = (func.__code__, func.__defaults__, func.__kwdefaults__)
+    key = (func.__code__, func.__defaults__, dict(func.__kwdefaults__ or {}))  # (a copy: set in place too)
     found = _BINDERS.get(func)
     if found is None or found[0] != key:  # (a function's defaults, even its code, can be set anew)
         found = _BINDERS[func] = (key, _binder(func))

@@ -255,7 +255,6 @@ class Recording:
         self._reset_stack()
         self._in_optimizer = False
         self._step_begun = False  # optimizer.step() was called (its first pre-hook ran) and has not returned
-        self._model_depth = 0  # how deep in the Python stack the model's last outermost call began
         self._graph: EagerGraph | None = None
         self._aside = (False, False)  # (modes off, hooks off): see stepped_aside
         self._untimed_depth = 0
@@ -616,15 +615,13 @@ class Recording:
             # a call of the model while an earlier one never returned: from its own forward (a model
             # calling itself), or from no deeper than it was made (a KeyboardInterrupt went past its
             # hooks, and the loop caught it: that call is over, and, as a step that raises, its step)
-            if _stack_depth() <= self._model_depth:
+            if not _called_within(self.model):
                 self._raised = True
             self._reset_stack()
             self._hub.resume(self._hub._suspended)
         if not self._stack:
             if self._open is not None:  # inside a paused stretch (the optimizer's step)
                 return False
-            if module is self.model:
-                self._model_depth = _stack_depth()
             self._forward_begins()
         outer = self._location
         self._stack.append(outer)
@@ -913,6 +910,11 @@ class Recording:
     # ------------------------------------------------------------------ the optimizer
     def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread and self._graph is not None:
+            if (self._in_optimizer or self._step_begun) and not self._in_closure:
+                # the last step() never returned (its closure raised, and the loop went on to this one without
+                # a forward outside a closure): it ended its step
+                self._in_optimizer, self._open, self._updates = False, None, []
+                self._end_step()
             self._step_begun = True
 
     @functions_off
@@ -964,12 +966,21 @@ class Recording:
 # the hub: what is installed per thread and process-wide
 # ---------------------------------------------------------------------------------------------
 
-def _stack_depth() -> int:
-    """How many Python frames are under the caller's."""
-    frame, depth = sys._getframe(1), 0
+_CALL_IMPL = nn.Module._call_impl.__code__
+
+
+def _called_within(module: nn.Module) -> bool:
+    """Whether the call of ``module`` beginning now is made from inside another call of it still
+    running in this thread (a model calling itself): torch's call frames for it further up."""
+    calls = 0
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
-        frame, depth = frame.f_back, depth + 1
-    return depth
+        if frame.f_code is _CALL_IMPL and frame.f_locals.get("self") is module:
+            calls += 1  # (the first is this call's own)
+            if calls == 2:
+                return True
+        frame = frame.f_back
+    return False
 
 
 _UNKNOWN = object()

@@ -389,6 +389,11 @@ class FormulaTable:
     def bound(self, formula: Formula | Composite | None) -> Formula | None:
         return formula.bind(self) if isinstance(formula, Composite) else formula
 
+    def drops(self, cls: type) -> bool:
+        """Whether ``custom_formulas`` removed the formula of ``cls`` or of a class it derives from
+        (``{nn.Linear: None}``): its calls are recorded through the ops they run."""
+        return bool(self._dropped) and any(klass in self._dropped for klass in cls.__mro__)
+
     def resolve_module(self, cls: type) -> Formula | None:
         """The formula of a module class, falling back along its MRO: a subclass of ``nn.Linear``
         is counted as a Linear unless it has an entry of its own, but only while it runs the

@@ -35,6 +35,15 @@ _METADATA = frozenset({"sym_size", "sym_stride", "sym_numel", "sym_storage_offse
 _CONTAINERS = (dict, list, tuple, set, frozenset, str)
 
 
+def _container_method(obj: Any, name: str) -> bool:
+    """Whether ``obj.<name>`` is a method of Python's own containers (also on a subclass, an
+    ``OrderedDict``, a named tuple, that does not override it)."""
+    base = next((b for b in _CONTAINERS if isinstance(obj, b)), None)
+    name = name.rpartition(".")[2]
+    return base is not None and getattr(base, name, None) is not None \
+        and getattr(type(obj), name, None) is getattr(base, name, None)
+
+
 def through_aten_ops(table: FormulaTable, call: Callable[..., Any], key: str, ignored: Iterable[str] = (),
                      real: int | None = None, method: bool = False) -> Formula:
     """A formula ``f(module, out, *args, **kwargs)`` counting ``call(module, *args, **kwargs)`` by
@@ -50,7 +59,7 @@ def through_aten_ops(table: FormulaTable, call: Callable[..., Any], key: str, ig
     ignored = frozenset(ignored)
 
     def counted_through_aten_ops(module: Any, out: Any, *args: Any, **kwargs: Any) -> Count:
-        if method and args and type(args[0]) in _CONTAINERS:  # (kwargs.get(...) in a traced forward: no tensor work)
+        if method and args and _container_method(args[0], key):  # (kwargs.get(...) in a traced forward: no tensor work)
             return Count(0, 0, 0, 0)
         tensors = [t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if not tensors or (method and not (args and isinstance(args[0], torch.Tensor))):
