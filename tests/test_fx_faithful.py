@@ -627,3 +627,19 @@ def test_methods_of_python_containers_and_their_subclasses_count_zero_under_fx()
             warnings.simplefilter("error")
             assert torch.equal(counter.propagate(x, cfg), x * 2.0)
         assert counter.total_flops == 8 and not counter.unsupported  # the multiply; get: 0
+
+
+def test_keyword_only_parameters_after_star_args_bind_as_eager_binds_them_under_fx() -> None:
+    """fx puts a keyword-only parameter's placeholder before ``*args``'s: positions skip it."""
+    class KeywordOnly(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, *rest: torch.Tensor, k: float = 1.0, **kw: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * k + rest[0] + kw["z"]
+
+    model, x, y = KeywordOnly(), torch.randn(2, 4), torch.randn(2, 4)
+    for args, kwargs in (((x, y, y), {"z": x}), ((x, y), {"z": x}), ((x, y), {"k": 2.0, "z": x})):
+        counter = TorchFLOPsByFX(model, tracer="fx")
+        assert torch.equal(counter.propagate(*args, **kwargs), model(*args, **kwargs))

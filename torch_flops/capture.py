@@ -141,10 +141,12 @@ class FxBinder:
     #: positional arguments after the named ones (a tuple), the keywords of no other name (a dict)
     var_positional: str | None = None
     var_keyword: str | None = None
+    #: the placeholders of the forward's keyword-only parameters (after ``*args``: no position reaches them)
+    keyword_only: frozenset[str] = frozenset()
 
     @classmethod
     def for_graph(cls, gm: fx.GraphModule, concrete_args: Mapping[str, Any] | None = None,
-                  defaults: Mapping[str, Any] | None = None) -> FxBinder:
+                  defaults: Mapping[str, Any] | None = None, keyword_only: frozenset[str] = frozenset()) -> FxBinder:
         concrete = dict(concrete_args or {})
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         names = tuple(_source_name(str(n.target).lstrip("*"), concrete) for n in placeholders)
@@ -159,7 +161,7 @@ class FxBinder:
                  if str(n.target).startswith("*")}
         return cls(names, fallbacks, optional, unused, tuple(name for name in names if name in concrete),
                    {name: value for name, value in (defaults or {}).items() if name in concrete},
-                   stars.get(1), stars.get(2))
+                   stars.get(1), stars.get(2), frozenset(keyword_only) & frozenset(names))
 
     def ignored(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
         """The :attr:`unused` arguments this call gives a value other than None."""
@@ -173,49 +175,57 @@ class FxBinder:
 
     def _given(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Placeholder name -> the value this call gives it (by position or keyword)."""
-        return dict(zip(self.names, args)) | dict(kwargs)
+        return dict(zip(self._positional(), args)) | dict(kwargs)
+
+    def _positional(self) -> list[str]:
+        """The placeholders a positional argument goes to, in order (fx puts keyword-only ones
+        before ``*args``)."""
+        skipped = {self.var_positional, self.var_keyword, *self.keyword_only}
+        return [name for name in self.names if name not in skipped]
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
-        names = self.names
-        starred, double = self.var_positional, self.var_keyword
-        named = [name for name in names if name not in (starred, double)]
+        names, starred, double = self.names, self.var_positional, self.var_keyword
+        positional = self._positional()
         extra_args: tuple[Any, ...] = ()
-        if starred is not None and len(args) > len(named):
-            args, extra_args = args[:len(named)], args[len(named):]
-        if len(args) > len(names):
-            raise TypeError(f"the graph takes {len(names)} input(s) ({', '.join(names)}) "
-                            f"but {len(args)} positional argument(s) were given")
-        extra_kwargs = {k: v for k, v in kwargs.items() if k not in named} if double is not None else {}
-        if extra_kwargs:
-            kwargs = {k: v for k, v in kwargs.items() if k in named}
-        unknown = [k for k in kwargs if k not in names]
+        if len(args) > len(positional):
+            if starred is None:
+                raise TypeError(f"the graph takes {len(positional)} input(s) ({', '.join(positional)}) "
+                                f"but {len(args)} positional argument(s) were given")
+            args, extra_args = args[:len(positional)], args[len(positional):]
+        given = dict(zip(positional, args))
+        extra_kwargs: dict[str, Any] = {}
+        unknown = []
+        for key, value in kwargs.items():
+            if key in given:
+                raise TypeError(f"input {key!r} given both by position and by keyword")
+            if key in names and key not in (starred, double):
+                given[key] = value
+            elif double is not None:
+                extra_kwargs[key] = value
+            else:
+                unknown.append(key)
         if unknown:
             raise TypeError(f"unexpected keyword input(s) {unknown}; the graph's inputs are {list(names)}")
         flat: list[Any] = []
-        for i, (name, (has_fallback, fallback)) in enumerate(zip(names, self.fallbacks)):
+        for name, (has_fallback, fallback) in zip(names, self.fallbacks):
             if name == starred or name == double:
                 flat.append(extra_args if name == starred else extra_kwargs)
-                continue
-            if i < len(args):
-                if name in kwargs:
-                    raise TypeError(f"input {name!r} given both by position and by keyword")
-                flat.append(args[i])
-            elif name in kwargs:
-                flat.append(kwargs[name])
-            if name in self.concrete and len(flat) == i + 1 and not _same_value(flat[i], fallback):
-                raise TracingError(
-                    f"input {name!r} was fixed to {fallback!r} by concrete_args when torch.fx traced the model, and "
-                    f"this call gives {flat[i]!r}: the graph holds the traced value. Give concrete_args={{{name!r}: "
-                    f"{flat[i]!r}}} for these calls, or profile with the default front end (tracer='auto')")
-            if len(flat) == i + 1:
-                continue
-            if name in self.concrete_defaults and not _same_value(self.concrete_defaults[name], fallback):
+            elif name in given:
+                value = given[name]
+                if name in self.concrete and not _same_value(value, fallback):
+                    raise TracingError(
+                        f"input {name!r} was fixed to {fallback!r} by concrete_args when torch.fx traced the model, "
+                        f"and this call gives {value!r}: the graph holds the traced value. Give concrete_args="
+                        f"{{{name!r}: {value!r}}} for these calls, or profile with the default front end "
+                        "(tracer='auto')")
+                flat.append(value)
+            elif name in self.concrete_defaults and not _same_value(self.concrete_defaults[name], fallback):
                 raise TracingError(
                     f"input {name!r} was fixed to {fallback!r} by concrete_args when torch.fx traced the model, and "
                     f"this call leaves it out, which the model runs with its default {self.concrete_defaults[name]!r}: "
                     f"the graph holds the traced value. Pass {name}={fallback!r}, or profile with the default front "
                     "end (tracer='auto')")
-            if has_fallback:
+            elif has_fallback:
                 flat.append(fallback)  # the concrete value fx specialised to, or the recorded default
             else:
                 raise TypeError(f"missing input {name!r}; the graph's inputs are {list(names)}")
@@ -960,9 +970,19 @@ def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
     defaults = _concrete_defaults(model, options.concrete_args or {})
     gm = trace_fx(model, options)
-    graph = CapturedGraph(gm, _locations(gm, index.types), FxBinder.for_graph(gm, options.concrete_args, defaults))
+    graph = CapturedGraph(gm, _locations(gm, index.types),
+                          FxBinder.for_graph(gm, options.concrete_args, defaults, _keyword_only(model)))
     return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=index.types,
                    module_params=index.params, snapshot=Snapshot(index, gm))
+
+
+def _keyword_only(model: nn.Module) -> frozenset[str]:
+    """The names of the forward's keyword-only parameters."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
 
 
 def _concrete_defaults(model: nn.Module, concrete: Mapping[str, Any]) -> dict[str, Any]:
