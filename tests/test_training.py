@@ -668,6 +668,29 @@ def test_a_raised_step_ends_whatever_follows_it(case: str) -> None:
     assert updates == [2 * PARAMS, 0, 2 * PARAMS]  # SGD: 2 FLOPs per parameter element; none where it raised
 
 
+def test_a_step_post_hook_s_work_is_its_step_s_optimizer_work() -> None:
+    """A post-hook of the user's on optimizer.step() (registered before the profiler) runs after the
+    update, inside step(): its ops are that step's optimizer work, as FlopCounterMode around each
+    iteration counts them (they went to the next step's loss work, the last step's to none)."""
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = torch.randn(16, 16)
+    optimizer.register_step_post_hook(lambda *args: torch.mm(w, w))  # 2*16*16*16 = 8192 FLOPs
+    x, y = torch.randn(3, 8), torch.zeros(3, 4)
+
+    def iteration() -> None:
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    reference, steps, prof = _iterations_and_steps(model, optimizer, iteration, 3)
+    optimizer_work = [sum(r.flops for r in p.with_convention("flop_counter").records if r.phase == "optimizer"
+                          and r.op != "optimizer_step") for p in prof.profiles]
+    assert optimizer_work == [8192] * 3
+    assert [s + 8192 for s in steps] == reference  # (steps: the forward and backward)
+
+
 def test_an_error_the_loop_recovers_from_inside_a_step_ends_nothing() -> None:
     # one update from 2 micro-batches; in each, a bad sample the loop replaces before the forward and a
     # loss that raises before a fallback loss is backpropagated: the loop recovered both times, so each

@@ -255,6 +255,7 @@ class Recording:
         self._reset_stack()
         self._in_optimizer = False
         self._step_begun = False  # optimizer.step() was called (its first pre-hook ran) and has not returned
+        self._stepped = False  # the update is recorded, and step() has not returned (the user's post-hooks run)
         self._graph: EagerGraph | None = None
         self._aside = (False, False)  # (modes off, hooks off): see stepped_aside
         self._untimed_depth = 0
@@ -273,6 +274,7 @@ class Recording:
             # the update is counted by the last pre-hook (the user's may change the gradients first), and
             # recorded by the first post-hook (a user's that raises comes after the update). A first pre-hook
             # marks the step begun: one of the user's that raises before ours ends the step all the same
+            # and a last post-hook ends the step: what the user's post-hooks run is the step's optimizer work
             optimizer = self.optimizer
             begun = optimizer.register_step_pre_hook(self._step_begins)
             after = optimizer.register_step_post_hook(self._after_step)
@@ -280,7 +282,8 @@ class Recording:
                                   (getattr(optimizer, "_optimizer_step_post_hooks", None), after)):
                 if isinstance(hooks, OrderedDict) and handle.id in hooks:  # (a wrapper's hooks may live elsewhere)
                     hooks.move_to_end(handle.id, last=False)
-            self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after]
+            self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after,
+                              optimizer.register_step_post_hook(self._step_returns)]
         try:
             self._hub = _Hub.join(self)
         except BaseException:
@@ -611,6 +614,9 @@ class Recording:
             # the last optimizer step raised (in its body or a pre-hook of the user's): it ended its step
             self._in_optimizer, self._step_begun, self._open, self._updates = False, False, None, []
             self._end_step()
+        if self._stepped:  # a post-hook of the user's raised after the update: the step is over all the same
+            self._stepped = False
+            self._end_step()
         if module is self.model and self._stack and self._hub is not None:
             # a call of the model while an earlier one never returned: from its own forward (a model
             # calling itself), or from no deeper than it was made (a KeyboardInterrupt went past its
@@ -915,6 +921,9 @@ class Recording:
                 # a forward outside a closure): it ended its step
                 self._in_optimizer, self._open, self._updates = False, None, []
                 self._end_step()
+            if self._stepped:  # (the last one's post-hook raised after its update)
+                self._stepped = False
+                self._end_step()
             self._step_begun = True
 
     @functions_off
@@ -959,7 +968,12 @@ class Recording:
                          for param, flops, macs in self._counts]
         self._open = None
         self._in_optimizer = self._step_begun = False
-        self._end_step()
+        self._stepped = True  # (the step ends when step() returns: the user's post-hooks run first)
+
+    def _step_returns(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self._thread and self._stepped:
+            self._stepped = False
+            self._end_step()
 
 
 # ---------------------------------------------------------------------------------------------
