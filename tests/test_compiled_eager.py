@@ -281,3 +281,21 @@ def test_a_model_without_compiled_submodules_leaves_dynamo_s_stance_alone() -> N
     torch_flops.profile(Plain(), torch.randn(2))
     torch_flops.profile(_Outer(), torch.randn(2, 8))
     assert seen == ["default"] and eval_frame._stance.stance == "default"
+
+
+def test_a_compiled_submodule_gives_no_warning_of_the_profiler_s_hooks() -> None:
+    """torch's OptimizedModule warns at each call while global module hooks exist; under a recording
+    those are the profiler's, so the warning is not shown then (and the filter goes when they go)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    model[0] = torch.compile(model[0], backend="eager")
+    x = torch.randn(2, 8)
+    expected = model(x)
+    filters = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counter = torch_flops.TorchFLOPsByFX(model)
+        assert torch.equal(counter.propagate(x), expected)
+    assert not [w for w in caught if "global hooks" in str(w.message)]
+    assert counter.total_flops == 2 * 2 * 8 * 8 + 2 * 8 + 2 * 8  # linear 256 + bias 16 + relu 16
+    assert warnings.filters == filters

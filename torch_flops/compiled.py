@@ -89,7 +89,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops import _validate
 from torch_flops.backward import in_backward
-from torch_flops.errors import LossError, UnsupportedOpWarning
+from torch_flops.errors import LossError, UnsupportedOpWarning, caller_stacklevel
 from torch_flops.formulas import FORMULAS, FormulaTable, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
@@ -957,7 +957,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         if partly:
             parts.append(f"aten op(s) with no formula ran eagerly outside the compiled graphs{where}: "
                          + ", ".join(partly[:4]) + " (not in this profile's totals)")
-        warnings.warn("torch_flops: " + "; ".join(parts) + ".", UnsupportedOpWarning, stacklevel=3)
+        warnings.warn("torch_flops: " + "; ".join(parts) + ".", UnsupportedOpWarning, stacklevel=caller_stacklevel())
     profile = Profile(records=tuple(records), device=str(device), tracer="inductor", memory_source="none",
                       module_types={p: type(m).__name__ for p, m in model.named_modules()},
                       module_params={p: sum(t.numel() for t in m.parameters(recurse=False))
