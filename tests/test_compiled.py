@@ -324,3 +324,35 @@ def test_a_chain_of_batched_products_counts_both_kernels() -> None:
     kernels = [r for r in result.profile.records if r.target == "aten.bmm"]
     assert [r.flops for r in kernels] == [4096, 4096] and not result.eliminated
     assert (kernels[0].bytes_read, kernels[0].bytes_written) == (2048, 512)
+
+
+def test_a_tensor_given_twice_stays_one_tensor_in_the_extra_calls_and_compare_keeps_one_call() -> None:
+    """``model(x, x)``: the untimed and extra calls get one copy given twice, as the real call (two
+    copies made Dynamo compile another graph, and the real call then recompiled inside the profile,
+    doubling its FLOPs); compare_compiled's eager side is an extra call, undone: the model's state is
+    that of the one compiled call, as profile_compiled leaves it."""
+    from torch_flops import compare_compiled
+    from torch_flops.state import copy_inputs
+
+    x = torch.randn(2, 8)
+    copied_args, copied_kwargs = copy_inputs(((x, x), {"labels": x}))
+    assert copied_args[0] is copied_args[1] is copied_kwargs["labels"] and copied_args[0] is not x
+
+    class Counted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return self.fc(u) * v
+
+    torch.manual_seed(0)
+    model = Counted()
+    result = torch_flops.profile_compiled(model, x, x)
+    # linear 2*2*8*8 + 16 bias, the product 16, the count's += 1: 289, once (no recompile, no region twice)
+    assert result.total_flops == 289 and not result.dynamo.recompile_reasons
+    assert model.calls.item() == 1
+    compare_compiled(model, x, x)
+    assert model.calls.item() == 2  # one more call: the compiled one's

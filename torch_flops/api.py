@@ -44,7 +44,7 @@ from torch_flops.generation import profile_generation_call
 from torch_flops.options import TracerName
 from torch_flops.paths import ancestors, module_chain
 from torch_flops.records import NodeRecord, Profile, Status, is_internal
-from torch_flops.state import copy_inputs
+from torch_flops.state import ExtraRuns, copy_inputs
 
 __all__ = ["ActivationCountAnalysis", "FlopCountAnalysis", "activation_count", "compare_compiled", "flop_count",
            "flop_count_str", "flop_count_table", "get_model_profile", "parameter_count", "parameter_count_table", "profile"]
@@ -1021,7 +1021,12 @@ def compare_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
     with torch.no_grad():
         launches = eager_launches(original, args, kwargs)
         counter = TorchFLOPsByFX(original, warmup=warmup, repeat=repeat)
-        counter.propagate(*copy_inputs(args), **copy_inputs(kwargs))
+        call_args, call_kwargs = copy_inputs((args, kwargs))
+        extra = ExtraRuns((), original)  # (the eager side's call is an extra one: the compiled call's effects stay)
+        try:
+            counter.propagate(*call_args, **call_kwargs)
+        finally:
+            extra.undo()
         eager = counter.profile
         eager_call = eager_call_ms(original, args, kwargs, warmup, repeat)
     result = profile_compiled(model, *args, compile_kwargs=compile_kwargs, warmup=warmup, repeat=repeat, **kwargs)

@@ -48,7 +48,6 @@ from torch_flops.compiled import (
     call_facts,
     check_nothing_installed,
     compile_warmup,
-    copy_aliased,
     split_compiled,
 )
 from torch_flops.errors import DroppedOutputWarning, LossError, TracingError, caller_stacklevel
@@ -61,7 +60,7 @@ from torch_flops.progress import Progress
 from torch_flops.recorder import check_call, check_leaves
 from torch_flops.runloop import RunTimes, run_repeated
 from torch_flops.session import Recording, Step
-from torch_flops.state import ExtraRuns, LeafGrads, training_flags_restored
+from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, training_flags_restored
 
 __all__ = ["CallSettings", "CompiledFront", "EagerFront", "GraphFront", "checked_loss", "makes_cpu_tensors", "meta_advice",
            "reads_values"]
@@ -418,7 +417,7 @@ class CompiledFront:
         # the records: the original module, recorded eagerly on copies of the inputs, undone
         saved = ExtraRuns((), self.original)
         try:
-            shadow_args, shadow_kwargs = copy_aliased((args, kwargs))
+            shadow_args, shadow_kwargs = copy_inputs((args, kwargs))
             shadow = self.eager.call(shadow_args, shadow_kwargs, loss_fn=loss_fn, backward=backward, progress=progress)
         finally:
             saved.undo()
@@ -435,7 +434,7 @@ class CompiledFront:
             extra = ExtraRuns((), self.original)
             grads: list[LeafGrads] = []
             try:
-                call_args, call_kwargs = copy_aliased((args, kwargs))
+                call_args, call_kwargs = copy_inputs((args, kwargs))
                 self._step(call_args, call_kwargs, loss_fn, backward, timer, marks, grads)
             finally:
                 for g in grads:

@@ -113,7 +113,7 @@ from torch_flops.state import ExtraRuns, LeafGrads, copy_inputs, training_flags_
 
 __all__ = ["CompareRow", "CompiledCalls", "CompiledComparison", "CompiledProfile", "DynamoStats", "Eliminated",
            "FrameInfo", "GraphBreak", "Region", "backend_name", "call_facts", "call_signature",
-           "check_nothing_installed", "compile_warmup", "copy_aliased",
+           "check_nothing_installed", "compile_warmup",
            "drop_stale_hook_flags", "eager_call_ms", "eager_launches", "is_compiled", "mark", "profile_compiled",
            "split_compiled"]
 
@@ -225,24 +225,6 @@ def check_nothing_installed() -> None:
                            "remove it before calling the compiled model")
 
 
-def copy_aliased(value: Any) -> Any:
-    """:func:`~torch_flops.state.copy_inputs` keeping aliasing: a tensor given twice (``model(ids,
-    labels=ids)``) is one copy given twice, as Dynamo guards on it (distinct copies compile another
-    graph, then the real call recompiles)."""
-    from torch.utils import _pytree
-
-    memo: dict[int, Any] = {}
-
-    def copy(leaf: Any) -> Any:
-        if not isinstance(leaf, torch.Tensor):
-            return leaf
-        if id(leaf) not in memo:
-            memo[id(leaf)] = copy_inputs(leaf)
-        return memo[id(leaf)]
-
-    return _pytree.tree_map(copy, value)
-
-
 def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
                    calls: int = 1, *, backward: bool = False, loss_fn: Callable[[Any], Any] | None = None) -> float:
     """Call a compiled model ``calls`` times, untimed for the profile (the first call compiles), on
@@ -259,7 +241,7 @@ def compile_warmup(compiled: Callable[..., Any], args: Sequence[Any], kwargs: Ma
         grads: list[LeafGrads] = []
         start = time.perf_counter()
         try:
-            call_args, call_kwargs = copy_aliased((tuple(args), dict(kwargs)))
+            call_args, call_kwargs = copy_inputs((tuple(args), dict(kwargs)))
             out = compiled(*call_args, **call_kwargs)
             if backward and torch.is_grad_enabled():
                 roots = [r for r in ([loss_fn(out)] if loss_fn is not None else tensors_of(out))
@@ -515,7 +497,7 @@ class CompiledCalls:
         with rec.stepped_aside(modes=False, hooks=False):
             with rec.paused():
                 saved = ExtraRuns(rec.index.tensors)
-                call_args, call_kwargs = copy_aliased((args, kwargs))
+                call_args, call_kwargs = copy_inputs((args, kwargs))
             try:
                 output = self.original(*call_args, **call_kwargs)
                 versions = [(t, t._version) for _, t, is_param in rec.index.tensors if not is_param]
@@ -861,7 +843,7 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
         """One call on copies of the inputs, undone after; its time (ms), copies and undo excluded.
         ``around``: a context the call (and its backward) runs in."""
         extra = ExtraRuns((), model)
-        call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+        call_args, call_kwargs = copy_inputs((args, kwargs))
         try:
             with around if around is not None else contextlib.nullcontext():
                 return timed(call_args, call_kwargs, marks)[1]
@@ -1646,7 +1628,7 @@ def eager_launches(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     """One extra eager call (undone), counting the kernels each module launches."""
     mode = _Launches()
     extra = ExtraRuns((), model)
-    call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+    call_args, call_kwargs = copy_inputs((args, kwargs))
     try:
         with _module_scopes(model, mode), mode:
             model(*call_args, **call_kwargs)
@@ -1661,7 +1643,7 @@ def eager_call_ms(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     times = []
     for i in range(warmup + repeat):
         extra = ExtraRuns((), model)
-        call_args, call_kwargs = copy_inputs(args), copy_inputs(kwargs)
+        call_args, call_kwargs = copy_inputs((args, kwargs))
         _sync(device)
         t0 = time.perf_counter_ns()
         model(*call_args, **call_kwargs)

@@ -1516,7 +1516,7 @@ def _remove_global_hooks() -> None:
     _GLOBAL_HOOKS.clear()
     for entry in _FILTERS:
         with contextlib.suppress(ValueError):  # (the user may have reset the filters meanwhile)
-            warnings.filters.remove(entry)
+            warnings.filters.remove(entry)  # type: ignore[attr-defined]  # (a list at run time)
     _FILTERS.clear()
     mutated = getattr(warnings, "_filters_mutated", None)  # (the caches of what was already shown)
     if mutated is not None:

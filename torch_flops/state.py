@@ -47,10 +47,21 @@ def training_flags_restored(modules: Sequence[nn.Module]) -> Iterator[None]:
 
 def copy_inputs(value: Any) -> Any:
     """``value`` with every tensor replaced by a copy (same dtype, device, ``requires_grad``, an
-    inference tensor or not), so that an extra run's in-place updates of its inputs stay its own."""
-    def copy(leaf: Any) -> Any:
+    inference tensor or not), so that an extra run's in-place updates of its inputs stay its own. A
+    tensor given twice (``model(x, x)``, ``model(ids, labels=ids)``: copy ``(args, kwargs)`` in one
+    call) is one copy given twice, as in the real call (an in-place update reaches both; Dynamo guards
+    on it: distinct copies compile another graph, and the real call then recompiles)."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def aliased(leaf: Any) -> Any:
         if not isinstance(leaf, torch.Tensor):
             return leaf
+        found = memo.get(id(leaf))
+        if found is None:
+            found = memo[id(leaf)] = copy(leaf)
+        return found
+
+    def copy(leaf: torch.Tensor) -> torch.Tensor:
         if type(leaf) in (torch.Tensor, nn.Parameter):  # the profiler's own copy: no mode of the user's sees it
             with torch._C.DisableTorchFunction():
                 clone = _copy(leaf)
@@ -67,7 +78,7 @@ def copy_inputs(value: Any) -> Any:
                 clone.__dict__[name] = attribute
         return clone
 
-    return _pytree.tree_map(copy, value)
+    return _pytree.tree_map(aliased, value)
 
 
 def _copy(leaf: torch.Tensor) -> torch.Tensor:
