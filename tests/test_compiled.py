@@ -356,3 +356,19 @@ def test_a_tensor_given_twice_stays_one_tensor_in_the_extra_calls_and_compare_ke
     assert model.calls.item() == 1
     compare_compiled(model, x, x)
     assert model.calls.item() == 2  # one more call: the compiled one's
+
+
+def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about() -> None:
+    """Inductor fuses ``i0e`` (no formula) with an add: the kernel counts the add and names the rest."""
+    from torch_flops import UnsupportedOpWarning
+
+    class Bessel(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.special.i0e(x) + x
+
+    x = torch.randn(2, 8)
+    with pytest.warns(UnsupportedOpWarning, match=r"ran inside the compiled kernels of Bessel: aten.special_i0e") as w:
+        result = torch_flops.profile_compiled(Bessel(), x)
+    assert any(item.filename == __file__ for item in w)
+    [kernel] = [r for r in result.profile.records if r.op == "kernel"]
+    assert kernel.flops == 16 and "no formula for aten.special_i0e" in kernel.note  # the add: 2*8

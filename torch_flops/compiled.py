@@ -922,6 +922,14 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
             eager_count="their aten ops counted in one more call, untimed and undone, under a dispatch mode "
                         "that Dynamo compiles under (ignore_compile_internals)" if eager_counts is not None
             else "not counted: the calls before showed no graph break, no frame left uncompiled, no backward")
+    # ops inside a kernel with no formula: the kernel counts the rest of its work
+    in_kernels = sorted({op for r in records if r.op in ("kernel", "extern_kernel") and _NO_FORMULA in (r.note or "")
+                         for op in r.note.split(_NO_FORMULA, 1)[1].split("; ", 1)[0].split(", ")})
+    if in_kernels:
+        warnings.warn(f"torch_flops: op(s) with no FLOPs formula ran inside the compiled kernels of "
+                      f"{type(model).__name__}: {', '.join(in_kernels[:4])}; their work is not in the kernels' counts "
+                      "(each such kernel's note names them). Register a formula with torch_flops.register_aten.",
+                      UnsupportedOpWarning, stacklevel=caller_stacklevel())
     if uncounted or partly:
         # the regions count what Inductor's kernels computed; what ran outside them and could not be
         # counted is named, rather than a total that looks complete
@@ -1192,6 +1200,9 @@ def _count_eager(run: Callable[[bool, contextlib.AbstractContextManager[Any]], f
 # kernels -> records
 # ---------------------------------------------------------------------------------------------
 
+_NO_FORMULA = "no formula for "  #: how a kernel's note names the ops of it no formula counted
+
+
 @dataclass
 class _Work:
     """What one kernel call site does, gathered before its record is made."""
@@ -1233,7 +1244,7 @@ def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Tim
         main = _main_node(g, k)
         counted = w.count.calls > 0 or not w.uncounted
         if w.uncounted:
-            note = "; ".join(filter(None, [note, "no formula for " + ", ".join(sorted(w.uncounted))]))
+            note = "; ".join(filter(None, [note, _NO_FORMULA + ", ".join(sorted(w.uncounted))]))
         name = f"{g.frame.compile_id}:{g.phase[0]}:{k.key}"
         records.append(NodeRecord(
             index=len(records), name=name, op="extern_kernel" if k.extern else "kernel", target=k.target,
@@ -1402,6 +1413,8 @@ def _place(total: OpCount | None, members: list[tuple[CompiledGraph, PostGradNod
     label = op or members[0][1].original
     for key in kernels:
         works[key].ops[label] = None
+        if total is not None and total.unsupported:  # (some of its aten ops have no formula: not in the count)
+            works[key].uncounted.add(label)
     if total is not None and len(kernels) == 1:
         works[next(iter(kernels))].count.add(total)
         return
