@@ -440,3 +440,19 @@ def test_export_lets_the_forwards_own_builtin_error_out_as_itself() -> None:
         TorchFLOPsByFX(_Refuses(), tracer="export").propagate(torch.ones(2, 4))
     assert type(caught.value) is ValueError
     assert any("torch.export traced it" in note for note in caught.value.__notes__)
+
+
+def test_a_dropped_torch_class_fx_cannot_trace_through_is_kept_whole_and_counted_by_its_ops() -> None:
+    """custom_formulas {nn.BatchNorm2d: None}: fx cannot trace BatchNorm's forward (it branches on its
+    flags), so it stays one node, counted by the aten ops it runs, as eager and FlopCounterMode count it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)), torch.randn(2, 3, 8, 8)
+    with torch.no_grad(), FlopCounterMode(display=False) as reference:
+        model(x)
+    counter = TorchFLOPsByFX(model, tracer="fx", custom_formulas={nn.BatchNorm2d: None})
+    with torch.no_grad():
+        counter.propagate(x)
+    assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops()
+    assert not counter.unsupported

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import logging
 import operator
@@ -102,6 +103,9 @@ class CaptureOptions:
     #: the Python functions the user registered a formula for (function objects, or names): each
     #: call the forwards make by a global name is one node (fx's ``autowrap_functions``)
     formula_functions: tuple[Any, ...] = ()
+    #: fx traces through torch's classes whose formula the table drops (custom_formulas {nn.Linear: None});
+    #: False: fx's own rule keeps them whole (a retry, when one cannot be traced)
+    trace_dropped: bool = True
 
     def keeps_whole(self, module: nn.Module) -> bool:
         """Whether ``module`` is one of the leaves these options ask for by class."""
@@ -467,8 +471,8 @@ class _LeafTracer(fx.Tracer):
         if id(m) in self.parametrized:
             return False
         table = self._options.table
-        if table is not None and table.drops(type(m)):  # (fx keeps torch.nn's own classes whole by default)
-            return False
+        if self._options.trace_dropped and table is not None and table.drops(type(m)):
+            return False  # (fx keeps torch.nn's own classes whole by default)
         return super().is_leaf_module(m, module_qualified_name)
 
 
@@ -512,6 +516,13 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
                           "each is one node, its parametrization's work uncounted. The default front end "
                           "(tracer='auto') counts it.", UnsupportedOpWarning, stacklevel=caller_stacklevel())
             return gm
+    if options.trace_dropped and options.table is not None and any(options.table.drops(type(m))
+                                                                   for m in model.modules()):
+        try:
+            return _trace_fx(model, options, frozenset())
+        except TracingError:  # a class whose formula custom_formulas dropped and fx cannot trace through
+            # (BatchNorm branches on its flags): kept whole again, counted by the aten ops it runs where it can be
+            return _trace_fx(model, dataclasses.replace(options, trace_dropped=False), frozenset())
     return _trace_fx(model, options, frozenset())
 
 
