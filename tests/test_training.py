@@ -668,6 +668,55 @@ def test_a_raised_step_ends_whatever_follows_it(case: str) -> None:
     assert updates == [2 * PARAMS, 0, 2 * PARAMS]  # SGD: 2 FLOPs per parameter element; none where it raised
 
 
+@pytest.mark.parametrize("hook", ["post-hook after start", "pre-hook calling the model",
+                                  "post-hook calling the model"])
+def test_step_hooks_of_the_user_s_stay_in_their_step(hook: str) -> None:
+    """A step post-hook registered after start_profile() (its work is the step's optimizer work), and a
+    step hook that calls the model (no-grad, a check): every iteration is one step, as FlopCounterMode
+    around each counts it, with its update (the model call in a hook split every step)."""
+    torch.manual_seed(0)
+    model = _mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(3, 8), torch.zeros(3, 4)
+    w = torch.randn(16, 16)
+
+    def work(*args: Any) -> None:
+        if "model" in hook:
+            with torch.no_grad():
+                model(x)
+        else:
+            torch.mm(w, w)
+
+    if "model" in hook:
+        getattr(optimizer, f"register_step_{hook.split('-')[0]}_hook")(work)
+
+    def iteration() -> None:
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    reference = []
+    for _ in range(3):
+        with FlopCounterMode(display=False) as counted:
+            if hook == "post-hook after start" and not reference:
+                handle = optimizer.register_step_post_hook(work)
+            iteration()
+        reference.append(counted.get_total_flops())
+    if hook == "post-hook after start":
+        handle.remove()
+    with TrainingProfiler(model, optimizer) as prof:
+        if hook == "post-hook after start":
+            optimizer.register_step_post_hook(work)
+        for _ in range(3):
+            iteration()
+    steps = [p.with_convention("flop_counter") for p in prof.profiles]
+    hook_work = 8192 if hook == "post-hook after start" else 0  # its mm, 2*16*16*16: optimizer work, not in totals
+    assert [s.total_flops + s.total_backward_flops + hook_work for s in steps] == reference
+    assert [sum(r.flops for r in p.records if r.phase == "optimizer" and r.op != "optimizer_step")
+            for p in steps] == [hook_work] * 3
+    assert [sum(r.flops for r in p.records if r.op == "optimizer_step") for p in prof.profiles] == [2 * PARAMS] * 3
+
+
 def test_a_step_post_hook_s_work_is_its_step_s_optimizer_work() -> None:
     """A post-hook of the user's on optimizer.step() (registered before the profiler) runs after the
     update, inside step(): its ops are that step's optimizer work, as FlopCounterMode around each

@@ -257,6 +257,7 @@ class Recording:
         self._in_optimizer = False
         self._step_begun = False  # optimizer.step() was called (its first pre-hook ran) and has not returned
         self._stepped = False  # the update is recorded, and step() has not returned (the user's post-hooks run)
+        self._returns_id: int | None = None  # the handle id of the post-hook that ends a step (_step_returns)
         self._graph: EagerGraph | None = None
         self._aside = (False, False)  # (modes off, hooks off): see stepped_aside
         self._untimed_depth = 0
@@ -283,8 +284,9 @@ class Recording:
                                   (getattr(optimizer, "_optimizer_step_post_hooks", None), after)):
                 if isinstance(hooks, OrderedDict) and handle.id in hooks:  # (a wrapper's hooks may live elsewhere)
                     hooks.move_to_end(handle.id, last=False)
-            self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after,
-                              optimizer.register_step_post_hook(self._step_returns)]
+            returns = optimizer.register_step_post_hook(self._step_returns)
+            self._returns_id = returns.id  # (kept last: see _step_begins)
+            self._handles += [begun, optimizer.register_step_pre_hook(self._before_step), after, returns]
         try:
             self._hub = _Hub.join(self)
         except BaseException:
@@ -611,12 +613,12 @@ class Recording:
         path = self._paths.get(id(module))
         if path is None or self._graph is None:  # a module of another model: its ops are its caller's
             return False
-        if not self._in_closure and (self._in_optimizer or self._step_begun):
-            # the last optimizer step raised (in its body or a pre-hook of the user's): it ended its step
-            self._in_optimizer, self._step_begun, self._open, self._updates = False, False, None, []
-            self._end_step()
-        if self._stepped:  # a post-hook of the user's raised after the update: the step is over all the same
-            self._stepped = False
+        if (not self._in_closure and (self._in_optimizer or self._step_begun) or self._stepped) \
+                and not _within_step(self.optimizer):  # (a step hook of the user's may call the model)
+            if self._stepped:  # a post-hook of the user's raised after the update: the step is over all the same
+                self._stepped = False
+            else:  # the last optimizer step raised (in its body or a pre-hook of the user's): it ended its step
+                self._in_optimizer, self._step_begun, self._open, self._updates = False, False, None, []
             self._end_step()
         if module is self.model and self._stack and self._hub is not None:
             # a call of the model while an earlier one never returned: from its own forward (a model
@@ -926,6 +928,9 @@ class Recording:
                 self._stepped = False
                 self._end_step()
             self._step_begun = True
+            hooks = getattr(optimizer, "_optimizer_step_post_hooks", None)
+            if isinstance(hooks, OrderedDict) and self._returns_id in hooks:  # after post-hooks added since start
+                hooks.move_to_end(self._returns_id)
 
     @functions_off
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
@@ -982,6 +987,17 @@ class Recording:
 # ---------------------------------------------------------------------------------------------
 
 _CALL_IMPL = nn.Module._call_impl.__code__
+_STEP_CALL = torch.optim.Optimizer.profile_hook_step(lambda self: None).__code__  # (every step()'s wrapper)
+
+
+def _within_step(optimizer: torch.optim.Optimizer | None) -> bool:
+    """Whether ``optimizer.step()`` is running further up this thread's stack (its hooks' calls)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _STEP_CALL and frame.f_locals.get("self") is optimizer:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _called_within(module: nn.Module) -> bool:
