@@ -9,7 +9,9 @@ the same model (an independent path: eager modules and our formulas, no Inductor
 
 from __future__ import annotations
 
+import copy
 import inspect
+import warnings
 from typing import Any
 
 import pytest
@@ -372,3 +374,16 @@ def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about
     assert any(item.filename == __file__ for item in w)
     [kernel] = [r for r in result.profile.records if r.op == "kernel"]
     assert kernel.flops == 16 and "no formula for aten.special_i0e" in kernel.note  # the add: 2*8
+
+
+def test_batch_norm_and_dropout_kernels_are_fully_counted_without_a_warning() -> None:
+    """Training-mode BatchNorm and Dropout run prims (a device, Inductor's seeds) and ops without a
+    formula of their own inside their kernels: no work, no note, no warning; totals as eager's."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5)), torch.randn(4, 8)
+    eager = torch_flops.profile(copy.deepcopy(model), x).total_flops
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_flops.UnsupportedOpWarning)
+        result = torch_flops.profile_compiled(model, x)
+    assert result.total_flops == eager
+    assert not [r.note for r in result.profile.records if "no formula" in (r.note or "")]

@@ -1428,8 +1428,8 @@ def _place(total: OpCount | None, members: list[tuple[CompiledGraph, PostGradNod
         key = (index[id(g)], ki)
         last = key
         if n.count is None:
-            if not n.is_view and total is None:
-                works[key].uncounted.add(n.target)
+            if not n.is_view and total is None and not str(n.target).startswith(("prim.", "prims.")):
+                works[key].uncounted.add(n.target)  # (prims: Inductor's seeds, a device: no work)
             continue
         part = n.count if rest is None else _take(rest, n.count)
         works[key].count.add(part)
