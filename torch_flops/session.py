@@ -52,7 +52,6 @@ import sys
 import threading
 import time
 import types
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -1487,15 +1486,6 @@ def _install_global_hooks() -> None:
         _GLOBAL_HOOKS.extend((
             module_hooks.register_module_forward_pre_hook(_pre_hook),
             module_hooks.register_module_forward_hook(_post_hook, with_kwargs=True, always_call=True)))
-        # a torch.compile'd submodule warns of global hooks at every call, and these are the profiler's
-        # (they see the compiled call as the module's own): not a warning of the user's program
-        warnings.filterwarnings("ignore", message=_COMPILED_WITH_HOOKS, category=UserWarning)
-        _FILTERS.append(warnings.filters[0])
-
-
-#: the start of the warning torch's OptimizedModule gives when global module hooks exist
-_COMPILED_WITH_HOOKS = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
-_FILTERS: list[Any] = []  # the warning filters added with the global hooks, removed with them
 
 
 def _take_off(mode: Any, length: Callable[[], int], at: Callable[[int], Any], pop: Callable[[], Any],
@@ -1530,13 +1520,6 @@ def _remove_global_hooks() -> None:
         module_hooks._global_forward_hooks_with_kwargs.pop(handle.id, None)
         module_hooks._global_forward_hooks_always_called.pop(handle.id, None)
     _GLOBAL_HOOKS.clear()
-    for entry in _FILTERS:
-        with contextlib.suppress(ValueError):  # (the user may have reset the filters meanwhile)
-            warnings.filters.remove(entry)  # type: ignore[attr-defined]  # (a list at run time)
-    _FILTERS.clear()
-    mutated = getattr(warnings, "_filters_mutated", None)  # (the caches of what was already shown)
-    if mutated is not None:
-        mutated()
 
 
 def _exit_mode(mode: Any, length: Callable[[], int], at: Callable[[int], Any], pop: Callable[[], Any],
