@@ -457,3 +457,9 @@ def test_a_dropped_torch_class_fx_cannot_trace_through_is_kept_whole() -> None:
         counter.propagate(x)
     assert counter.profile.with_convention("flop_counter").total_flops == reference.get_total_flops()
     assert counter.unsupported == {"BatchNorm2d": 1}
+    # with the convolution dropped too: it is traced through still (counted), only the batch norm kept whole
+    both = TorchFLOPsByFX(model, tracer="fx", custom_formulas={nn.BatchNorm2d: None, nn.Conv2d: None})
+    with torch.no_grad(), pytest.warns(UserWarning, match="BatchNorm2d"):
+        both.propagate(x)
+    assert both.profile.with_convention("flop_counter").total_flops == reference.get_total_flops()
+    assert both.unsupported == {"BatchNorm2d": 1}

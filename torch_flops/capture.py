@@ -103,9 +103,9 @@ class CaptureOptions:
     #: the Python functions the user registered a formula for (function objects, or names): each
     #: call the forwards make by a global name is one node (fx's ``autowrap_functions``)
     formula_functions: tuple[Any, ...] = ()
-    #: fx traces through torch's classes whose formula the table drops (custom_formulas {nn.Linear: None});
-    #: False: fx's own rule keeps them whole (a retry, when one cannot be traced)
-    trace_dropped: bool = True
+    #: fx traces through torch's classes whose formula the table drops (custom_formulas {nn.Linear: None}),
+    #: but these, which it could not trace through (fx's own rule keeps them whole: see trace_fx)
+    kept_dropped: frozenset[type] = frozenset()
 
     def keeps_whole(self, module: nn.Module) -> bool:
         """Whether ``module`` is one of the leaves these options ask for by class."""
@@ -471,7 +471,7 @@ class _LeafTracer(fx.Tracer):
         if id(m) in self.parametrized:
             return False
         table = self._options.table
-        if self._options.trace_dropped and table is not None and table.drops(type(m)):
+        if table is not None and table.drops(type(m)) and type(m) not in self._options.kept_dropped:
             return False  # (fx keeps torch.nn's own classes whole by default)
         return super().is_leaf_module(m, module_qualified_name)
 
@@ -516,13 +516,17 @@ def trace_fx(model: nn.Module, options: CaptureOptions | None = None, *,
                           "each is one node, its parametrization's work uncounted. The default front end "
                           "(tracer='auto') counts it.", UnsupportedOpWarning, stacklevel=caller_stacklevel())
             return gm
-    if options.trace_dropped and options.table is not None and any(options.table.drops(type(m))
-                                                                   for m in model.modules()):
-        try:
-            return _trace_fx(model, options, frozenset())
-        except TracingError:  # a class whose formula custom_formulas dropped and fx cannot trace through
-            # (BatchNorm branches on its flags): kept whole again, counted by the aten ops it runs where it can be
-            return _trace_fx(model, dataclasses.replace(options, trace_dropped=False), frozenset())
+    table = options.table
+    if table is not None and any(table.drops(type(m)) for m in model.modules()):
+        while True:  # a class whose formula custom_formulas dropped that fx cannot trace through (BatchNorm
+            try:  # branches on its flags) is kept whole again, each such class once, the others traced through
+                return _trace_fx(model, options, frozenset())
+            except TracingError as e:
+                found = next((kind for kind in reversed(getattr(e, "module_types", ()))
+                              if table.drops(kind) and kind not in options.kept_dropped), None)
+                if found is None:
+                    raise
+                options = dataclasses.replace(options, kept_dropped=options.kept_dropped | {found})
     return _trace_fx(model, options, frozenset())
 
 
@@ -565,10 +569,13 @@ def _trace_fx(model: nn.Module, options: CaptureOptions, parametrized: frozenset
             add_note(e, f"torch_flops: raised by {type(model).__name__}'s forward while torch.fx traced it"
                         f"{f' (inside {where})' if where else ''}")
             raise
-        raise TracingError(
+        error = TracingError(
             f"torch.fx.symbolic_trace could not trace {type(model).__name__}"
-            f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}"
-        ) from e
+            f"{f' (inside {where})' if where else ''}: {type(e).__name__}: {_first_line(e)}\n{_FX_HINTS}")
+        # (the classes of the modules being traced when it failed, innermost last: see trace_fx's retry)
+        error.module_types = tuple(  # type: ignore[attr-defined]
+            kind for _, kind in (getattr(tracer, "module_stack", None) or {}).values() if isinstance(kind, type))
+        raise error from e
     written = _constants_written(graph)
     if written:
         raise TracingError(
