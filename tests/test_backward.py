@@ -374,3 +374,18 @@ def test_the_profiler_s_own_checks_are_no_nodes_of_the_program() -> None:
     # the loss check (numel) and the saved-bytes reads (untyped_storage) ran while recording
     assert [r.target for r in counter.records] == ["input", "Linear", "ReLU", "Linear", "Tensor.sum", "output"]
     assert [r.phase for r in counter.records].count("loss") == 1
+
+
+@pytest.mark.parametrize("extra", [{"warmup": 1}, {"repeat": 2}])
+def test_extra_calls_on_an_input_made_from_a_leaf_that_needs_a_gradient(extra: dict[str, int]) -> None:
+    """The extra calls' input copies are leaves (cut from the caller's graph): their backward does not
+    run through the caller's graph, which the real call's backward then found freed."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    twin = copy.deepcopy(model)
+    w = torch.randn(2, 4, requires_grad=True)
+    w_twin = w.detach().clone().requires_grad_(True)
+    twin(w_twin.exp()).sum().backward()
+    TorchFLOPsByFX(model, **extra).propagate(w.exp(), loss_fn=lambda out: out.sum())
+    assert w.grad is not None and torch.equal(w.grad, w_twin.grad)
+    assert torch.equal(model.weight.grad, twin.weight.grad)

@@ -87,7 +87,7 @@ def _copy(leaf: torch.Tensor) -> torch.Tensor:
         inference, grad = leaf.is_inference(), leaf.requires_grad
     # an inference tensor iff the original is one (under inference_mode a plain clone is one: a
     # compiled model guards on the difference, and the real call then compiled another graph)
-    with torch.no_grad(), torch.inference_mode(inference):
+    with torch.inference_mode(inference), torch.no_grad():  # (inference_mode(False) turns grad mode back on)
         clone = leaf.clone()
     # a tensor that needs a gradient stays one that does (a leaf now: the extra run's backward
     # ends at it instead of going on into the caller's graph)
