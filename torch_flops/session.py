@@ -272,10 +272,10 @@ class Recording:
         if self._record_forward:
             self._handles = self._model_hooks()
         if self.optimizer is not None:
-            # the update is counted by the last pre-hook (the user's may change the gradients first), and
-            # recorded by the first post-hook (a user's that raises comes after the update). A first pre-hook
-            # marks the step begun: one of the user's that raises before ours ends the step all the same
-            # and a last post-hook ends the step: what the user's post-hooks run is the step's optimizer work
+            # four hooks: a first pre-hook marks the step begun (a pre-hook of the user's that raises before
+            # the next one ends the step all the same); the last pre-hook counts the update (the user's may
+            # change the gradients first); the first post-hook records it (a user's that raises comes after
+            # it); the last post-hook ends the step, so what the user's post-hooks run is its optimizer work
             optimizer = self.optimizer
             begun = optimizer.register_step_pre_hook(self._step_begins)
             after = optimizer.register_step_post_hook(self._after_step)
