@@ -471,6 +471,29 @@ def test_decode_step_prediction_on_h100_by_hand() -> None:
     assert "largest batch 167772" in pred.text()
 
 
+def test_prediction_of_beam_search_and_of_an_encoder_decoder_s_cache(hf: Any) -> None:
+    """Beam search runs beams x prompts and returns the prompts: the predicted end-to-end tokens/s
+    counts the returned sequences, as the measured one. An encoder-decoder's cache holds the
+    cross-attention's keys and values over the encoder's tokens, which do not grow with the context:
+    the predicted cache at the generation's context is the cache measured after its last step."""
+    gp = profile_generate(tiny_llama(hf), **prompt(), max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
+    pred = gp.predict("h100-sxm")
+    assert (gp.sequences, gp.batch_size, gp.new_tokens) == (2, 4, 4)  # 2 prompts x 2 beams run, 2 sequences out
+    assert pred.tokens_per_s == pytest.approx(2 * 4 * 1e3 / pred.total_ms)
+    config = hf.T5Config(d_model=32, d_ff=64, d_kv=8, num_layers=2, num_decoder_layers=2, num_heads=4,
+                         vocab_size=100, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    t5 = hf.T5ForConditionalGeneration(config).eval()
+    gp = profile_generate(t5, torch.randint(3, 100, (2, 64)), max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    pred = gp.predict("h100-sxm")
+    # per sequence and layer, float32: self-attention K and V of 4 heads x 8 = 32 per token (256 B a token
+    # for both, 512 B for the 2 layers), cross-attention K and V over the 64 encoder tokens: 2 x 64 x 32 x 4
+    # x 2 layers = 32768 B; at context 4 (the 4 decoder tokens held): 2 x (4 x 512 + 32768) = 69632 B
+    assert gp.kv_bytes_per_token == 512 and gp.kv_fixed_bytes == 32768
+    assert pred.kv_cache_bytes == gp.kv_cache_bytes[-1] == 69632
+    assert pred.max_batch == (80 * 2**30 - gp.weights_bytes) // (4 * 512 + 32768)
+
+
 def test_errors_before_anything_runs_and_exceptions_as_themselves() -> None:
     model = Decoder()
     with pytest.raises(TypeError, match="has no generate"):

@@ -155,6 +155,11 @@ class GenerationPrediction:
     memory_bytes: int  #: the part's memory
     #: the largest batch whose weights + KV cache at ``context_length`` fit ``memory_bytes``
     max_batch: int | None
+    #: the sequences the generation returns (the batch but for beams: beams x prompts run, prompts come out)
+    sequences: int | None = None
+    #: KV-cache bytes per sequence that do not grow with the context (an encoder-decoder's cross-attention
+    #: keys and values, over the encoder's tokens), measured
+    kv_fixed_bytes: float = 0.0
 
     @property
     def ttft_ms(self) -> float:
@@ -177,14 +182,17 @@ class GenerationPrediction:
 
     @property
     def tokens_per_s(self) -> float | None:
-        """End to end: batch x new tokens / (prefill + every decode step)."""
-        return self.batch_size * self.new_tokens * 1e3 / self.total_ms if self.total_ms else None
+        """End to end, as the measured figure: sequences x new tokens / (prefill + every decode step)
+        (beam search runs beams x prompts, and returns the prompts' sequences)."""
+        sequences = self.sequences if self.sequences is not None else self.batch_size
+        return sequences * self.new_tokens * 1e3 / self.total_ms if self.total_ms else None
 
     @property
     def kv_cache_bytes(self) -> float | None:
-        """The KV cache of the batch at ``context_length``."""
+        """The KV cache of the batch at ``context_length``: per sequence, what each token adds x the
+        context, and what does not grow with it (an encoder-decoder's cross-attention cache)."""
         per = self.kv_bytes_per_token
-        return None if per is None else per * self.context_length * self.batch_size
+        return None if per is None else (per * self.context_length + self.kv_fixed_bytes) * self.batch_size
 
     def as_dict(self) -> dict[str, Any]:
         return {"hardware": self.hardware, "batch_size": self.batch_size, "prefill_ms": self.prefill_ms,
@@ -194,7 +202,7 @@ class GenerationPrediction:
                 "new_tokens": self.new_tokens, "weights_bytes": self.weights_bytes,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_bytes": self.kv_cache_bytes,
                 "context_length": self.context_length, "memory_bytes": self.memory_bytes,
-                "max_batch": self.max_batch}
+                "max_batch": self.max_batch, "sequences": self.sequences, "kv_fixed_bytes": self.kv_fixed_bytes}
 
     def text(self) -> str:
         return generation_report.prediction_text(self.as_dict())
@@ -332,6 +340,18 @@ class GenerationProfile:
                                                              * self.batch_size)
         return last.total_bytes / (last.tokens * self.batch_size)  # type: ignore[operator]
 
+    @property
+    def kv_fixed_bytes(self) -> float:
+        """KV-cache bytes per sequence that do not grow with the context (an encoder-decoder's
+        cross-attention keys and values): the last cache less what its tokens add; 0 without a figure
+        per token."""
+        per = self.kv_bytes_per_token
+        states = [s for s in self.kv_cache if s is not None and s.tokens]
+        if per is None or not states:
+            return 0.0
+        last = states[-1]
+        return max(0.0, last.total_bytes / self.batch_size - per * last.tokens)  # type: ignore[operator]
+
     # ------------------------------------------------------------------ memory
     @property
     def peak_activation_bytes(self) -> int | None:
@@ -381,6 +401,7 @@ class GenerationProfile:
             raise ValueError(f"context_length must be an int >= 1, got {context_length!r}")
         context = context_length or self.context_length or 1
         per_token = self.kv_bytes_per_token
+        fixed = self.kv_fixed_bytes if per_token is not None else 0.0
         if any(s is not None and s.window_full(context) for s in self.kv_cache):  # (no figure per token there)
             per_token = None
         prefill = roofline(self.prefill, spec)
@@ -393,7 +414,8 @@ class GenerationProfile:
             decode_ms=decode_ms, decode_memory_bound_share=share, new_tokens=self.new_tokens,
             weights_bytes=self.weights_bytes, kv_bytes_per_token=per_token,
             context_length=context, memory_bytes=spec.memory_bytes,
-            max_batch=max_batch(spec.memory_bytes, self.weights_bytes, per_token, context))
+            max_batch=max_batch(spec.memory_bytes, self.weights_bytes, per_token, context, fixed),
+            sequences=self.sequences, kv_fixed_bytes=fixed)
 
     # ------------------------------------------------------------------ export
     def summary(self) -> dict[str, Any]:
@@ -536,13 +558,15 @@ class GenerationProfile:
         return os.fspath(path)
 
 
-def max_batch(memory_bytes: int, weights: int, kv_per_token: float | None, context: int) -> int | None:
+def max_batch(memory_bytes: int, weights: int, kv_per_token: float | None, context: int,
+              kv_fixed: float = 0.0) -> int | None:
     """The largest batch whose weights + KV cache (``kv_per_token`` bytes per token per sequence
-    x ``context`` tokens each) fit ``memory_bytes``; 0 when the weights alone do not."""
+    x ``context`` tokens each, and ``kv_fixed`` bytes per sequence that do not grow with it) fit
+    ``memory_bytes``; 0 when the weights alone do not."""
     if kv_per_token is None or kv_per_token <= 0:
         return None
     free = memory_bytes - weights
-    return max(0, math.floor(free / (kv_per_token * context))) if free > 0 else 0
+    return max(0, math.floor(free / (kv_per_token * context + kv_fixed))) if free > 0 else 0
 
 
 def weights_bytes(model: nn.Module) -> int:
