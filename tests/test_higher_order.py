@@ -303,3 +303,23 @@ def test_ignore_ops_applies_to_the_aten_ops_of_a_captured_call() -> None:
         counter = TorchFLOPsByFX(_Calls(), tracer=tracer, ignore_ops=["mm"])
         counter.propagate(a, b)
         assert counter.profile.with_convention("flop_counter").total_flops == 0  # the mm alone, ignored
+
+
+def test_a_backward_through_cond_on_an_activation_is_refused_before_any_gradient() -> None:
+    """A cond whose operand needs a gradient (an activation): its backward under the profiler would
+    fail inside torch after some gradients were written; refused before the backward runs."""
+    class OnActivation(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.a(x)
+            return self.b(torch.cond(h.sum() > 0, lambda t: t.relu(), lambda t: t * 2.0, (h,)))
+
+    torch.manual_seed(0)
+    model = OnActivation()
+    with pytest.raises(UnsupportedOpError, match="backward through 'cond'"):
+        TorchFLOPsByFX(model).propagate(torch.randn(6, 8), loss_fn=lambda out: out.sum())
+    assert all(p.grad is None for p in model.parameters())
+    assert installed() == {"threads": 0, "recordings": 0, "global_hooks": 0}

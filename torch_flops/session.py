@@ -69,6 +69,7 @@ from torch_flops.backward import (
     BackwardCounter,
     BackwardRun,
     SequenceMap,
+    autograd_nodes,
     current_autograd_node,
     in_backward,
     saved_bytes,
@@ -908,6 +909,10 @@ class Recording:
     def _saved(self, *roots: Any) -> None:
         counter, sequences = self._counter, self._sequences
         assert counter is not None and sequences is not None
+        if any(type(node).__name__ == "CondAutogradOpBackward" for node in autograd_nodes(list(roots))):
+            # a torch.cond whose operand needed a gradient, run under this profiler's modes: its backward
+            # would fail inside torch after some gradients were written (refused before any is)
+            raise UnsupportedOpError(_COND_BACKWARD)
         n = self._graph.n if self._graph is not None else self._forward_nodes
         counter.run.grow(n)
         found, keys = saved_bytes(list(roots), sequences, n, self.index.storages)
@@ -1406,6 +1411,13 @@ def _keep_dynamo_out() -> None:
                                             _pre_hook, _post_hook, _higher_order)), "SKIP")
 
 
+_COND_BACKWARD = (
+    "torch_flops cannot record a backward through 'cond' (torch.cond, while_loop): under a profiler's dispatch "
+    "mode torch runs it without the gradients of the parameters its functions use, or fails in its backward, so "
+    "the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
+    "TrainingProfiler), or under torch.no_grad()")
+
+
 def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A higher-order operator (``torch.cond``, ``while_loop``, ...) reaching the dispatch mode: it
     runs what its eager (CPU/CUDA) kernel runs, with ``mode`` back on its stack for the body, so the
@@ -1423,11 +1435,7 @@ def _higher_order(mode: _DispatchMode, func: Any, args: tuple[Any, ...], kwargs:
         # eager torch.cond lifts the parameters its branches close over into operands (through
         # Dynamo), so they get gradients; under a dispatch mode (this profiler's, FlopCounterMode's)
         # torch runs it without that, and they would get none
-        raise UnsupportedOpError(
-            f"torch_flops cannot record a backward through {func.name()!r} (torch.cond, while_loop): under a "
-            "profiler's dispatch mode torch runs it without the gradients of the parameters its functions use, "
-            "so the step would differ from the plain one. Profile its forward alone (no backward=, loss_fn= or "
-            "TrainingProfiler), or under torch.no_grad()")
+        raise UnsupportedOpError(_COND_BACKWARD.replace("'cond'", repr(func.name())))
     if func is _COND:
         pred, true_fn, false_fn, operands = args
         branch = true_fn if pred else false_fn  # (pred read with the mode off, as the kernel reads it)
