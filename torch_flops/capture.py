@@ -986,30 +986,23 @@ def check_module_initialized(path: str, module: nn.Module) -> None:
 def capture_fx(model: nn.Module, options: CaptureOptions) -> Capture:
     """The fx front end: one graph, valid for any inputs."""
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
-    defaults = _concrete_defaults(model, options.concrete_args or {})
+    defaults, keyword_only = _forward_parameters(model, options.concrete_args or {})
     gm = trace_fx(model, options)
     graph = CapturedGraph(gm, _locations(gm, index.types),
-                          FxBinder.for_graph(gm, options.concrete_args, defaults, _keyword_only(model)))
+                          FxBinder.for_graph(gm, options.concrete_args, defaults, keyword_only))
     return Capture(graphs=(graph,), front_end="graph_module" if gm is model else "fx", module_types=index.types,
                    module_params=index.params, snapshot=Snapshot(index, gm))
 
 
-def _keyword_only(model: nn.Module) -> frozenset[str]:
-    """The names of the forward's keyword-only parameters."""
-    try:
-        params = inspect.signature(model.forward).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-
-
-def _concrete_defaults(model: nn.Module, concrete: Mapping[str, Any]) -> dict[str, Any]:
-    """The forward's defaults of the arguments ``concrete_args`` fixes; ``ValueError`` naming a key
-    that is no argument of the forward (a typo would fix nothing), before tracing."""
+def _forward_parameters(model: nn.Module, concrete: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """From the forward's signature: the defaults of the arguments ``concrete_args`` fixes (what eager
+    runs a call leaving one out with) and the names of its keyword-only parameters; ``ValueError``
+    naming a ``concrete_args`` key that is no argument of the forward (a typo would fix nothing),
+    before tracing."""
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # no signature: fx tells
-        return {}
+        return {}, frozenset()
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = []
     else:
@@ -1017,8 +1010,9 @@ def _concrete_defaults(model: nn.Module, concrete: Mapping[str, Any]) -> dict[st
     if unknown:
         raise ValueError(f"concrete_args names {', '.join(map(repr, unknown))}, which is no argument of "
                          f"{type(model).__name__}.forward ({', '.join(params)})")
-    return {name: params[name].default for name in concrete
-            if name in params and params[name].default is not inspect.Parameter.empty}
+    defaults = {name: params[name].default for name in concrete
+                if name in params and params[name].default is not inspect.Parameter.empty}
+    return defaults, frozenset(p.name for p in params.values() if p.kind is p.KEYWORD_ONLY)
 
 
 #: what tracing itself raises, besides torch's own exception classes: a traced value used where a

@@ -880,8 +880,8 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
     timings = _timings(prof.events(), graphs, device.type == "cuda")
     # the counting call must have run the same ops outside the graphs as the profiled calls
     counts_differ = eager_counts is not None and set(eager_counts) != set(timings.eager)
-    records, regions, eliminated = _build(backend, graphs, timings, cudagraphs,
-                                          None if counts_differ else eager_counts)
+    records, regions, eliminated, in_kernels = _build(backend, graphs, timings, cudagraphs,
+                                                      None if counts_differ else eager_counts)
     frames = tuple(FrameInfo(
         compile_id=f.compile_id, graph_break=f.graph_break, reason=f.reason, where=f.where,
         compile_s=f.backend_s + sum(g.compile_s for g in f.graphs if g.phase == "backward"),
@@ -923,8 +923,6 @@ def _profile(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], op
                         "that Dynamo compiles under (ignore_compile_internals)" if eager_counts is not None
             else "not counted: the calls before showed no graph break, no frame left uncompiled, no backward")
     # ops inside a kernel with no formula: the kernel counts the rest of its work
-    in_kernels = sorted({op for r in records if r.op in ("kernel", "extern_kernel") and _NO_FORMULA in (r.note or "")
-                         for op in r.note.split(_NO_FORMULA, 1)[1].split("; ", 1)[0].split(", ")})
     if in_kernels:
         warnings.warn(f"torch_flops: op(s) with no FLOPs formula ran inside the compiled kernels of "
                       f"{type(model).__name__}: {', '.join(in_kernels[:4])}; their work is not in the kernels' counts "
@@ -1200,9 +1198,6 @@ def _count_eager(run: Callable[[bool, contextlib.AbstractContextManager[Any]], f
 # kernels -> records
 # ---------------------------------------------------------------------------------------------
 
-_NO_FORMULA = "no formula for "  #: how a kernel's note names the ops of it no formula counted
-
-
 @dataclass
 class _Work:
     """What one kernel call site does, gathered before its record is made."""
@@ -1218,7 +1213,9 @@ class _Work:
 
 def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Timings, cudagraphs: bool,
            eager_counts: Mapping[_Key, _EagerCount] | None = None
-           ) -> tuple[list[NodeRecord], list[Region], list[Eliminated]]:
+           ) -> tuple[list[NodeRecord], list[Region], list[Eliminated], list[str]]:
+    """The kernels' records and regions, the work no kernel kept, and the ops inside kernels that
+    no formula counted (named in their kernels' notes)."""
     works: dict[tuple[int, int], _Work] = {}
     eliminated: list[Eliminated] = []
     for gi, g in enumerate(graphs):
@@ -1244,7 +1241,7 @@ def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Tim
         main = _main_node(g, k)
         counted = w.count.calls > 0 or not w.uncounted
         if w.uncounted:
-            note = "; ".join(filter(None, [note, _NO_FORMULA + ", ".join(sorted(w.uncounted))]))
+            note = "; ".join(filter(None, [note, "no formula for " + ", ".join(sorted(w.uncounted))]))
         name = f"{g.frame.compile_id}:{g.phase[0]}:{k.key}"
         records.append(NodeRecord(
             index=len(records), name=name, op="extern_kernel" if k.extern else "kernel", target=k.target,
@@ -1266,7 +1263,7 @@ def _build(backend: RecordingBackend, graphs: list[CompiledGraph], timings: _Tim
     records = [records[i]._replace(index=n) for n, i in enumerate(order)]
     regions = [regions[i] for i in order]
     records.extend(_eager_records(timings, len(records), eager_counts or {}))
-    return records, regions, eliminated
+    return records, regions, eliminated, sorted({op for w in works.values() for op in w.uncounted})
 
 
 def _eager_records(t: _Timings, start: int, counts: Mapping[_Key, _EagerCount]) -> list[NodeRecord]:

@@ -613,18 +613,15 @@ class Recording:
         path = self._paths.get(id(module))
         if path is None or self._graph is None:  # a module of another model: its ops are its caller's
             return False
-        if (not self._in_closure and (self._in_optimizer or self._step_begun) or self._stepped) \
-                and not _within_step(self.optimizer):  # (a step hook of the user's may call the model)
-            if self._stepped:  # a post-hook of the user's raised after the update: the step is over all the same
-                self._stepped = False
-            else:  # the last optimizer step raised (in its body or a pre-hook of the user's): it ended its step
-                self._in_optimizer, self._step_begun, self._open, self._updates = False, False, None, []
-            self._end_step()
+        # (a step hook of the user's may call the model: inside step(), nothing ended)
+        if self._step_unreturned() and not _calls_running(_STEP_CALL, self.optimizer, 1):
+            self._end_unreturned_step()
         if module is self.model and self._stack and self._hub is not None:
             # a call of the model while an earlier one never returned: from its own forward (a model
-            # calling itself), or from no deeper than it was made (a KeyboardInterrupt went past its
-            # hooks, and the loop caught it: that call is over, and, as a step that raises, its step)
-            if not _called_within(self.model):
+            # calling itself: torch's call of it still runs further up), or after it (a KeyboardInterrupt
+            # went past its hooks, and the loop caught it: that call is over, and, as a step that raises,
+            # its step)
+            if not _calls_running(_CALL_IMPL, self.model, 2):  # (the first is this call's own)
                 self._raised = True
             self._reset_stack()
             self._hub.resume(self._hub._suspended)
@@ -921,16 +918,23 @@ class Recording:
         self._saved_keys = self._saved_keys | keys
 
     # ------------------------------------------------------------------ the optimizer
+    def _step_unreturned(self) -> bool:
+        """Whether the last ``optimizer.step()`` began and never returned (outside its closure's calls)."""
+        return (not self._in_closure and (self._in_optimizer or self._step_begun)) or self._stepped
+
+    def _end_unreturned_step(self) -> None:
+        """The last ``optimizer.step()`` raised: it ended its step, with the update recorded when a
+        post-hook of the user's raised after it, without one when the step raised before it (in its
+        body, its closure, a pre-hook of the user's)."""
+        if not self._stepped:
+            self._in_optimizer, self._open, self._updates = False, None, []
+        self._stepped = self._step_begun = False
+        self._end_step()
+
     def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread and self._graph is not None:
-            if (self._in_optimizer or self._step_begun) and not self._in_closure:
-                # the last step() never returned (its closure raised, and the loop went on to this one without
-                # a forward outside a closure): it ended its step
-                self._in_optimizer, self._open, self._updates = False, None, []
-                self._end_step()
-            if self._stepped:  # (the last one's post-hook raised after its update)
-                self._stepped = False
-                self._end_step()
+            if self._step_unreturned():  # (its closure raised, and the loop went on to this step() without a
+                self._end_unreturned_step()  # forward outside a closure)
             self._step_begun = True
             hooks = getattr(optimizer, "_optimizer_step_post_hooks", None)
             if isinstance(hooks, OrderedDict) and self._returns_id in hooks:  # after post-hooks added since start
@@ -994,25 +998,16 @@ _CALL_IMPL = nn.Module._call_impl.__code__
 _STEP_CALL = torch.optim.Optimizer.profile_hook_step(lambda self: None).__code__  # (every step()'s wrapper)
 
 
-def _within_step(optimizer: torch.optim.Optimizer | None) -> bool:
-    """Whether ``optimizer.step()`` is running further up this thread's stack (its hooks' calls)."""
+def _calls_running(code: types.CodeType, owner: Any, enough: int) -> bool:
+    """Whether at least ``enough`` frames of ``code`` run with ``self`` being ``owner`` up this
+    thread's stack: torch's call of a module (``nn.Module._call_impl``), of an optimizer's step
+    (``Optimizer.profile_hook_step``'s wrapper). Walked only on the rare events that need it."""
+    found = 0
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is _STEP_CALL and frame.f_locals.get("self") is optimizer:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _called_within(module: nn.Module) -> bool:
-    """Whether the call of ``module`` beginning now is made from inside another call of it still
-    running in this thread (a model calling itself): torch's call frames for it further up."""
-    calls = 0
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _CALL_IMPL and frame.f_locals.get("self") is module:
-            calls += 1  # (the first is this call's own)
-            if calls == 2:
+        if frame.f_code is code and frame.f_locals.get("self") is owner:
+            found += 1
+            if found == enough:
                 return True
         frame = frame.f_back
     return False
