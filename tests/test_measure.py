@@ -310,12 +310,15 @@ def test_a_timer_lacking_a_method_is_refused_before_the_model_runs(models: Any) 
 
 class _CudaScript:
     """What :class:`CudaEventTimer` calls in torch.cuda, scripted on a machine without CUDA: the
-    current stream's key, ``_sleep`` calls, the streams the events land on; each calibration
-    sleep of 1e6 cycles takes 0.5 ms (2e6 cycles per ms)."""
+    current stream's key, ``_sleep`` calls, the streams the events land on. The GPU's clock: a sleep
+    of c cycles moves it on by c / ``rate`` ms (2e6 cycles per ms: the calibration's 1e6 cycles take
+    0.5 ms); an event reads it when recorded."""
 
     def __init__(self) -> None:
         self.current = (7, 0, 1)  # (stream id, device index, device type), as the binding returns it
         self.sleeps: list[int] = []
+        self.rate = 2e6
+        self.gpu_ms = 0.0
         self.recorded: list[Any] = []
         self.built: list[int] = []
 
@@ -330,12 +333,17 @@ class _CudaScript:
 
             def record(self, stream: Any = None) -> None:
                 script.recorded.append(stream)
+                self.at = script.gpu_ms
 
             def synchronize(self) -> None:
                 pass
 
             def elapsed_time(self, other: Any) -> float:
-                return 0.5
+                return other.at - self.at
+
+        def sleep(cycles: int) -> None:
+            script.sleeps.append(cycles)
+            script.gpu_ms += cycles / script.rate
 
         def stream(stream_id: int, device_index: int, device_type: int) -> tuple[str, int]:
             script.built.append(stream_id)
@@ -344,7 +352,7 @@ class _CudaScript:
         monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", lambda index: script.current, raising=False)
         monkeypatch.setattr(torch.cuda, "Stream", stream)
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-        monkeypatch.setattr(torch.cuda, "_sleep", self.sleeps.append, raising=False)
+        monkeypatch.setattr(torch.cuda, "_sleep", sleep, raising=False)
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
         monkeypatch.setattr(torch.cuda, "Event", Event)
 
@@ -377,6 +385,18 @@ def test_cuda_timer_queues_each_run_after_the_first(monkeypatch: pytest.MonkeyPa
     _run(timer, clock, 0.004)  # run 4: still 16e6 (a 30 ms run, one that synchronised, does not feed back)
     assert script.sleeps == [1_000_000, 40_000_000, 16_000_000, 16_000_000]
     assert all(s == ("stream", 7) for s in script.recorded) and script.built == [7]
+
+
+def test_cuda_timer_waits_longer_when_the_gpu_clock_rises_after_its_calibration(monkeypatch: pytest.MonkeyPatch) -> None:
+    timer, script, clock = _scripted_timer(monkeypatch, queue_ahead=True)
+    _run(timer, clock, 0.010)  # run 1; the calibration at an idle clock: 1e6 cycles in 0.5 ms, 2e6 a ms
+    script.rate = 8e6  # the SM clock rises 4x: a cycle takes a quarter of the time
+    _run(timer, clock, 0.010)  # run 2 waits 2 x 10 ms x 2e6 = 40e6 cycles, which run 5 ms, not 20: 8e6 a ms
+    _run(timer, clock, 0.010)  # run 3: 2 x 10 ms x 8e6 = 160e6 cycles (20 ms at the new clock)
+    script.rate = 4e6  # the clock falls back: the highest rate seen is kept (a longer wait costs nothing)
+    _run(timer, clock, 0.010)  # run 4: 160e6 again, which took 40 ms
+    _run(timer, clock, 0.010)  # run 5: still 160e6
+    assert script.sleeps == [1_000_000, 40_000_000, 160_000_000, 160_000_000, 160_000_000]
 
 
 def test_cuda_timer_wait_is_capped_and_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:

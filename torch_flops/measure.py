@@ -138,7 +138,11 @@ class CudaEventTimer(DeviceTimer):
     CUDA's set-up, and a run that synchronises in the middle (``.item()``) waits for the sleep
     there, so its host time would feed back into the next wait (from that point on it is timed from
     a drained queue). A run whose host time outlasts the wait (the counting run does more work per
-    node) is queued for its first part only."""
+    node) is queued for its first part only. ``_sleep`` counts SM clock cycles: the cycles per
+    millisecond come from one timed sleep after the first run and, after each queued run, from its
+    own wait timed by the events around it, the highest rate kept (on a freshly started H100 the
+    calibration ran before the clock rose, and every wait fell short: ResNet-50's per-node times
+    summed to 1.9x its forward)."""
 
     HOLD_FACTOR = 2.0
     MAX_HOLD_MS = 2000.0
@@ -155,20 +159,27 @@ class CudaEventTimer(DeviceTimer):
         self._run_start: float | None = None  #: host clock at the current run's first tick
         self._host_ms: float | None = None  #: the shortest host time of a finished run
         self._cycles_per_ms: float | None = None
+        self._slept: tuple[Any, Any, int] | None = None  #: (event before, event after, cycles) of this run's wait
 
     def tick(self) -> Any:
         key = self._current(self._index)
         if key != self._key:
             self._key = key
             self._stream = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+        slept = None
         if self._run_start is None:
             self._run_start = self._clock()
             if self.queue_ahead and self._host_ms and self._cycles_per_ms and self._sleep is not None:
                 hold_ms = min(self._host_ms * self.HOLD_FACTOR, self.MAX_HOLD_MS)
+                cycles = round(hold_ms * self._cycles_per_ms)
+                slept = self._event_cls(enable_timing=True)
                 with torch.cuda.stream(self._stream):  # the timer's device and stream, whatever is current
-                    self._sleep(int(hold_ms * self._cycles_per_ms))
+                    slept.record(self._stream)
+                    self._sleep(cycles)
         event = self._event_cls(enable_timing=True)
         event.record(self._stream)
+        if slept is not None:
+            self._slept = (slept, event, cycles)
         return event
 
     def finish(self) -> None:
@@ -177,6 +188,12 @@ class CudaEventTimer(DeviceTimer):
             self._host_ms = host_ms if self._host_ms is None else min(self._host_ms, host_ms)
             self._run_start = None
         self._synchronize(self.device)
+        if self._slept is not None:  # the wait as it ran: the SM clock may have risen since the calibration
+            start, end, cycles = self._slept
+            self._slept = None
+            ms = float(start.elapsed_time(end))
+            if ms > 0 and self._cycles_per_ms is not None:
+                self._cycles_per_ms = max(self._cycles_per_ms, cycles / ms)
         if self.queue_ahead and self._cycles_per_ms is None and self._stream is not None and self._sleep is not None:
             self._cycles_per_ms = self._calibrate()
 
