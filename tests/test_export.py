@@ -397,25 +397,46 @@ def test_export_keeps_shared_and_nested_kept_modules_whole_as_auto_does() -> Non
             assert [r.name for r in counter.records if r.target == "_Small"] == names
 
 
-def test_export_traces_through_a_kept_module_with_hooks_and_keeps_the_output() -> None:
-    # torch.export traces a hook around the call, outside its signature: run whole, the module would
-    # run its pre-hook a second time (the output was l(x + 2), not l(x + 1))
-    class Hooked(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.b = _Small()
-            self.b.register_forward_pre_hook(lambda module, args: (args[0] + 1,))
-            self.b.register_forward_hook(lambda module, args, out: out * 3)
+_HOOK_KINDS = {
+    "forward pre-hook": lambda m, seen: m.register_forward_pre_hook(lambda mod, args: seen.append("pre")),
+    "forward hook": lambda m, seen: m.register_forward_hook(lambda mod, args, out: seen.append(out)),
+    "backward hook": lambda m, seen: m.register_full_backward_hook(lambda mod, gi, go: seen.append("bw")),
+    "backward pre-hook": lambda m, seen: m.register_full_backward_pre_hook(lambda mod, go: (go[0] * 2,)),
+}
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(x)
 
+@pytest.mark.parametrize("kind", list(_HOOK_KINDS))
+def test_export_refuses_the_users_module_hooks_before_tracing(kind: str) -> None:
+    # torch.export ran a hook once, while tracing, on FakeTensors (a stored feature was a FakeTensor, and
+    # the hook never ran on the profiled calls); a backward hook was dropped (a backward pre-hook doubling
+    # the gradient: the parameters' gradients were half eager's). Refused, before anything runs
     torch.manual_seed(0)
-    model, x = Hooked(), torch.randn(2, 4)
-    counter = TorchFLOPsByFX(model, tracer="export", leaf_modules=[_Small])
-    with pytest.warns(UnsupportedOpWarning, match=r"b \(_Small\): it has hooks"):
-        out = counter.propagate(x)
-    assert torch.equal(out, model(x))
+    model, seen = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), []
+    handle = _HOOK_KINDS[kind](model[2], seen)
+    with pytest.raises(TracingError, match=rf"Sequential has {kind}\(s\) on '2' \(Linear\): torch\.export runs"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(3, 4))
+    assert seen == []
+    handle.remove()
+    out = TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(3, 4))  # without it: profiled
+    assert out.shape == (3, 2)
+
+
+def test_export_refuses_a_global_module_hook_and_the_meta_fallback_warns() -> None:
+    seen: list[str] = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: seen.append(type(m).__name__))
+    try:
+        with pytest.raises(TracingError, match=r"a global module hook \(_global_forward_hooks\)"):
+            TorchFLOPsByFX(nn.Linear(4, 2), tracer="export").propagate(torch.randn(3, 4))
+        assert seen == []
+    finally:
+        handle.remove()
+    # (where the graph is wanted for its counts alone, the meta fallback, it is a warning: nothing runs)
+    from torch_flops.capture import capture_export
+
+    model = nn.Linear(4, 2)
+    model.register_forward_hook(lambda m, a, o: None)
+    with pytest.warns(TracerFallbackWarning, match=r"forward hook\(s\) on the root \(Linear\)"):
+        capture_export(model, (torch.randn(3, 4),), {}, counts_only=True)
 
 
 def test_export_runs_an_autocast_region_of_the_forward_in_line_as_eager_does() -> None:

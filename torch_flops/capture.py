@@ -1196,6 +1196,15 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
         raise TracingError(f"{type(model).__name__} is a TorchScript module: torch_flops profiles nn.Module "
                            "models (pass the eager model, not its torch.jit.script/trace)")
     index = ModelIndex(model)  # (a lazy module: ValueError, before tracing)
+    hooked = _export_hooks(model)
+    if hooked:
+        message = (f"{hooked}: torch.export runs a hook once, while it traces, on fake tensors, and its graph keeps only "
+                   "the tensor ops the hook did (a backward hook not at all), so what the hook does on each call (a "
+                   "feature stored, a count, a gradient changed) would not happen. Profile it with the default "
+                   "front end (tracer='auto'), which runs the model and its hooks as they are")
+        if not counts_only:
+            raise TracingError(message)
+        warnings.warn(f"torch_flops: {message}.", TracerFallbackWarning, stacklevel=caller_stacklevel())
     whole = _whole_paths(model, options) if options is not None else []
     not_whole: dict[str, str] = {}  # path -> why the graph traces through it
     dropped: list[str] = []
@@ -1297,6 +1306,21 @@ def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
     return [path for path, module in model.named_modules(remove_duplicate=False)
             if path and (options.keeps_whole(module) or path in options.leaf_paths
                          or type(module).__name__ in options.leaf_names)]
+
+
+def _export_hooks(model: nn.Module) -> str:
+    """The user's module hooks on ``model`` or its submodules, or registered globally, described
+    (the first three); "" without any (torch_flops' own recording hooks are not the user's)."""
+    table = nn.modules.module
+    found = [f"a global module hook ({name})" for name in _GLOBAL_HOOKS if _foreign(getattr(table, name, {}))]
+    for path, module in model.named_modules():
+        kinds = [kind for attr, kind in _HOOKS if _foreign(getattr(module, attr))]
+        if kinds:
+            found.append(f"{' and '.join(kinds)}(s) on {repr(path) if path else 'the root'} ({type(module).__name__})")
+    if not found:
+        return ""
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return f"{type(model).__name__} has {'; '.join(found[:3])}{more}"
 
 
 def _has_hooks(module: nn.Module) -> bool:
