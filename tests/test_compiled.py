@@ -360,6 +360,19 @@ def test_a_tensor_given_twice_stays_one_tensor_in_the_extra_calls_and_compare_ke
     assert model.calls.item() == 2  # one more call: the compiled one's
 
 
+@pytest.mark.parametrize(("compile_kwargs", "error"), [({"bogus": 1}, ValueError), ({"backend": "eager"}, ValueError),
+                                                   ("max-autotune", TypeError)])
+def test_compare_compiled_refuses_bad_compile_kwargs_before_the_model_runs(compile_kwargs: Any,
+                                                                           error: type[Exception]) -> None:
+    # they were checked by profile_compiled, after the eager side had run the model 13 times
+    calls: list[int] = []
+    model = nn.Linear(8, 4)
+    model.register_forward_hook(lambda m, a, o: calls.append(1))
+    with pytest.raises(error, match="compile_kwargs"):
+        torch_flops.compare_compiled(model, torch.randn(2, 8), compile_kwargs=compile_kwargs)
+    assert calls == []
+
+
 def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about() -> None:
     """Inductor fuses ``i0e`` (no formula) with an add: the kernel counts the add and names the rest."""
     from torch_flops import UnsupportedOpWarning

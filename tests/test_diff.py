@@ -127,6 +127,14 @@ def test_rows_of_hand_made_changes(pair: dict[str, Any]) -> None:
     assert repr(d) == "ProfileDiff(A -> B: FLOPs +12.7 K (+56.81%), 9 changed rows)"
 
 
+@pytest.mark.parametrize("labels", [("before", "after", "extra"), ("only",), 5, "ab", ("a", 2)])
+def test_labels_must_be_two_strings(pair: dict[str, Any], labels: Any) -> None:
+    # they were taken as given and failed later, in text(), with unpacking errors ("ab" became a and b)
+    with pytest.raises(TypeError, match=r"^labels must be two strings \(a's name, b's name\), got "):
+        torch_flops.diff(pair["a"], pair["b"], labels=labels)
+    assert torch_flops.diff(pair["a"], pair["b"], labels=["old", "new"]).text().count("old") >= 1
+
+
 def test_row_metrics_take_the_gate_names(pair: dict[str, Any]) -> None:
     # the times above: A 2.5 ms, B 4 ms -> +1.5 ms, +60%; "time" (the gate's name) reads "time_ms"
     total = torch_flops.diff(pair["a"], pair["b"]).total

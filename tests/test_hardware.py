@@ -149,6 +149,17 @@ def test_bad_specs_name_the_problem(kwargs: dict[str, Any], message: str) -> Non
         HardwareSpec(**fields)
 
 
+def test_device_names_must_be_patterns_not_one_string() -> None:
+    # a string was taken one character at a time as patterns: "MyGPU9" matched any name with a 9 (or a G, a P...)
+    fields: dict[str, Any] = {"name": "x", "description": "d", "peak": {"float32": 1e12}, "memory_bandwidth": 1e11,
+                              "memory_bytes": 1 << 30, "sources": {"peak": "a", "memory_bandwidth": "b"}}
+    with pytest.raises(TypeError, match=r"device_names must be a tuple of regular expressions \(str\), got str 'MyGPU9'"):
+        HardwareSpec(**fields, device_names="MyGPU9")  # type: ignore[arg-type]
+    spec = HardwareSpec(**fields, device_names=["MyGPU9"])  # type: ignore[arg-type]  (a list: kept as a tuple)
+    assert spec.device_names == ("MyGPU9",) and spec.matches("NVIDIA MyGPU9") and not spec.matches("RTX 3090")
+
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"peak": {"float32": "1e12"}}, r"x: peak\['float32'\] must be a number, got str"),
     ({"memory_bandwidth": "1e11"}, "x: memory_bandwidth must be a number, got str"),

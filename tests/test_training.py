@@ -125,6 +125,10 @@ def test_print_model_profile_and_its_file(tmp_path: Any, capsys: Any) -> None:
     assert path.read_text().startswith("Training step 1")
     with pytest.raises(ValueError, match="between 1 and 1"):
         prof.print_model_profile(profile_step=2)
+    with pytest.raises(ValueError, match=r"^top_modules must be an int >= 0, got -1$"):  # (was named k)
+        prof.print_model_profile(top_modules=-1)
+    with pytest.raises(TypeError, match=r"^module_depth must be an int >= 0, or -1, got str '2'$"):  # (was depth)
+        prof.print_model_profile(module_depth="2")  # type: ignore[arg-type]
     prof.end_profile()
     with pytest.raises(RuntimeError, match="no training step"):
         prof.get_total_flops()

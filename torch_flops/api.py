@@ -32,6 +32,7 @@ from torch_flops.analyzer import TorchFLOPsByFX
 from torch_flops.compiled import (
     CompareRow,
     CompiledComparison,
+    compile_options,
     eager_call_ms,
     eager_launches,
     profile_compiled,
@@ -1017,7 +1018,8 @@ def compare_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
         raise TypeError(f"model must be a torch.nn.Module (or what torch.compile returns), got {type(model).__name__}")
     _validate.check_int("warmup", warmup, 0)
     _validate.check_int("repeat", repeat, 1)
-    original, _ = split_compiled(model)
+    original, compiled_module = split_compiled(model)
+    compile_options(compiled_module, compile_kwargs)  # (bad keywords: refused before the eager side runs)
     with torch.no_grad():
         launches = eager_launches(original, args, kwargs)
         counter = TorchFLOPsByFX(original, warmup=warmup, repeat=repeat)

@@ -771,12 +771,15 @@ def profile_compiled(model: nn.Module, *args: Any, compile_kwargs: Mapping[str, 
         raise ValueError("backward=True (or loss_fn) under torch.no_grad() or torch.inference_mode(): the forward "
                          "would record no graph to run backward on; call profile_compiled outside it")
     original, compiled_in = split_compiled(model)
-    options = _compile_options(compiled_in, compile_kwargs)
+    options = compile_options(compiled_in, compile_kwargs)
     with training_flags_restored(list(original.modules())):
         return _profile(original, args, kwargs, options, warmup, repeat, backward, loss_fn)
 
 
-def _compile_options(compiled: nn.Module | None, compile_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+def compile_options(compiled: nn.Module | None, compile_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """torch.compile's keywords for the profile: those ``compiled`` (a compiled wrapper, or None) was
+    made with, updated by ``compile_kwargs``; a ``TypeError``/``ValueError`` for keys or a backend
+    the profile cannot use."""
     if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
         raise TypeError(f"compile_kwargs must be a dict of torch.compile's keywords, got {type(compile_kwargs).__name__}")
     given = dict(compile_kwargs or {})

@@ -583,13 +583,16 @@ def diff(a: Profile | str | os.PathLike[str], b: Profile | str | os.PathLike[str
     """Compare profile ``a`` (before) with ``b`` (after): Profiles or the paths of their JSON files
     (``to_json``, ``--format json``). ``labels`` name them in the views (default: the file names, or
     "A" and "B")."""
+    if labels is not None and (not isinstance(labels, (tuple, list)) or len(labels) != 2
+                               or not all(isinstance(label, str) for label in labels)):
+        raise TypeError(f"labels must be two strings (a's name, b's name), got {type(labels).__name__} {labels!r}")
     pa, name_a = _load(a, "a")
     pb, name_b = _load(b, "b")
     if labels is None:
         labels = (name_a or "A", name_b or "B")
         if labels[0] == labels[1]:
             labels = (f"A ({labels[0]})", f"B ({labels[1]})")
-    return ProfileDiff(pa, pb, labels, include_unchanged)
+    return ProfileDiff(pa, pb, (labels[0], labels[1]), include_unchanged)
 
 
 def _check_top(top: Any) -> None:

@@ -902,7 +902,7 @@ def profile_generate(model: nn.Module, input_ids: torch.Tensor | None = None, *,
             raise TypeError(f"loop must be a callable running your decode loop, got {type(loop).__name__}")
         if input_ids is not None or generate_kwargs:
             raise TypeError("with loop=, pass no input_ids or generate() arguments: the loop holds its own inputs "
-                            f"(got {'input_ids, ' if input_ids is not None else ''}{', '.join(generate_kwargs)})")
+                            f"(got {', '.join([*(['input_ids'] if input_ids is not None else []), *generate_kwargs])})")
         call: Callable[[], Any] = loop
         run_baseline = bool(baseline)
     else:

@@ -109,6 +109,10 @@ class HardwareSpec:
             raise ValueError(f"{self.name}: memory_bytes must be a positive whole number of bytes, "
                              f"got {self.memory_bytes!r}")
         object.__setattr__(self, "memory_bytes", int(self.memory_bytes))  # 80e9 -> 80000000000
+        if not isinstance(self.device_names, (tuple, list)) or not all(isinstance(p, str) for p in self.device_names):
+            raise TypeError(f"{self.name}: device_names must be a tuple of regular expressions (str), got "
+                            f"{type(self.device_names).__name__} {self.device_names!r}")
+        object.__setattr__(self, "device_names", tuple(self.device_names))
         if self.kind not in ("gpu", "cpu", "accelerator"):
             raise ValueError(f"{self.name}: kind must be 'gpu', 'cpu' or 'accelerator', got {self.kind!r}")
         missing = [k for k in ("peak", "memory_bandwidth") if k not in self.sources]

@@ -250,6 +250,8 @@ class TrainingProfiler:
         ``detailed``, its module tree down to ``module_depth``; printed, or written atomically to
         ``output_file``. Returns the text."""
         _validate.check_bool("detailed", detailed)
+        _validate.check_depth("module_depth", module_depth)
+        _validate.check_int("top_modules", top_modules, 0)
         if output_file is not None:
             report.check_writable(output_file)  # (before the text is built)
         profiles = self._profiles()
