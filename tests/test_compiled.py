@@ -361,15 +361,19 @@ def test_a_tensor_given_twice_stays_one_tensor_in_the_extra_calls_and_compare_ke
 
 
 @pytest.mark.parametrize(("compile_kwargs", "error"), [({"bogus": 1}, ValueError), ({"backend": "eager"}, ValueError),
-                                                   ("max-autotune", TypeError)])
+                                                   ("max-autotune", TypeError), ({"mode": "fastest"}, RuntimeError),
+                                                   ({"dynamic": "yes"}, TypeError), ({"options": 3}, TypeError),
+                                                   ({"fullgraph": 1}, TypeError)])
 def test_compare_compiled_refuses_bad_compile_kwargs_before_the_model_runs(compile_kwargs: Any,
                                                                            error: type[Exception]) -> None:
     # they were checked by profile_compiled, after the eager side had run the model 13 times
     calls: list[int] = []
     model = nn.Linear(8, 4)
     model.register_forward_hook(lambda m, a, o: calls.append(1))
-    with pytest.raises(error, match="compile_kwargs"):
-        torch_flops.compare_compiled(model, torch.randn(2, 8), compile_kwargs=compile_kwargs)
+    for profiler in (torch_flops.compare_compiled, torch_flops.profile_compiled):
+        with pytest.raises(error) as raised:
+            profiler(model, torch.randn(2, 8), compile_kwargs=compile_kwargs)
+        assert "compile_kwargs" in str(raised.value) + "".join(getattr(raised.value, "__notes__", []))
     assert calls == []
 
 

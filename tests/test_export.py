@@ -421,6 +421,41 @@ def test_export_refuses_the_users_module_hooks_before_tracing(kind: str) -> None
     assert out.shape == (3, 2)
 
 
+@pytest.mark.parametrize("tracer", ["export", "fx"])
+def test_a_hook_registered_after_the_capture_is_seen_on_the_next_call(tracer: str) -> None:
+    # the graph captured before it was replayed: the hook never ran and its doubling was missing from the output
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    counter = TorchFLOPsByFX(model, tracer=tracer)
+    x = torch.randn(2, 8)
+    counter.propagate(x)
+    seen: list[int] = []
+    handle = model.register_forward_hook(lambda m, a, o: (seen.append(1), o * 2)[1])
+    with pytest.raises(TracingError, match="forward hook"):
+        counter.propagate(x)
+    assert seen == []
+    handle.remove()
+    assert torch.equal(counter.propagate(x), model(x))
+
+
+def test_export_takes_torchs_and_transformers_own_hooks_as_theirs() -> None:
+    # FlopCounterMode's module tracker registers global module hooks; transformers leaves its output-capturing
+    # hooks on the decoder layers after a call with output_hidden_states=True: neither is the user's
+    model = nn.Sequential(nn.Linear(8, 8))
+    with FlopCounterMode(display=False):
+        out = TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(2, 8))
+    assert out.shape == (2, 8)
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    llama = T.LlamaForCausalLM(T.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1)).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    llama(ids, output_hidden_states=True)
+    if not any(m._forward_hooks for m in llama.modules()):
+        pytest.skip("this transformers leaves no hooks behind")
+    with torch.no_grad():
+        assert torch.equal(TorchFLOPsByFX(llama, tracer="export").propagate(ids).logits, llama(ids).logits)
+
+
 def test_export_refuses_a_global_module_hook_and_the_meta_fallback_warns() -> None:
     seen: list[str] = []
     handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: seen.append(type(m).__name__))

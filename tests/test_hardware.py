@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
-from torch_flops import hardware
+from torch_flops import TorchFLOPsByFX, hardware
 from torch_flops.hardware import HardwareSpec
 
 T = 1e12
@@ -157,6 +158,24 @@ def test_device_names_must_be_patterns_not_one_string() -> None:
         HardwareSpec(**fields, device_names="MyGPU9")  # type: ignore[arg-type]
     spec = HardwareSpec(**fields, device_names=["MyGPU9"])  # type: ignore[arg-type]  (a list: kept as a tuple)
     assert spec.device_names == ("MyGPU9",) and spec.matches("NVIDIA MyGPU9") and not spec.matches("RTX 3090")
+    # a pattern that does not compile broke every later lookup of another device (re.error, the spec unnamed)
+    with pytest.raises(ValueError, match=r"^x: device_names holds 'MyGPU \(rev', not a regular expression"):
+        HardwareSpec(**fields, device_names=("MyGPU (rev",))
+
+
+def test_a_spec_and_a_roofline_pickle_and_deep_copy() -> None:
+    # their read-only mappings (MappingProxyType) made pickle and deepcopy fail with a TypeError
+    import copy
+    import pickle
+
+    spec = hardware.get("h100-sxm")
+    for clone in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
+        assert clone == spec and clone.peak_flops(torch.bfloat16) == 989.5e12 and clone.matches("NVIDIA H100 80GB HBM3")
+    counter = TorchFLOPsByFX(nn.Linear(8, 4))
+    counter.propagate(torch.randn(2, 8))
+    line = counter.roofline("h100-sxm")
+    for clone_line in (pickle.loads(pickle.dumps(line)), copy.deepcopy(line)):
+        assert clone_line.hardware == spec and clone_line.total_roofline_ms == line.total_roofline_ms
 
 
 

@@ -1200,11 +1200,12 @@ def capture_export(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     if hooked:
         message = (f"{hooked}: torch.export runs a hook once, while it traces, on fake tensors, and its graph keeps only "
                    "the tensor ops the hook did (a backward hook not at all), so what the hook does on each call (a "
-                   "feature stored, a count, a gradient changed) would not happen. Profile it with the default "
-                   "front end (tracer='auto'), which runs the model and its hooks as they are")
+                   "feature stored, a count, a gradient changed) would not happen")
         if not counts_only:
-            raise TracingError(message)
-        warnings.warn(f"torch_flops: {message}.", TracerFallbackWarning, stacklevel=caller_stacklevel())
+            raise TracingError(f"{message}. Profile it with the default front end (tracer='auto'), which runs the "
+                               "model and its hooks as they are")
+        warnings.warn(f"torch_flops: {message}: the counts on meta are the traced graph's, the hooks' work in them "
+                      "as they did it once.", TracerFallbackWarning, stacklevel=caller_stacklevel())
     whole = _whole_paths(model, options) if options is not None else []
     not_whole: dict[str, str] = {}  # path -> why the graph traces through it
     dropped: list[str] = []
@@ -1308,13 +1309,24 @@ def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
                          or type(module).__name__ in options.leaf_names)]
 
 
+#: packages whose module hooks are their own machinery, not the user's: torch's (FlopCounterMode's
+#: module tracker, the old-style spectral_norm/weight_norm/prune, refused for what they assign),
+#: transformers' (its output capturing), torch_flops' (a recording)
+_LIBRARY_HOOKS = ("torch", "torch_flops", "transformers")
+
+
+def _users_hooks(hooks: Mapping[Any, Any]) -> bool:
+    """Whether a hook dictionary holds a hook of the user's (one defined outside :data:`_LIBRARY_HOOKS`)."""
+    return any(str(getattr(h, "__module__", "") or "").partition(".")[0] not in _LIBRARY_HOOKS for h in hooks.values())
+
+
 def _export_hooks(model: nn.Module) -> str:
     """The user's module hooks on ``model`` or its submodules, or registered globally, described
-    (the first three); "" without any (torch_flops' own recording hooks are not the user's)."""
+    (the first three); "" without any."""
     table = nn.modules.module
-    found = [f"a global module hook ({name})" for name in _GLOBAL_HOOKS if _foreign(getattr(table, name, {}))]
+    found = [f"a global module hook ({name})" for name in _GLOBAL_HOOKS if _users_hooks(getattr(table, name, {}))]
     for path, module in model.named_modules():
-        kinds = [kind for attr, kind in _HOOKS if _foreign(getattr(module, attr))]
+        kinds = [kind for attr, kind in _HOOKS if _users_hooks(getattr(module, attr))]
         if kinds:
             found.append(f"{' and '.join(kinds)}(s) on {repr(path) if path else 'the root'} ({type(module).__name__})")
     if not found:
@@ -1812,10 +1824,22 @@ class Snapshot:
         self._stores = [store for store, _, _ in links.values()]
         self._names = [name for _, name, _ in links.values()]
         self._objects = [obj for _, _, obj in links.values()]
+        self._hooks = self._hook_keys()
+
+    def _hook_keys(self) -> list[int]:
+        """The handles of every module hook (each module's and the global ones) not torch_flops' own: a
+        hook registered or removed since the capture changes them (a graph traced through a module
+        keeps what its hooks did then; a front end refuses, or runs the hook, on a new capture)."""
+        table = nn.modules.module
+        dicts = [getattr(table, name, {}) for name in _GLOBAL_HOOKS]
+        dicts += [getattr(m, attr) for m in self.modules for attr, _ in _HOOKS]
+        return [k for d in dicts if d for k, h in d.items()
+                if not str(getattr(h, "__module__", "") or "").startswith("torch_flops")]
 
     def holds(self) -> bool:
         return ([m.training for m in self.modules] == self._flags
-                and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects)))
+                and all(map(operator.is_, map(dict.get, self._stores, self._names), self._objects))
+                and self._hook_keys() == self._hooks)
 
 
 def _locations(gm: fx.GraphModule, module_types: Mapping[str, str], prefix: str = "") -> dict[fx.Node, NodeLocation]:

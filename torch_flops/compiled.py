@@ -89,7 +89,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_flops import _validate
 from torch_flops.backward import in_backward
-from torch_flops.errors import LossError, UnsupportedOpWarning, caller_stacklevel
+from torch_flops.errors import LossError, UnsupportedOpWarning, add_note, caller_stacklevel
 from torch_flops.formulas import FORMULAS, FormulaTable, zero_flops
 from torch_flops.inductor_capture import (
     CompiledGraph,
@@ -791,6 +791,20 @@ def compile_options(compiled: nn.Module | None, compile_kwargs: Mapping[str, Any
         raise ValueError(f"compile_kwargs: backend must be 'inductor' (its kernels are what is profiled), got {backend!r}")
     options = _compile_kwargs_of(compiled) if compiled is not None else {}
     options.update(given)
+    if options.get("dynamic") not in (None, True, False):
+        raise TypeError(f"compile_kwargs: dynamic must be None, True or False, got {options['dynamic']!r}")
+    if not isinstance(options.get("fullgraph", False), bool):
+        raise TypeError(f"compile_kwargs: fullgraph must be True or False, got {options['fullgraph']!r}")
+    if options.get("options") is not None and not isinstance(options["options"], Mapping):
+        raise TypeError(f"compile_kwargs: options must be a dict of Inductor settings, got "
+                        f"{type(options['options']).__name__} {options['options']!r}")
+    if options.get("mode") is not None and not isinstance(options["mode"], str):
+        raise TypeError(f"compile_kwargs: mode must be a str, got {type(options['mode']).__name__} {options['mode']!r}")
+    try:
+        _config_patches(options)  # (an unknown mode: torch's own error)
+    except Exception as e:
+        add_note(e, f"torch_flops: from compile_kwargs {dict(given)!r}")
+        raise
     return options
 
 

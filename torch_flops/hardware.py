@@ -113,6 +113,11 @@ class HardwareSpec:
             raise TypeError(f"{self.name}: device_names must be a tuple of regular expressions (str), got "
                             f"{type(self.device_names).__name__} {self.device_names!r}")
         object.__setattr__(self, "device_names", tuple(self.device_names))
+        for pattern in self.device_names:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"{self.name}: device_names holds {pattern!r}, not a regular expression: {e}") from None
         if self.kind not in ("gpu", "cpu", "accelerator"):
             raise ValueError(f"{self.name}: kind must be 'gpu', 'cpu' or 'accelerator', got {self.kind!r}")
         missing = [k for k in ("peak", "memory_bandwidth") if k not in self.sources]
@@ -149,6 +154,12 @@ class HardwareSpec:
         """Where a figure comes from: a dtype key, "peak", "memory_bandwidth" or "memory_bytes"."""
         return self.sources.get(item) or self.sources.get("peak" if item in DTYPES else item, "")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) by its fields, rebuilt through the constructor (its mappings are
+        read-only views, which pickle cannot copy)."""
+        return (_spec_from_fields, (self.name, self.description, dict(self.peak), self.memory_bandwidth,
+                                    self.memory_bytes, dict(self.sources), self.kind, self.device_names, self.notes))
+
     def matches(self, device_name: str) -> bool:
         return any(re.search(p, device_name, re.IGNORECASE) for p in self.device_names)
 
@@ -184,6 +195,11 @@ _B200 = "NVIDIA HGX platform page, 'Individual Blackwell GPU Specifications', HG
         "(https://www.nvidia.com/en-us/data-center/hgx/); dense = half the 'with sparsity' figures"
 
 _SPECS: dict[str, HardwareSpec] = {}
+
+
+def _spec_from_fields(name: str, description: str, peak: dict[str, float], memory_bandwidth: float, memory_bytes: int,
+                      sources: dict[str, str], kind: Any, device_names: tuple[str, ...], notes: str) -> HardwareSpec:
+    return HardwareSpec(name, description, peak, memory_bandwidth, memory_bytes, sources, kind, device_names, notes)
 
 
 def register(spec: HardwareSpec, override: bool = False) -> HardwareSpec:
