@@ -272,3 +272,158 @@ def test_generate_on_cuda_sampling_same_tokens(cuda: torch.device) -> None:
     assert torch.equal(gp.output, plain) and gp.baseline_matches is True
     # GPT-2 keeps every head's K and V: 2 x 2 layers x 4 heads x 32 head_dim x batch 2 x 4 B = 4096 B per token
     assert gp.kv_cache_bytes == [4096 * t for t in range(8, 16)]
+
+
+# --------------------------------------------------------------------------- training, fused attention, compiled
+
+
+class _Attention(nn.Module):
+    """Projections around ``F.scaled_dot_product_attention`` (causal), as a decoder block runs it."""
+
+    def __init__(self, width: int = 256, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, w = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, w))
+
+
+@pytest.mark.parametrize("backend", ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"])
+def test_each_sdpa_kernel_forward_and_backward_against_flop_counter(cuda: torch.device, backend: str) -> None:
+    """CUDA runs sdpa as one of four kernels, each its own aten op forward and backward (CPU runs
+    one of them only): each counted as FlopCounterMode counts it, the gradients those of a plain step."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = _Attention().to(cuda, torch.bfloat16)
+    x = torch.randn(2, 128, 256, device=cuda, dtype=torch.bfloat16)
+
+    def loss(out: torch.Tensor) -> torch.Tensor:
+        return out.float().pow(2).mean()
+
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        try:
+            with FlopCounterMode(display=False) as forward:
+                model(x)
+        except RuntimeError as e:  # (a kernel this GPU, build or shape does not have)
+            pytest.skip(f"{backend}: {e}")
+        with FlopCounterMode(display=False) as both:
+            loss(model(x)).backward()
+        model.zero_grad(set_to_none=True)
+        loss(model(x)).backward()
+        expected = {k: p.grad.clone() for k, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        counter = TorchFLOPsByFX(model)
+        counter.propagate(x, loss_fn=loss)
+    # qkv 2*128 x 256 x 768 + out 2*128 x 256 x 256 = 262,144 MACs... x 256: 50,331,648 + 16,777,216 MACs;
+    # attention 2 x (2 batch x 4 heads x 128 x 128 x 64) = 16,777,216 MACs (FlopCounterMode's full square,
+    # causal or not): 83,886,080 MACs = 167,772,160 FLOPs; the backward twice that
+    assert forward.get_total_flops() == 167_772_160
+    assert 2 * counter.total_macs == forward.get_total_flops()
+    assert 2 * counter.total_backward_macs == both.get_total_flops() - forward.get_total_flops()
+    assert counter.profile.backward["unsupported"] == {}
+    kernel = next(r for r in counter.records if "attention" in str(r.target))
+    assert kernel.macs == 16_777_216 and kernel.time_ms is not None and kernel.time_ms > 0
+    if backend != "FLASH_ATTENTION" and backend != "EFFICIENT_ATTENTION":  # (their backward uses atomics)
+        assert all(torch.equal(p.grad, expected[k]) for k, p in model.named_parameters())
+    else:
+        assert all(torch.allclose(p.grad, expected[k], rtol=1e-2, atol=1e-3) for k, p in model.named_parameters())
+
+
+def test_training_steps_on_cuda_against_flop_counter_and_a_plain_loop(cuda: torch.device) -> None:
+    """TrainingProfiler around the user's loop on the GPU (AdamW, foreach): each step's forward and
+    backward MACs as FlopCounterMode counts them around each iteration, the optimizer's work
+    recorded, the parameters after two steps those of the same loop unprofiled, bit for bit."""
+    import contextlib
+    import copy
+
+    from torch_flops import TrainingProfiler
+
+    hf = pytest.importorskip("transformers")
+    config = hf.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=500, max_position_embeddings=64,
+                            attn_implementation="eager")
+    torch.manual_seed(0)
+    model = hf.LlamaForCausalLM(config).to(cuda)
+    twin, counted_twin = copy.deepcopy(model), copy.deepcopy(model)
+    batches = [torch.randint(0, 500, (2, 32), device=cuda, generator=torch.Generator(cuda).manual_seed(i))
+               for i in range(2)]
+
+    def loop(m: nn.Module, per_step: list[int] | None) -> None:
+        optimizer = torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+        for ids in batches:
+            with FlopCounterMode(display=False) if per_step is not None else contextlib.nullcontext() as counted:
+                m(input_ids=ids, labels=ids).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            if per_step is not None:
+                per_step.append(counted.get_total_flops())
+
+    reference: list[int] = []
+    loop(counted_twin, reference)  # (FlopCounterMode's module tracker changes the gradients' last bits)
+    loop(twin, None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    with TrainingProfiler(model, optimizer) as prof:
+        for ids in batches:
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert len(prof.profiles) == 2
+    # FlopCounterMode counts the matmuls (2 FLOPs a MAC) of forward and backward, not the optimizer's
+    assert [2 * (p.total_macs + p.total_backward_macs) for p in prof.profiles] == reference
+    assert all(p.device.startswith("cuda") and p.memory_source == "cuda.memory_allocated" for p in prof.profiles)
+    # AdamW at its default weight decay: 14 FLOPs per parameter element (README's table), in the optimizer phase
+    params = sum(p.numel() for p in model.parameters())
+    assert [sum(r.flops or 0 for r in p.records if r.phase == "optimizer") for p in prof.profiles] == [14 * params] * 2
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+
+
+def test_profile_compiled_on_cuda_counts_what_eager_counts(cuda: torch.device) -> None:
+    """Inductor's Triton kernels on the GPU: each region counted by the aten ops it fused, in total
+    what the eager profile counts, every kernel timed by CUDA events."""
+    import torch_flops
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512), nn.LayerNorm(512))
+    model = model.to(cuda, torch.bfloat16).eval()
+    x = torch.randn(64, 512, device=cuda, dtype=torch.bfloat16)
+    eager = torch_flops.profile(model, x)
+    result = torch_flops.profile_compiled(model, x, warmup=1, repeat=3)
+    # linear 64 x 512 x 2048 + 64 x 2048 x 512 = 134,217,728 MACs: 268,435,456 FLOPs + the biases, GELU, LayerNorm
+    assert eager.total_macs == 134_217_728 == result.profile.total_macs
+    assert result.profile.total_flops == eager.total_flops and not result.eliminated
+    # the matmuls as cuBLAS calls (extern kernels), GELU and LayerNorm in Triton kernels, each timed
+    kernels = [r for r in result.profile.records if r.op in ("kernel", "extern_kernel")]
+    assert {r.op for r in kernels} == {"kernel", "extern_kernel"}
+    assert all(r.time_ms is not None and r.time_ms > 0 for r in kernels)
+    assert result.profile.device.startswith("cuda")
+
+
+def test_dropout_and_autocast_on_cuda_leave_what_the_plain_call_leaves(cuda: torch.device) -> None:
+    """Train-mode dropout draws from the CUDA generator as the plain call does (same output, same
+    generator state after); under autocast bf16 the matmuls count as FlopCounterMode counts them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.Dropout(0.5), nn.Linear(256, 64)).to(cuda).train()
+    x = torch.randn(32, 256, device=cuda)
+    torch.cuda.manual_seed(3)
+    with torch.no_grad():
+        plain = model(x)
+    state = torch.cuda.get_rng_state()
+    torch.cuda.manual_seed(3)
+    with torch.no_grad():
+        out = TorchFLOPsByFX(model).propagate(x)
+    assert torch.equal(out, plain) and torch.equal(torch.cuda.get_rng_state(), state)
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        with FlopCounterMode(display=False) as reference:
+            expected = model(x)
+        counter = TorchFLOPsByFX(model)
+        out = counter.propagate(x)
+    # 32 x 256 x 256 + 32 x 256 x 64 = 2,621,440 MACs, in bf16
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+    assert 2 * counter.total_macs == reference.get_total_flops() == 5_242_880
