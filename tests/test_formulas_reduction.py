@@ -247,9 +247,9 @@ def test_method_meta_matches_cpu() -> None:
 def test_every_registered_key_is_tested() -> None:
     own = "torch_flops.formulas.reduction"
     assert {k for k, f in FUNCTION_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0].__name__ for c in FUNCTION_CASES} | {"bincount", "equal"}  # (their own tests, below)
+        == {c[0].__name__ for c in FUNCTION_CASES} | {"bincount", "equal", "histogram"}  # (their own tests, below)
     assert {k for k, f in METHOD_FLOPs_MAPPING.items() if f.__module__ == own} \
-        == {c[0] for c in METHOD_CASES} | {"bincount", "equal"}
+        == {c[0] for c in METHOD_CASES} | {"bincount", "equal", "histogram"}
     # no nn module is a reduction
     assert not {k for k, f in MODULE_FLOPs_MAPPING.items() if f.__module__ == own}
 
@@ -266,6 +266,26 @@ def test_bincount_counts_an_add_per_weight() -> None:
     counter = TorchFLOPsByFX(_Bincount())
     counter.propagate(ids, weights)
     assert counter.profile.total_flops == 6
+
+
+def test_histogram_counts_bin_indices_searches_weights_and_density() -> None:
+    x, w = _x(), _y()  # I = 24
+    # 5 equal bins: 2 per element (as histc): 48; with weight, + 1 each: 72; density: + 3 x 5 bins: 87
+    assert FUNCTION_FLOPs_MAPPING["histogram"](torch.histogram(x, 5), x, 5) == (48, 0)
+    assert FUNCTION_FLOPs_MAPPING["histogram"](torch.histogram(x, 5, weight=w), x, 5, weight=w) == (72, 0)
+    assert FUNCTION_FLOPs_MAPPING["histogram"](torch.histogram(x, bins=5, weight=w, density=True), x, bins=5,
+                                               weight=w, density=True) == (87, 0)
+    # 9 edges (8 bins): a binary search, (8).bit_length() = 4 comparisons per element: 96
+    edges = torch.linspace(-3, 3, 9)
+    assert METHOD_FLOPs_MAPPING["histogram"](x, x.histogram(edges), edges) == (96, 0)
+    counter = TorchFLOPsByFX(_Histogram())
+    counter.propagate(x)
+    assert counter.profile.total_flops == 48 and not counter.profile.unsupported  # (was: no formula)
+
+
+class _Histogram(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return torch.histogram(x, 5)
 
 
 class _Bincount(torch.nn.Module):

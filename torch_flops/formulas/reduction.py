@@ -211,6 +211,24 @@ def equal_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, 
     return (numel(x) if isinstance(x, Tensor) and is_float(x) else 0, 0)
 
 
+@register(*functions("histogram"), *methods("histogram"), *aten_ops("histogram"))
+def histogram_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    # histogram(input, bins, *, range=None, weight=None, density=False), per input element: with a
+    # number of equal bins, the bin index as histc's (subtract, multiply: 2); with a tensor of n + 1
+    # edges, a binary search ((n).bit_length() comparisons); with weight, its add (1). density divides
+    # the n counts by their sum times each bin's width: the sum (n adds) and a multiply and a divide
+    # per bin (3n in all)
+    x = arg(args, kwargs, 0, "input")
+    if not is_float(x):
+        return (0, 0)
+    bins, weight = arg(args, kwargs, 1, "bins", 100), arg(args, kwargs, 3, "weight")
+    n = bins.numel() - 1 if isinstance(bins, Tensor) else int(bins)
+    per_element = n.bit_length() if isinstance(bins, Tensor) else 2
+    if isinstance(weight, Tensor):
+        per_element += 1
+    return (numel(x) * per_element + (3 * n if arg(args, kwargs, 4, "density", False) else 0), 0)
+
+
 @register(*functions("histc"), *methods("histc"), *aten_ops("histc"))
 def histc_flops(module: Any, out: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
     # bin index per element: subtract min, multiply by bins/(max-min) (the floor is a cast): 2 each
