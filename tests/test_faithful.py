@@ -21,7 +21,7 @@ import torch
 from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_flops import NodeExecutionError, TorchFLOPsByFX, UnsupportedOpWarning, report
+from torch_flops import NodeExecutionError, TorchFLOPsByFX, TrainingProfiler, UnsupportedOpWarning, report
 
 
 def _flop_counter(model: nn.Module, *args: Any, **kwargs: Any) -> int:
@@ -811,6 +811,44 @@ def test_autograd_grad_inside_the_forward_is_the_forward_s_work() -> None:
     # (FlopCounterMode's own count; its module tracker cannot run autograd.grad on a leaf in 2.13)
     assert counter.profile.with_convention("flop_counter").total_flops == 360
     assert "mm" in [r.name for r in counter.records]
+
+
+def test_autograd_grad_inside_the_forward_stays_forward_work_when_the_backward_is_counted() -> None:
+    # with backward=True (and in a TrainingProfiler) the inner grad's ops went to the backward: forward 96, backward
+    # 480 in the flop_counter convention, where FlopCounterMode counts 192 + 384
+    class GP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 1
+            (g,) = torch.autograd.grad((self.lin(y) ** 2).sum(), y, create_graph=True)
+            return (g * y).sum()
+
+    torch.manual_seed(0)
+    model, x = GP(), torch.randn(3, 4, requires_grad=True)
+    with FlopCounterMode(display=False) as reference:
+        out = model(x)
+        forward = reference.get_total_flops()
+        out.backward()
+    # the Linear 3x4 @ 4x4 = 48 MACs, the inner grad's dY @ W 48 MACs: 2 x 96 = 192 forward; the backward of both
+    # and of the first product's input and weight gradients: 384
+    assert (forward, reference.get_total_flops()) == (192, 576)
+    for backward in (False, True):
+        counter = TorchFLOPsByFX(copy.deepcopy(model))
+        counter.propagate(x.detach().clone().requires_grad_(), backward=backward)
+        profile = counter.profile.with_convention("flop_counter")
+        assert profile.total_flops == 192 and "mm" in [r.name for r in counter.records]
+        if backward:
+            assert profile.total_backward_flops == 384
+    twin = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    with TrainingProfiler(twin, optimizer) as profiler:
+        twin(x).backward()
+        optimizer.step()
+    [step] = profiler.profiles
+    assert (2 * step.total_macs, 2 * step.total_backward_macs) == (192, 384)
 
 
 def test_a_vmapped_matrix_vector_product_counts_as_the_mm_it_runs() -> None:

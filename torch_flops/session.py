@@ -1239,12 +1239,16 @@ class _Hub:
 
     @functions_off  # (autograd's engine runs these ops in C++: no subclass's __torch_function__ sees them)
     def backward_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        inside = [r for r in self.recordings if r.inside()]
+        if inside:
+            # torch.autograd.grad inside a model's forward (torch.func.grad, a gradient penalty): its ops
+            # are that forward's own work, as FlopCounterMode counts them, also where the backward is
+            # counted (the module hooks skip autograd's calls, so a recompute in a backward is no forward)
+            wanting = [r for r in inside if r.wants()]
+            return _nested(wanting, lambda r, inner: r.op(func, args, kwargs, inner), lambda: func(*args, **kwargs))
         counting = [r for r in self.recordings if r.counting_backward()]
         if not counting:
-            # torch.autograd.grad inside a model's forward (torch.func.grad, a gradient penalty):
-            # its ops are that forward's own work, as FlopCounterMode counts them
-            inside = [r for r in self.recordings if r.inside() and r.wants()]
-            return _nested(inside, lambda r, inner: r.op(func, args, kwargs, inner), lambda: func(*args, **kwargs))
+            return func(*args, **kwargs)
         if len(counting) > 1:
             node = current_autograd_node()
             owners = [r for r in counting if r.owns_backward(node)]
