@@ -437,6 +437,44 @@ def test_a_hook_registered_after_the_capture_is_seen_on_the_next_call(tracer: st
     assert torch.equal(counter.propagate(x), model(x))
 
 
+def test_a_hook_of_torchs_own_makes_no_new_capture_and_a_users_look_alike_package_is_the_users(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # FlopCounterMode's module tracker registers global hooks each time it is entered: fx re-captured and then
+    # refused them, export re-traced on every call (FlopCounterMode counting twice); and a user's package named
+    # torch_flops_ext passed for torch_flops' own (its hook skipped, the output wrong)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(2, 8)
+    for tracer in ("fx", "export"):
+        counter = TorchFLOPsByFX(model, tracer=tracer)
+        counter.propagate(x)
+        for _ in range(2):
+            with FlopCounterMode(display=False) as mode:
+                assert torch.equal(counter.propagate(x), model(x))
+            assert mode.get_total_flops() == 2 * 2 * (2 * 8 * 16 + 2 * 16 * 4)  # the profiled call and model(x)
+    (tmp_path / "torch_flops_ext.py").write_text("def double(module, args, out):\n    return out * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import torch_flops_ext  # type: ignore[import-not-found]
+
+    for tracer in ("fx", "export"):
+        counter = TorchFLOPsByFX(model, tracer=tracer)
+        counter.propagate(x)
+        handle = model.register_forward_hook(torch_flops_ext.double)
+        try:
+            with pytest.raises(TracingError, match="forward hook"):
+                counter.propagate(x)
+        finally:
+            handle.remove()
+
+
+def test_export_refuses_transformers_debugging_hooks_the_user_attaches() -> None:
+    debug_utils = pytest.importorskip("transformers.debug_utils")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    debug = debug_utils.DebugUnderflowOverflow(model)
+    with pytest.raises(TracingError, match=r"forward hook\(s\) on the root"):
+        TorchFLOPsByFX(model, tracer="export").propagate(torch.randn(2, 8))
+    assert debug.total_calls == 0  # (it ran on fake tensors, once, and failed to format them)
+
+
 def test_export_takes_torchs_and_transformers_own_hooks_as_theirs() -> None:
     # FlopCounterMode's module tracker registers global module hooks; transformers leaves its output-capturing
     # hooks on the decoder layers after a call with output_hidden_states=True: neither is the user's

@@ -171,6 +171,14 @@ def test_a_spec_and_a_roofline_pickle_and_deep_copy() -> None:
     spec = hardware.get("h100-sxm")
     for clone in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
         assert clone == spec and clone.peak_flops(torch.bfloat16) == 989.5e12 and clone.matches("NVIDIA H100 80GB HBM3")
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class MySpec(HardwareSpec):
+        tdp_watts: float = 0.0
+
+    mine = MySpec("mine", "d", {"float32": 1e12}, 1e11, 1 << 30, {"peak": "a", "memory_bandwidth": "b"}, tdp_watts=350.0)
+    assert copy.deepcopy(mine) == mine and copy.deepcopy(mine).tdp_watts == 350.0  # (a subclass's fields kept)
     counter = TorchFLOPsByFX(nn.Linear(8, 4))
     counter.propagate(torch.randn(2, 8))
     line = counter.roofline("h100-sxm")

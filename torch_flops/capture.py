@@ -658,7 +658,7 @@ _GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_
 
 def _foreign(hooks: Mapping[Any, Any]) -> bool:
     """Whether a hook dictionary holds a hook other than torch_flops' own (a recording's)."""
-    return any(not str(getattr(h, "__module__", "")).startswith("torch_flops") for h in hooks.values())
+    return any(str(getattr(h, "__module__", "") or "").partition(".")[0] != "torch_flops" for h in hooks.values())
 
 
 class _FxGuard:
@@ -1310,14 +1310,24 @@ def _whole_paths(model: nn.Module, options: CaptureOptions) -> list[str]:
 
 
 #: packages whose module hooks are their own machinery, not the user's: torch's (FlopCounterMode's
-#: module tracker, the old-style spectral_norm/weight_norm/prune, refused for what they assign),
-#: transformers' (its output capturing), torch_flops' (a recording)
-_LIBRARY_HOOKS = ("torch", "torch_flops", "transformers")
+#: module tracker, the old-style spectral_norm/weight_norm/prune, refused for what they assign) and
+#: torch_flops' (a recording); of transformers', the output capturing its forward installs itself
+#: (a debugging or training hook of transformers' that the user attaches, such as
+#: DebugUnderflowOverflow or NEFTune's noise, is the user's)
+_LIBRARY_HOOKS = ("torch", "torch_flops")
+
+
+def _is_users_hook(hook: Any) -> bool:
+    """Whether a module hook is the user's (see :data:`_LIBRARY_HOOKS`), by the package it is defined in."""
+    package = str(getattr(hook, "__module__", "") or "").partition(".")[0]
+    if package in _LIBRARY_HOOKS:
+        return False
+    return not (package == "transformers" and "output_capturing_hook" in str(getattr(hook, "__qualname__", "")))
 
 
 def _users_hooks(hooks: Mapping[Any, Any]) -> bool:
-    """Whether a hook dictionary holds a hook of the user's (one defined outside :data:`_LIBRARY_HOOKS`)."""
-    return any(str(getattr(h, "__module__", "") or "").partition(".")[0] not in _LIBRARY_HOOKS for h in hooks.values())
+    """Whether a hook dictionary holds a hook of the user's."""
+    return any(map(_is_users_hook, hooks.values()))
 
 
 def _export_hooks(model: nn.Module) -> str:
@@ -1657,7 +1667,10 @@ def parametrized_holders(model: nn.Module) -> frozenset[int]:
     """The ids of the modules with a parametrized tensor (``torch.nn.utils.parametrize``) of their own
     or in a submodule, but those of :data:`ONE_KERNEL_MODULES`: traced through rather than kept whole by
     their class's formula."""
-    held = {id(m) for m in model.modules() if parametrize.is_parametrized(m)}
+    # (parametrize.is_parametrized, read from the dictionary it registers in: getattr on a module
+    # without it raises inside nn.Module.__getattr__, ~2 us a module on every call)
+    held = {id(m) for m in model.modules() if "parametrizations" in m._modules
+            and isinstance(p := m._modules["parametrizations"], nn.ModuleDict) and len(p) > 0}
     if not held:
         return frozenset()
     return frozenset(id(m) for m in model.modules() if not isinstance(m, ONE_KERNEL_MODULES)
@@ -1827,14 +1840,14 @@ class Snapshot:
         self._hooks = self._hook_keys()
 
     def _hook_keys(self) -> list[int]:
-        """The handles of every module hook (each module's and the global ones) not torch_flops' own: a
-        hook registered or removed since the capture changes them (a graph traced through a module
-        keeps what its hooks did then; a front end refuses, or runs the hook, on a new capture)."""
+        """The handles of the user's module hooks (each module's and the global ones; not those of
+        torch, such as FlopCounterMode's, nor torch_flops'): a hook registered or removed since the
+        capture changes them (a graph traced through a module keeps what its hooks did then; a front
+        end refuses, or runs the hook, on a new capture)."""
         table = nn.modules.module
         dicts = [getattr(table, name, {}) for name in _GLOBAL_HOOKS]
         dicts += [getattr(m, attr) for m in self.modules for attr, _ in _HOOKS]
-        return [k for d in dicts if d for k, h in d.items()
-                if not str(getattr(h, "__module__", "") or "").startswith("torch_flops")]
+        return [k for d in dicts if d for k, h in d.items() if _is_users_hook(h)]
 
     def holds(self) -> bool:
         return ([m.training for m in self.modules] == self._flags

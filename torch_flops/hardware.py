@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -155,10 +156,11 @@ class HardwareSpec:
         return self.sources.get(item) or self.sources.get("peak" if item in DTYPES else item, "")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (and deep-copied) by its fields, rebuilt through the constructor (its mappings are
-        read-only views, which pickle cannot copy)."""
-        return (_spec_from_fields, (self.name, self.description, dict(self.peak), self.memory_bandwidth,
-                                    self.memory_bytes, dict(self.sources), self.kind, self.device_names, self.notes))
+        """Pickled (and deep-copied) by its fields, rebuilt through its class's constructor (a subclass's
+        fields too; its mappings are read-only views, which pickle cannot copy)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return (_spec_from_fields, (type(self), {k: dict(v) if isinstance(v, MappingProxyType) else v
+                                                 for k, v in fields.items()}))
 
     def matches(self, device_name: str) -> bool:
         return any(re.search(p, device_name, re.IGNORECASE) for p in self.device_names)
@@ -197,9 +199,8 @@ _B200 = "NVIDIA HGX platform page, 'Individual Blackwell GPU Specifications', HG
 _SPECS: dict[str, HardwareSpec] = {}
 
 
-def _spec_from_fields(name: str, description: str, peak: dict[str, float], memory_bandwidth: float, memory_bytes: int,
-                      sources: dict[str, str], kind: Any, device_names: tuple[str, ...], notes: str) -> HardwareSpec:
-    return HardwareSpec(name, description, peak, memory_bandwidth, memory_bytes, sources, kind, device_names, notes)
+def _spec_from_fields(cls: type[HardwareSpec], fields: dict[str, Any]) -> HardwareSpec:
+    return cls(**fields)
 
 
 def register(spec: HardwareSpec, override: bool = False) -> HardwareSpec:
