@@ -439,16 +439,30 @@ def _flatten(value: Any) -> list[Any]:
     return [value]
 
 
+def _tensors(module: nn.Module) -> list[torch.Tensor]:
+    """The parameters, then the buffers, of ``module`` and its submodules, each once (a module
+    without submodules, most nodes', read from its own dictionaries: no walk)."""
+    if module._modules:
+        return [*module.parameters(), *module.buffers()]
+    seen: dict[int, torch.Tensor] = {}
+    for store in (module._parameters, module._buffers):
+        for t in store.values():
+            if t is not None:
+                seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
 def _param_bytes(module: nn.Module | None) -> int:
     if module is None:
         return 0
-    return sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
+    return sum(t.numel() * t.element_size() for t in _tensors(module))
 
 
 def _param_dtype(module: nn.Module | None) -> torch.dtype | None:
     if module is None:
         return None
-    return next((p.dtype for p in module.parameters() if p.is_floating_point() or p.is_complex()), None)
+    parameters = module.parameters() if module._modules else (p for p in module._parameters.values() if p is not None)
+    return next((p.dtype for p in parameters if p.is_floating_point() or p.is_complex()), None)
 
 
 
