@@ -78,3 +78,15 @@ def test_flat_arguments_are_marked_for_the_fast_fetch() -> None:
     assert shape == {"x": FlatArgs.NESTED, "fc": FlatArgs.NODES, "relu": FlatArgs.NODES,
                      "view": FlatArgs.NODES_AND_CONSTANTS, "odd": FlatArgs.NODES, "sum_1": FlatArgs.NODES,
                      "add": FlatArgs.NODES, "output": FlatArgs.NESTED}
+
+
+def test_a_modules_parameter_bytes_count_each_tensor_once_with_or_without_submodules() -> None:
+    # a weight also registered as a buffer: Linear(4, 4) holds 16 + 4 floats = 80 B; it was 144 (the weight
+    # twice) for a module with a submodule and 80 without one
+    from torch_flops.plan import _param_bytes
+
+    leaf, parent = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    for module in (leaf, parent):
+        module.register_buffer("wb", module.weight)
+    parent.child = torch.nn.Identity()
+    assert _param_bytes(leaf) == _param_bytes(parent) == (16 + 4) * 4

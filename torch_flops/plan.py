@@ -442,9 +442,11 @@ def _flatten(value: Any) -> list[Any]:
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
     """The parameters, then the buffers, of ``module`` and its submodules, each once (a module
     without submodules, most nodes', read from its own dictionaries: no walk)."""
-    if module._modules:
-        return [*module.parameters(), *module.buffers()]
     seen: dict[int, torch.Tensor] = {}
+    if module._modules:
+        for t in itertools.chain(module.parameters(), module.buffers()):
+            seen.setdefault(id(t), t)
+        return list(seen.values())
     for store in (module._parameters, module._buffers):
         for t in store.values():
             if t is not None:
