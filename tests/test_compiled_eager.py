@@ -268,7 +268,8 @@ def test_a_compiled_submodule_of_an_eager_model_is_recorded_eagerly() -> None:
         assert torch.allclose(model(x), expected)  # still runs compiled afterwards
 
 
-def test_a_model_without_compiled_submodules_leaves_dynamo_s_stance_alone() -> None:
+def test_dynamo_s_stance_is_force_eager_while_recording_and_put_back() -> None:
+    # once Dynamo is loaded any model may call compiled code (a compiled function): eager while recording
     from torch._dynamo import eval_frame
 
     seen: list[str] = []
@@ -280,7 +281,36 @@ def test_a_model_without_compiled_submodules_leaves_dynamo_s_stance_alone() -> N
 
     torch_flops.profile(Plain(), torch.randn(2))
     torch_flops.profile(_Outer(), torch.randn(2, 8))
-    assert seen == ["default"] and eval_frame._stance.stance == "default"
+    assert seen == ["force_eager"] and eval_frame._stance.stance == "default"
+
+
+def test_a_compiled_function_the_forward_calls_compiles_as_before_after_a_profile() -> None:
+    # called under the recording's dispatch mode, Dynamo skipped it and marked its code never to compile again:
+    # every later plain call ran it eagerly, a new shape included
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    @torch.compile(backend="eager")
+    def gram(y: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(y @ y.T)
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return gram(self.l(x))
+
+    torch.manual_seed(0)
+    model, x = M(), torch.randn(4, 8)
+    code = gram._torchdynamo_orig_callable.__code__  # type: ignore[attr-defined]
+    expected = model(x)  # compiled: one cache entry
+    counter = torch_flops.TorchFLOPsByFX(model)
+    assert torch.equal(counter.propagate(x), expected)
+    # the Linear 4x8x8 = 256 MACs, the gram product 4x8x4 = 128 MACs, run eagerly and recorded
+    assert counter.total_macs == 256 + 128
+    model(torch.randn(6, 8))  # a new shape: compiled again, as without the profile
+    assert len(_debug_get_cache_entry_list(code)) == 2
 
 
 def test_a_compiled_submodule_is_counted_and_no_warning_filter_is_left() -> None:

@@ -196,9 +196,11 @@ class Recording:
     outside the model (the loss, gradient clipping); ``on_step``: called with each finished step.
     ``sequences`` (with ``forward_nodes``): record only the backward of a forward the graph
     interpreter ran, which marked its ``forward_nodes`` nodes' autograd nodes there
-    (:attr:`backward_run` holds it). ``compiled_eagerly``: when the model holds a ``torch.compile``'d
-    submodule, compiled code runs eagerly while it records, its ops recorded (Dynamo's process-wide
-    "force_eager" stance; compiled, Dynamo would trace the recording's own hooks into its graphs);
+    (:attr:`backward_run` holds it). ``compiled_eagerly``: once Dynamo is loaded, compiled code (a
+    ``torch.compile``'d submodule, a compiled function the forward calls) runs eagerly while it
+    records, its ops recorded (Dynamo's process-wide "force_eager" stance; compiled, Dynamo would
+    trace the recording's own hooks into its graphs, and a compiled function it skips under the
+    recording's dispatch mode stays marked never to compile again);
     False for a compiled model whose compiled calls are profiled beside it (TrainingProfiler)."""
 
     def __init__(self, index: ModelIndex, table: FormulaTable, *, timer: Timer, memory: MemoryProbe,
@@ -208,9 +210,10 @@ class Recording:
                  forward_nodes: int = 0, progress: Progress | None = None,
                  planned: dict[Any, Any] | None = None, compiled_eagerly: bool = True) -> None:
         self.index = index
-        # (only for a model holding a compiled submodule: the stance is process-wide)
-        self._compiled_eagerly = compiled_eagerly and any(
-            type(m).__name__ == "OptimizedModule" for m in index.modules)
+        # (only once Dynamo is loaded, which torch.compile does: the stance is process-wide. A model may
+        # call a compiled submodule or a compiled function; one called under the recording's dispatch
+        # mode without the stance would be skipped by Dynamo, and marked never to compile again)
+        self._compiled_eagerly = compiled_eagerly and "torch._dynamo.eval_frame" in sys.modules
         self.model = index.model
         self._table = table
         self._ignored = tuple(ignored)
