@@ -377,6 +377,36 @@ def test_compare_compiled_refuses_bad_compile_kwargs_before_the_model_runs(compi
     assert calls == []
 
 
+def test_a_custom_autograd_functions_forward_op_under_a_backward_is_computed_not_eliminated() -> None:
+    """With a backward, the post-grad graph names the Function's mul after another node than the pre-grad
+    graph: the count was left over and listed as eliminated (16 FLOPs), though the fused kernel computes it."""
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return Square.apply(self.a(x)).sum(-1)
+
+    torch.manual_seed(0)
+    result = torch_flops.profile_compiled(M(), torch.randn(2, 8), repeat=1, loss_fn=lambda out: out.sum())
+    forward = [r for r in result.profile.records if r.phase == "forward" and r.op != "overhead"]
+    # addmm 2x8x8 = 128 MACs: 256 + 16 bias = 272; the square 16 and the sum 16 in one fused kernel
+    assert sum(r.flops or 0 for r in forward) == 272 + 16 + 16 and result.eliminated == ()
+
+
 def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about() -> None:
     """Inductor fuses ``i0e`` (no formula) with an add: the kernel counts the add and names the rest."""
     from torch_flops import UnsupportedOpWarning

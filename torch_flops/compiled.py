@@ -1401,6 +1401,19 @@ def _assign(frame: FrameCapture, graphs: list[CompiledGraph], index: Mapping[int
             matched.append((merged, members, "+".join(sorted({key[1] for key in rest}))))
         else:
             matched.append((None, members, ""))
+    # an op the pre-grad graph holds under one node and the post-grad graph names after another (the
+    # inside of a custom autograd.Function's forward, traced with its backward): the one count left of
+    # that op and phase goes to the one group of it left without a count (it was listed as eliminated,
+    # though a kernel computed it)
+    alone = [i for i, (total, members, _) in enumerate(matched) if total is None]
+    for i in alone:
+        members = matched[i][1]
+        originals, phase = {n.original for _, n in members}, members[0][1].phase
+        rivals = [j for j in alone if j != i and matched[j][0] is None
+                  and {n.original for _, n in matched[j][1]} & originals and matched[j][1][0][1].phase == phase]
+        found = [key for key in counts if key[1] in originals and key[2] == phase and counts[key].flops]
+        if len(found) == 1 and not rivals:
+            matched[i] = (counts.pop(found[0]), members, found[0][1])
     for total, members, op in matched:
         _place(total, members, op, primaries, index, works)
     eliminated = []
