@@ -12,7 +12,7 @@ import torch
 from torch import fx, nn
 
 from torch_flops import Status, TorchFLOPsByFX, TracingError
-from torch_flops.capture import bind_inputs, split_leaf_modules, trace_fx
+from torch_flops.capture import ModelIndex, bind_inputs, split_leaf_modules, trace_fx
 
 
 def test_untraceable_model_names_cause_and_remedies(models: Any) -> None:
@@ -463,3 +463,19 @@ def test_a_dropped_torch_class_fx_cannot_trace_through_is_kept_whole() -> None:
         both.propagate(x)
     assert both.profile.with_convention("flop_counter").total_flops == reference.get_total_flops()
     assert both.unsupported == {"BatchNorm2d": 1}
+
+
+def test_a_parameter_also_registered_as_a_parents_buffer_is_counted_as_a_parameter() -> None:
+    # met first as the parent's buffer, the child's bias went uncounted: 16 parameters of 20, 64 B of 80
+    class Aliased(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = nn.Linear(4, 4)
+            self._buffers["alias"] = self.c.bias
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(x)
+
+    index = ModelIndex(Aliased())
+    # Linear(4, 4): 16 weights + 4 biases, all in c
+    assert (index.params[""], index.params["c"], sum(t.numel() for t in index.parameters)) == (0, 20, 20)

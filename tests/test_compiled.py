@@ -407,6 +407,47 @@ def test_a_custom_autograd_functions_forward_op_under_a_backward_is_computed_not
     assert sum(r.flops or 0 for r in forward) == 272 + 16 + 16 and result.eliminated == ()
 
 
+def test_a_matmul_inductor_fuses_with_its_bias_add_and_dead_code_beside_a_custom_function() -> None:
+    """x @ w + b becomes one addmm named after the add: its mm was listed as eliminated (512 FLOPs) and the
+    kernel given the add's 32 only; a custom Function's mm beside a dead mm of the same shape was listed too."""
+
+    class Affine(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(8, 8)), nn.Parameter(torch.randn(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.w + self.b
+
+    torch.manual_seed(0)
+    result = torch_flops.profile_compiled(Affine(), torch.randn(4, 8), repeat=1)
+    # 4 x 8 x 8 = 256 MACs: 512 + the bias's 32 adds = 544, in the one addmm
+    assert [r.flops for r in result.profile.records if r.op == "extern_kernel"] == [544] and result.eliminated == ()
+
+    class MatMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(a, b)
+            return a @ b
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a, b = ctx.saved_tensors
+            return g @ b.t(), a.t() @ g
+
+    class Dead(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w, self.v = nn.Parameter(torch.randn(8, 8)), nn.Parameter(torch.randn(8, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            unused = x @ self.v  # noqa: F841  (dead code: Inductor drops it)
+            return MatMul.apply(x, self.w).relu()
+
+    result = torch_flops.profile_compiled(Dead(), torch.randn(4, 8), repeat=1, loss_fn=lambda out: out.sum())
+    assert [(e.node, e.op, e.flops) for e in result.eliminated] == [("unused", "aten.mm", 512)]
+
+
 def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about() -> None:
     """Inductor fuses ``i0e`` (no formula) with an add: the kernel counts the add and names the rest."""
     from torch_flops import UnsupportedOpWarning

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 import warnings
 from types import SimpleNamespace
 from typing import Any
@@ -330,3 +331,79 @@ def test_a_compiled_submodule_is_counted_and_no_warning_filter_is_left() -> None
     assert [w.filename for w in caught if "global hooks" in str(w.message)]  # torch's, for the profiler's hooks
     assert counter.total_flops == 2 * 2 * 8 * 8 + 2 * 8 + 2 * 8  # linear 256 + bias 16 + relu 16
     assert warnings.filters == filters
+
+
+def _compiled_function_model() -> tuple[nn.Module, Any, list[tuple[int, ...]]]:
+    compiles: list[tuple[int, ...]] = []
+
+    def backend(gm: Any, example: Any) -> Any:
+        compiles.append(tuple(example[0].shape))
+        return gm.forward
+
+    @torch.compile(backend=backend, dynamic=False)
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return f(self.l(x))
+
+    torch.manual_seed(0)
+    return M(), f, compiles
+
+
+def test_the_profilers_own_eager_calls_leave_a_compiled_function_able_to_compile() -> None:
+    # TrainingProfiler's eager shadow of a compiled model and compare_compiled's count of eager kernels ran the
+    # model under a dispatch mode without the force_eager stance: f was marked never to compile again
+    model, f, compiles = _compiled_function_model()
+    compiled = torch.compile(model, backend="eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_flops.TrainingProfiler(compiled, optimizer):
+        compiled(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    before = len(compiles)
+    f(torch.randn(3, 4))
+    assert compiles[before:] == [(3, 4)]
+    model, f, compiles = _compiled_function_model()
+    torch_flops.compare_compiled(model, torch.randn(2, 4), warmup=0, repeat=1)
+    before = len(compiles)
+    f(torch.randn(5, 4))
+    assert compiles[before:] == [(5, 4)]
+
+
+def test_a_stance_the_user_sets_while_recording_is_kept_and_a_dead_threads_recording_can_be_stopped() -> None:
+    from torch._dynamo import eval_frame
+
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    profiler = torch_flops.TrainingProfiler(model, optimizer)
+    profiler.start_profile()
+    try:
+        torch.compiler.set_stance("force_eager")  # (equal to the profiler's own: it was put back to default)
+        model(torch.randn(2, 4)).sum().backward()
+        optimizer.step()
+    finally:
+        profiler.stop_profile()
+    try:
+        assert eval_frame._stance.stance == "force_eager"
+    finally:
+        torch.compiler.set_stance("default")
+    # a recording whose thread ended without stopping it: any thread stops it now (its hooks and the stance
+    # were left to the process, and stop_profile() refused from the main thread)
+    held: list[torch_flops.TrainingProfiler] = []
+
+    def worker() -> None:
+        profiler = torch_flops.TrainingProfiler(nn.Linear(2, 2))
+        profiler.start_profile()
+        held.append(profiler)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert eval_frame._stance.stance == "force_eager" and torch.nn.modules.module._global_forward_hooks
+    held[0].stop_profile()
+    assert eval_frame._stance.stance == "default" and not torch.nn.modules.module._global_forward_hooks

@@ -1759,7 +1759,11 @@ class ModelIndex:
         leaves: set[int] = set()
         asked: set[int] = set()
         through = parametrized_holders(model) if table is not None else frozenset()
-        for path, module in model.named_modules():
+        named = list(model.named_modules())
+        # a tensor that is a parameter of some module is one wherever else it is registered (a parent's
+        # buffer aliasing a child's bias was met first, as a buffer, and the parameter went uncounted)
+        parameters = {id(t) for _, m in named for t in m._parameters.values() if t is not None}
+        for path, module in named:
             check_module_initialized(path, module)  # a lazy module's parameters do not exist yet
             self.modules.append(module)
             self.paths[id(module)] = path
@@ -1767,7 +1771,7 @@ class ModelIndex:
             owned = 0
             for store, is_param in ((module._parameters, True), (module._buffers, False)):
                 for name, t in store.items():
-                    if t is None or id(t) in self.attrs:
+                    if t is None or id(t) in self.attrs or (not is_param and id(t) in parameters):
                         continue
                     full = f"{path}.{name}" if path else name
                     self.attrs[id(t)] = full

@@ -48,6 +48,7 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import operator
 import sys
 import threading
 import time
@@ -1034,8 +1035,10 @@ class _HeldSetting:
     None) and given up when someone else changed it meanwhile: it is then theirs."""
 
     def __init__(self, read: Callable[[], Any], write: Callable[[Any], None],
-                 wanted: Callable[[Any, list[int]], Any]) -> None:
-        self._read, self._write, self._wanted = read, write, wanted
+                 wanted: Callable[[Any, list[int]], Any], same: Callable[[Any, Any], bool] = operator.eq) -> None:
+        # ``same``: whether what ``read()`` gives is still what this set (by identity where a value of
+        # someone else's can be equal to ours: a stance the user sets while a recording runs)
+        self._read, self._write, self._wanted, self._same = read, write, wanted, same
         self._needs: dict[int, int] = {}  # id(recording) -> what it needs
         self._found: Any = None
         self._set: Any = None  # the value this set last; None: not ours (any more)
@@ -1053,11 +1056,11 @@ class _HeldSetting:
                 return
             if self._needs:
                 self._apply()
-            elif self._set is not None and self._read() == self._set:
+            elif self._set is not None and self._same(self._read(), self._set):
                 self._write(self._found)
 
     def _apply(self) -> None:
-        if self._set is None or self._read() != self._set:
+        if self._set is None or not self._same(self._read(), self._set):
             self._set = None  # set by someone else meanwhile (or never ours): left to them
             return
         self._set = self._wanted(self._found, list(self._needs.values()))
@@ -1082,8 +1085,22 @@ _RECURSION = _HeldSetting(sys.getrecursionlimit, sys.setrecursionlimit,
 #: a recording of a model holding a compiled submodule runs compiled code eagerly (Recording)
 #: (from the default stance only: a stance the user set is theirs)
 _EAGER_STANCE = _HeldSetting(_dynamo_stance, _set_dynamo_stance, lambda found, needs: dataclasses.replace(
-    found, stance="force_eager") if found.stance == "default" else found)
+    found, stance="force_eager") if found.stance == "default" else found, same=operator.is_)
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
+
+
+@contextlib.contextmanager
+def compiled_code_eagerly() -> Iterator[None]:
+    """Compiled code runs eagerly in the body (Dynamo's force_eager stance, held as a recording holds
+    it): for an eager call of the profiler's own under a dispatch mode (the shadow of a compiled
+    model's call, a count of eager kernels), where Dynamo would skip a compiled function the model
+    calls and mark it never to compile again."""
+    token = object()
+    _EAGER_STANCE.hold(token)
+    try:
+        yield
+    finally:
+        _EAGER_STANCE.release(token)
 
 
 class _Hub:

@@ -145,10 +145,13 @@ class TrainingProfiler:
 
     def stop_profile(self) -> None:
         """Stop recording; a step under way is kept when a forward of it ran. The profiles stay.
-        ``RuntimeError`` from another thread than the one that started it (its modes are on that
-        thread's stacks, which no other thread can reach): nothing is stopped then."""
+        ``RuntimeError`` from another thread than the one that started it while that one runs (its
+        modes are on that thread's stacks, which no other thread can reach): nothing is stopped
+        then. Once that thread has ended (its stacks with it), any thread stops it: the global
+        hooks and process-wide settings the recording held are given back."""
         recording = self._recording
-        if recording is not None and threading.get_ident() != self._thread:
+        if recording is not None and threading.get_ident() != self._thread \
+                and any(t.ident == self._thread for t in threading.enumerate()):
             raise RuntimeError("stop_profile()/end_profile() must be called in the thread that called start_profile(): "
                                "the profiler's modes are on that thread's stacks (nothing was stopped)")
         if recording is not None:
