@@ -1424,9 +1424,9 @@ def _assign(frame: FrameCapture, graphs: list[CompiledGraph], index: Mapping[int
                 and members[0][1].phase == key[2]
                 and sum(n.count.flops for _, n in members if n.count is not None) - total.flops >= counts[key].flops]
         if len(fits) == 1:
-            total, members, op = matched[fits[0]]
+            given, members, op = matched[fits[0]]
             merged = OpCount()
-            merged.add(total)
+            merged.add(given)  # type: ignore[arg-type]  (fits holds only groups given a count)
             merged.add(counts.pop(key))
             matched[fits[0]] = (merged, members, f"{op}+{key[1]}")
     for total, members, op in matched:

@@ -448,9 +448,9 @@ def _tensors(module: nn.Module) -> list[torch.Tensor]:
             seen.setdefault(id(t), t)
         return list(seen.values())
     for store in (module._parameters, module._buffers):
-        for t in store.values():
-            if t is not None:
-                seen.setdefault(id(t), t)
+        for value in store.values():
+            if value is not None:
+                seen.setdefault(id(value), value)
     return list(seen.values())
 
 
