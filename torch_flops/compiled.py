@@ -1426,7 +1426,8 @@ def _assign(frame: FrameCapture, graphs: list[CompiledGraph], index: Mapping[int
         if len(fits) == 1:
             given, members, op = matched[fits[0]]
             merged = OpCount()
-            merged.add(given)  # type: ignore[arg-type]  (fits holds only groups given a count)
+            if given is not None:  # (always: fits holds only groups given a count)
+                merged.add(given)
             merged.add(counts.pop(key))
             matched[fits[0]] = (merged, members, f"{op}+{key[1]}")
     for total, members, op in matched:
