@@ -447,6 +447,21 @@ def test_a_matmul_inductor_fuses_with_its_bias_add_and_dead_code_beside_a_custom
     result = torch_flops.profile_compiled(Dead(), torch.randn(4, 8), repeat=1, loss_fn=lambda out: out.sum())
     assert [(e.node, e.op, e.flops) for e in result.eliminated] == [("unused", "aten.mm", 512)]
 
+    class TwoLayers(nn.Module):  # (two addmm of the same size: each surplus fits either mm; both were eliminated)
+        def __init__(self) -> None:
+            super().__init__()
+            self.w1, self.b1 = nn.Parameter(torch.randn(8, 16)), nn.Parameter(torch.randn(16))
+            self.w2, self.b2 = nn.Parameter(torch.randn(16, 8)), nn.Parameter(torch.randn(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x @ self.w1 + self.b1) @ self.w2 + self.b2
+
+    model, x = TwoLayers(), torch.randn(6, 8)
+    result = torch_flops.profile_compiled(model, x, repeat=1)
+    # 6x8x16 = 768 MACs: 1536 + 96 bias adds; relu 96; 6x16x8 = 768 MACs: 1536 + 48: 3312, as eager counts
+    assert result.profile.total_flops == torch_flops.profile(model, x).total_flops == 3312
+    assert result.eliminated == ()
+
 
 def test_an_op_without_a_formula_inside_a_fused_kernel_is_named_and_warned_about() -> None:
     """Inductor fuses ``i0e`` (no formula) with an add: the kernel counts the add and names the rest."""

@@ -407,3 +407,37 @@ def test_a_stance_the_user_sets_while_recording_is_kept_and_a_dead_threads_recor
     assert eval_frame._stance.stance == "force_eager" and torch.nn.modules.module._global_forward_hooks
     held[0].stop_profile()
     assert eval_frame._stance.stance == "default" and not torch.nn.modules.module._global_forward_hooks
+
+
+def test_a_function_compiled_inside_the_forward_before_dynamo_was_loaded_compiles_after_the_profile() -> None:
+    """Dynamo loaded (or a function first compiled) inside the recording: no stance could be set before, so
+    Dynamo met the function under the recording's dispatch mode and marked it never to compile again; the
+    codes it first met while the recording ran get their default strategy back."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, torch, torch.nn as nn
+from torch_flops import TorchFLOPsByFX
+frames = []
+def backend(gm, ex):
+    frames.append(1)
+    return gm.forward
+def helper(x):
+    return torch.sin(x) * 2
+class M(nn.Module):
+    def __init__(s):
+        super().__init__(); s.l = nn.Linear(4, 4); s.fn = None
+    def forward(s, x):
+        if s.fn is None:
+            s.fn = torch.compile(helper, backend=backend)
+        return s.fn(s.l(x))
+m = M()
+assert "torch._dynamo.eval_frame" not in sys.modules
+TorchFLOPsByFX(m).propagate(torch.randn(2, 4))
+m(torch.randn(2, 4)); m(torch.randn(3, 4))
+print(len(frames))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "2"  # (eagerly in the profile; compiled by the two plain calls after it)

@@ -1419,11 +1419,14 @@ def _assign(frame: FrameCapture, graphs: list[CompiledGraph], index: Mapping[int
             matched[i] = (counts.pop(found[0]), members, found[0][1])
     # an op fused into another node's (Inductor's mm + add -> addmm, named after the add): the node's own
     # count holds the leftover's work beside what it was given; the one such node takes it
+    # (two such nodes with the same surplus, equal layers: either takes it, the next the other)
     for key in [key for key, c in counts.items() if c.flops]:
-        fits = [i for i, (total, members, _) in enumerate(matched) if total is not None
-                and members[0][1].phase == key[2]
-                and sum(n.count.flops for _, n in members if n.count is not None) - total.flops >= counts[key].flops]
-        if len(fits) == 1:
+        need = counts[key].flops
+        surplus = {i: sum(n.count.flops for _, n in members if n.count is not None) - total.flops
+                   for i, (total, members, _) in enumerate(matched)
+                   if total is not None and members[0][1].phase == key[2]}
+        fits = [i for i, extra in surplus.items() if extra == need] or [i for i, extra in surplus.items() if extra > need]
+        if len(fits) == 1 or (fits and surplus[fits[0]] == need):
             given, members, op = matched[fits[0]]
             merged = OpCount()
             if given is not None:  # (always: fits holds only groups given a count)
