@@ -441,3 +441,35 @@ print(len(frames))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "2"  # (eagerly in the profile; compiled by the two plain calls after it)
+
+
+def test_dynamo_s_own_decisions_during_a_compiled_models_profile_stay_its_own() -> None:
+    # resetting every code Dynamo first met during a recording (a compiled model profiled by TrainingProfiler)
+    # also undid its own decisions: a frame past the recompile limit tried again on the next new shape
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def run(profiled: bool) -> dict[str, int]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        compiled = torch.compile(model, dynamic=False, backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def loop(sizes: list[int]) -> None:
+            for n in sizes:
+                optimizer.zero_grad()
+                compiled(torch.randn(n, 8)).sum().backward()
+                optimizer.step()
+
+        with torch._dynamo.config.patch(recompile_limit=2):
+            if profiled:
+                with torch_flops.TrainingProfiler(compiled, optimizer):
+                    loop([2, 3, 4])
+            else:
+                loop([2, 3, 4])
+            counters.clear()
+            loop([5, 6])
+            return dict(counters["frames"])
+
+    assert run(True) == run(False) == {}

@@ -304,7 +304,10 @@ class Recording:
         _RECURSION.hold(self, 2 * depth + 100)
         if self._compiled_eagerly:
             _EAGER_STANCE.hold(self)
-        self._codes_seen = _dynamo_codes_seen()
+        # (Dynamo not loaded yet: no stance could be set, and a function first compiled inside the forward
+        # meets the dispatch mode; once loaded, the stance keeps Dynamo out, or compiled calls run as they
+        # do, a compiled model's in TrainingProfiler, whose frames Dynamo decides on as without us)
+        self._dynamo_loaded_inside = "torch._dynamo.convert_frame" not in sys.modules
 
     def stop(self) -> None:
         """Stop recording: the step under way is finished (kept when the model ran in it), every
@@ -316,7 +319,8 @@ class Recording:
         self._started = False
         _RECURSION.release(self)
         _EAGER_STANCE.release(self)
-        _forget_skips_since(self._codes_seen)
+        if self._dynamo_loaded_inside:
+            _forget_first_skips()
         try:
             if self._hub is not None:
                 self._hub.leave(self)
@@ -1381,23 +1385,16 @@ def _forget_higher_order_compiles() -> None:
         _set_frame_action(_higher_order_codes(), "DEFAULT")
 
 
-def _dynamo_codes_seen() -> int:
-    """How many code objects Dynamo's frame callback has met so far (0 before Dynamo is loaded)."""
-    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
-    return len(getattr(getattr(convert_frame, "input_codes", None), "seen", ()))
-
-
-def _forget_skips_since(seen: int) -> None:
-    """After a recording: the code objects Dynamo met for the first time while it ran get Dynamo's
-    default strategy back. Met under the recording's dispatch mode (compiled functions first
-    compiled, or Dynamo first loaded, inside the forward, where the force_eager stance could not be
-    set beforehand), Dynamo skipped them and marked them never to compile again; the next plain call
-    now compiles them as without the profiler (those Dynamo skips for its own reasons it marks again)."""
+def _forget_first_skips() -> None:
+    """After a recording during which Dynamo was first loaded (a function first compiled inside the
+    forward, where no force_eager stance could be set beforehand): every code object Dynamo has met,
+    all of them under the recording's dispatch mode, gets Dynamo's default strategy back. Dynamo
+    skipped them there and marked them never to compile again; the next plain call compiles them as
+    the first plain call would have."""
     convert_frame = sys.modules.get("torch._dynamo.convert_frame")
     codes = getattr(getattr(convert_frame, "input_codes", None), "seen", None)
-    if codes is None or len(codes) <= seen:
-        return
-    _set_frame_action([code for ref in codes[seen:] if (code := ref()) is not None], "DEFAULT")
+    if codes:
+        _set_frame_action([code for ref in list(codes) if (code := ref()) is not None], "DEFAULT")
 
 
 def _set_frame_action(codes: Iterable[types.CodeType], action: str) -> None:
