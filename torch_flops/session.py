@@ -215,6 +215,7 @@ class Recording:
         # call a compiled submodule or a compiled function; one called under the recording's dispatch
         # mode without the stance would be skipped by Dynamo, and marked never to compile again)
         self._compiled_eagerly = compiled_eagerly and "torch._dynamo.eval_frame" in sys.modules
+        self._dynamo_loaded_inside = False  #: Dynamo was not loaded when it started (see start)
         self.model = index.model
         self._table = table
         self._ignored = tuple(ignored)
@@ -1088,8 +1089,9 @@ def _set_dynamo_stance(stance: Any) -> None:
 #: each recording raises the recursion limit by what its model's nesting adds (the most of those running)
 _RECURSION = _HeldSetting(sys.getrecursionlimit, sys.setrecursionlimit,
                           lambda found, needs: found + max(needs))
-#: a recording of a model holding a compiled submodule runs compiled code eagerly (Recording)
-#: (from the default stance only: a stance the user set is theirs)
+#: a recording runs compiled code eagerly once Dynamo is loaded (Recording), as the profiler's own eager
+#: calls under a dispatch mode do (compiled_code_eagerly); from the default stance only: a stance the
+#: user set is theirs
 _EAGER_STANCE = _HeldSetting(_dynamo_stance, _set_dynamo_stance, lambda found, needs: dataclasses.replace(
     found, stance="force_eager") if found.stance == "default" else found, same=operator.is_)
 _GLOBAL_HOOKS: list[Any] = []  # the module hooks' handles, while any hub exists
