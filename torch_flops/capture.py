@@ -1841,6 +1841,8 @@ class Snapshot:
         self._stores = [store for store, _, _ in links.values()]
         self._names = [name for _, name, _ in links.values()]
         self._objects = [obj for _, _, obj in links.values()]
+        #: every module's hook dictionaries (each module keeps its own for its life; registering adds to them)
+        self._hook_dicts = [getattr(m, attr) for m in self.modules for attr, _ in _HOOKS]
         self._hooks = self._hook_keys()
 
     def _hook_keys(self) -> list[int]:
@@ -1849,9 +1851,9 @@ class Snapshot:
         capture changes them (a graph traced through a module keeps what its hooks did then; a front
         end refuses, or runs the hook, on a new capture)."""
         table = nn.modules.module
-        dicts = [getattr(table, name, {}) for name in _GLOBAL_HOOKS]
-        dicts += [getattr(m, attr) for m in self.modules for attr, _ in _HOOKS]
-        return [k for d in dicts if d for k, h in d.items() if _is_users_hook(h)]
+        held = [d for d in (getattr(table, name, None) for name in _GLOBAL_HOOKS) if d]
+        held += filter(None, self._hook_dicts)  # (the empty ones, nearly all, skipped in C)
+        return [k for d in held for k, h in d.items() if _is_users_hook(h)]
 
     def holds(self) -> bool:
         return ([m.training for m in self.modules] == self._flags
