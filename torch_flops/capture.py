@@ -656,9 +656,14 @@ _GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_
                  "_global_backward_hooks")
 
 
+def _package(hook: Any) -> str:
+    """The top-level package a hook is defined in ("" when it says none)."""
+    return str(getattr(hook, "__module__", "") or "").partition(".")[0]
+
+
 def _foreign(hooks: Mapping[Any, Any]) -> bool:
     """Whether a hook dictionary holds a hook other than torch_flops' own (a recording's)."""
-    return any(str(getattr(h, "__module__", "") or "").partition(".")[0] != "torch_flops" for h in hooks.values())
+    return any(_package(h) != "torch_flops" for h in hooks.values())
 
 
 class _FxGuard:
@@ -1319,7 +1324,7 @@ _LIBRARY_HOOKS = ("torch", "torch_flops")
 
 def _is_users_hook(hook: Any) -> bool:
     """Whether a module hook is the user's (see :data:`_LIBRARY_HOOKS`), by the package it is defined in."""
-    package = str(getattr(hook, "__module__", "") or "").partition(".")[0]
+    package = _package(hook)
     if package in _LIBRARY_HOOKS:
         return False
     return not (package == "transformers" and "output_capturing_hook" in str(getattr(hook, "__qualname__", "")))
